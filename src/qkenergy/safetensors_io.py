@@ -1,0 +1,369 @@
+"""Lazy, validated reading of ``.safetensors`` files with numpy only.
+
+Format (https://huggingface.co/docs/safetensors): an 8-byte little-endian
+header length ``n``, ``n`` bytes of JSON mapping each tensor name to
+``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the
+data section that follows the header), plus an optional ``"__metadata__"``
+dict of strings. All data is little-endian and C-contiguous.
+
+Why not the ``safetensors`` library: its errors do not name the tensor or what
+was expected (a wrong byte range gives "Error while deserializing header:
+invalid shape, data type, or offset for tensor"), its ``get_tensor`` copies
+every tensor into memory, and older releases' numpy backend cannot return
+bfloat16. The format is simple enough that a small parser gives one-line errors
+naming the file and tensor, and zero-copy read-only memory maps, so only the
+tensors asked for are paged in. Nothing here ever unpickles anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import mmap
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import ml_dtypes
+import numpy as np
+
+from .errors import QKEnergyError
+
+__all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource"]
+
+# safetensors dtype code -> little-endian numpy dtype. Sub-byte codes (F4, F6_*)
+# pack several values per byte and are not supported.
+DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"),
+    "U32": np.dtype("<u4"),
+    "U16": np.dtype("<u2"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+# Same cap as the reference implementation: real headers are well below 100 MB.
+MAX_HEADER_BYTES = 100_000_000
+
+
+def _show(path: os.PathLike | str) -> str:
+    """The path for a one-line message (control characters escaped)."""
+    return repr(str(path))[1:-1]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Header entry of one tensor; ``begin``/``end`` are absolute file offsets."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+    """Read and validate the header; returns (tensors, metadata, file size)."""
+    where = _show(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise QKEnergyError(
+                    f"{where}: file has {size} bytes, too short for a safetensors header "
+                    "(needs an 8-byte length first)"
+                )
+            (n,) = struct.unpack("<Q", prefix)
+            if n > MAX_HEADER_BYTES:
+                raise QKEnergyError(
+                    f"{where}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit; "
+                    "not a safetensors file"
+                )
+            if n > size - 8:
+                raise QKEnergyError(
+                    f"{where}: header length {n} is larger than the rest of the file "
+                    f"({size - 8} bytes); truncated, or not a safetensors file"
+                )
+            raw = f.read(n)
+    except OSError as exc:
+        raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise QKEnergyError(f"{where}: header is not valid UTF-8 JSON ({msg})") from None
+    if not isinstance(header, dict):
+        raise QKEnergyError(
+            f"{where}: header must be a JSON object, got {type(header).__name__}"
+        )
+
+    data_start = 8 + n
+    data_len = size - data_start
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise QKEnergyError(f"{where}: __metadata__ must be an object of strings")
+
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        t = f"{where}: tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise QKEnergyError(
+                f"{t} must be an object with dtype, shape, data_offsets; "
+                f"got {type(entry).__name__}"
+            )
+        dtype = entry.get("dtype")
+        if dtype not in DTYPES:
+            raise QKEnergyError(
+                f"{t} has unknown or unsupported dtype {dtype!r} "
+                f"(expected one of {', '.join(DTYPES)})"
+            )
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise QKEnergyError(f"{t} has shape {shape!r}; expected a list of non-negative ints")
+        offsets = entry.get("data_offsets")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_is_int(o) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise QKEnergyError(
+                f"{t} has data_offsets {offsets!r}; expected [begin, end] "
+                "with 0 <= begin <= end"
+            )
+        begin, end = offsets
+        if end > data_len:
+            raise QKEnergyError(
+                f"{t} has data_offsets [{begin}, {end}] beyond the {data_len}-byte data "
+                "section; file truncated or corrupt"
+            )
+        count = 1
+        for d in shape:
+            count *= d
+        need = count * DTYPES[dtype].itemsize
+        if end - begin != need:
+            dims = ", ".join(map(str, shape))
+            raise QKEnergyError(
+                f"{t} has data_offsets [{begin}, {end}] ({end - begin} bytes) but "
+                f"{dtype} [{dims}] needs {need} bytes"
+            )
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), data_start + begin, data_start + end)
+
+    # Overlap check: a sort of the header entries, cheap next to any real use.
+    spans = sorted((i for i in tensors.values() if i.end > i.begin), key=lambda i: i.begin)
+    for a, b in zip(spans, spans[1:]):
+        if b.begin < a.end:
+            raise QKEnergyError(
+                f"{where}: tensors {a.name!r} and {b.name!r} overlap in the data section "
+                f"([{a.begin - data_start}, {a.end - data_start}] and "
+                f"[{b.begin - data_start}, {b.end - data_start}])"
+            )
+    return tensors, metadata, size
+
+
+def _missing(name: str, names: Iterable[str], where: str) -> QKEnergyError:
+    close = difflib.get_close_matches(name, list(names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return QKEnergyError(f"{where}: no tensor {name!r}{hint}")
+
+
+class SafetensorsFile:
+    """One ``.safetensors`` file: header validated on open, tensors mapped on demand.
+
+    Arrays returned by :meth:`tensor` are read-only zero-copy views of a shared
+    memory map; they stay valid after :meth:`close` (the map is released when
+    the last view is gone).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._tensors, self.metadata, self._size = _parse_header(self.path)
+        self._map: mmap.mmap | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """Tensor names in header order."""
+        return list(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise _missing(name, self._tensors, _show(self.path)) from None
+
+    def dtype(self, name: str) -> np.dtype:
+        return self.info(name).np_dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.info(name).shape
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Read-only array of tensor ``name``, backed by the memory map (no copy)."""
+        info = self.info(name)
+        if info.end == info.begin:
+            out = np.zeros(info.shape, info.np_dtype)
+            out.flags.writeable = False
+            return out
+        view = np.frombuffer(
+            self._mapping(),
+            dtype=info.np_dtype,
+            count=(info.end - info.begin) // info.np_dtype.itemsize,
+            offset=info.begin,
+        )
+        return view.reshape(info.shape)
+
+    def _mapping(self) -> mmap.mmap:
+        if self._map is None:
+            try:
+                with open(self.path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if size != self._size:
+                        raise QKEnergyError(
+                            f"{_show(self.path)}: file changed size since it was opened "
+                            f"({self._size} -> {size} bytes)"
+                        )
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise QKEnergyError(
+                    f"{_show(self.path)}: cannot map: {exc.strerror or exc}"
+                ) from None
+        return self._map
+
+    def close(self) -> None:
+        """Drop this object's reference to the map; live views keep it alive."""
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # arrays still export the buffer; it is freed with them
+            self._map = None
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SafetensorsFile({str(self.path)!r}, {len(self)} tensors)"
+
+
+class TensorSource:
+    """Tensors of one checkpoint spread over one or more safetensors files (shards).
+
+    All headers are read and validated up front (cheap); a name present in two
+    shards is an error.
+    """
+
+    def __init__(self, files: Iterable[str | os.PathLike | SafetensorsFile]) -> None:
+        self.files: list[SafetensorsFile] = []
+        self._where: dict[str, SafetensorsFile] = {}
+        try:
+            for item in files:
+                sf = item if isinstance(item, SafetensorsFile) else SafetensorsFile(item)
+                self.files.append(sf)
+                for name in sf.names:
+                    other = self._where.setdefault(name, sf)
+                    if other is not sf:
+                        raise QKEnergyError(
+                            f"tensor {name!r} appears in two shards: "
+                            f"{_show(other.path)} and {_show(sf.path)}"
+                        )
+        except BaseException:
+            self.close()
+            raise
+        if not self.files:
+            raise QKEnergyError("no safetensors files given")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def file_of(self, name: str) -> SafetensorsFile:
+        try:
+            return self._where[name]
+        except KeyError:
+            where = (
+                _show(self.files[0].path)
+                if len(self.files) == 1
+                else f"{_show(self.files[0].path.parent)} ({len(self.files)} shards)"
+            )
+            raise _missing(name, self._where, where) from None
+
+    def info(self, name: str) -> TensorInfo:
+        return self.file_of(name).info(name)
+
+    def dtype(self, name: str) -> np.dtype:
+        return self.info(name).np_dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.info(name).shape
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Read-only zero-copy array of tensor ``name`` from whichever shard holds it."""
+        return self.file_of(name).tensor(name)
+
+    def close(self) -> None:
+        for sf in self.files:
+            sf.close()
+
+    def __enter__(self) -> TensorSource:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TensorSource({len(self.files)} files, {len(self)} tensors)"

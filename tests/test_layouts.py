@@ -1,0 +1,414 @@
+"""Unit tests of qkenergy.layouts on small synthetic, dict-backed checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from qkenergy.errors import QKEnergyError
+from qkenergy.layouts import (
+    LAYOUTS,
+    Architecture,
+    architecture,
+    find_prefix,
+    read_layer,
+    supported_model_types,
+)
+
+
+class DictSource:
+    """Stand-in for safetensors_io.TensorSource that records which tensors were read."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], path: str = "/ckpt/model.safetensors"):
+        self.arrays = arrays
+        self.path = path
+        self.reads: list[str] = []
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.arrays)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.arrays[name].shape)
+
+    def tensor(self, name: str) -> np.ndarray:
+        self.reads.append(name)
+        return self.arrays[name]
+
+
+# model_type -> (config.json as that family writes it, expected (layers, H, H_kv, n, N))
+CONFIGS: dict[str, tuple[dict[str, Any], tuple[int, int, int, int, int]]] = {
+    "bert": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=3), (3, 4, 4, 8, 32)),
+    "roberta": (dict(num_attention_heads=2, hidden_size=16, num_hidden_layers=2), (2, 2, 2, 8, 16)),
+    "distilbert": (dict(n_heads=4, dim=32, n_layers=2), (2, 4, 4, 8, 32)),
+    "gpt2": (dict(n_head=4, n_embd=32, n_layer=2), (2, 4, 4, 8, 32)),
+    # gpt_neox ignores head_dim (its modeling code uses hidden / heads)
+    "gpt_neox": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=2),
+                 (2, 4, 4, 8, 32)),
+    "bloom": (dict(n_head=4, hidden_size=32, n_layer=2), (2, 4, 4, 8, 32)),
+    "opt": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=2), (2, 4, 4, 8, 32)),
+    "llama": (dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=32,
+                   num_hidden_layers=2), (2, 8, 2, 4, 32)),
+    "mistral": (dict(num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+                     num_hidden_layers=2, head_dim=None), (2, 4, 2, 8, 32)),
+    "qwen2": (dict(num_attention_heads=4, num_key_value_heads=4, hidden_size=32,
+                   num_hidden_layers=2), (2, 4, 4, 8, 32)),
+    "gemma": (dict(num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=16,
+                   num_hidden_layers=2), (2, 4, 1, 16, 32)),
+    "phi3": (dict(num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+                  num_hidden_layers=2), (2, 4, 2, 8, 32)),
+}
+
+
+def make_config(model_type: str, **extra: Any) -> dict[str, Any]:
+    return {"model_type": model_type, **CONFIGS[model_type][0], **extra}
+
+
+def pack(arch: Architecture, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray) -> np.ndarray:
+    """Store (H, n, N) / (H_kv, n, N) weights the way the family's checkpoint does."""
+    H, Hkv, n, N = arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size
+    storage = arch.layout.storage
+    if storage == "stacked":
+        return np.concatenate([wq.reshape(H * n, N), wk.reshape(Hkv * n, N), wv.reshape(Hkv * n, N)])
+    if storage == "conv1d":
+        return np.concatenate([w.reshape(H * n, N) for w in (wq, wk, wv)]).T.copy()
+    if storage == "interleaved":
+        return np.stack([wq, wk, wv], axis=1).reshape(3 * H * n, N)
+    raise AssertionError(storage)
+
+
+def make_checkpoint(
+    arch: Architecture, prefix: str = "", dtype: Any = np.float32, seed: int = 0
+) -> tuple[DictSource, dict[int, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """A full synthetic checkpoint: tensors, the true (W_Q, W_K) per layer, and all norms."""
+    rng = np.random.default_rng(seed)
+    H, Hkv, n, N = arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size
+    lay = arch.layout
+    arrays: dict[str, np.ndarray] = {}
+    truth = {}
+    norms: dict[str, np.ndarray] = {}
+    for i in range(arch.n_layers):
+        wq = rng.standard_normal((H, n, N)).astype(dtype)
+        wk = rng.standard_normal((Hkv, n, N)).astype(dtype)
+        wv = rng.standard_normal((Hkv, n, N)).astype(dtype)
+        truth[i] = (wq, wk)
+        if lay.storage == "separate":
+            arrays[prefix + lay.query.format(i=i)] = wq.reshape(H * n, N)
+            arrays[prefix + lay.key.format(i=i)] = wk.reshape(Hkv * n, N)
+        else:
+            arrays[prefix + lay.query.format(i=i)] = pack(arch, wq, wk, wv)
+        if lay.norm is not None:
+            norms[prefix + lay.norm.format(i=i)] = rng.uniform(0.5, 1.5, N).astype(dtype)
+        arrays[prefix + f"layers.{i}.unrelated.weight"] = np.zeros((3, 3), dtype)
+    if lay.first_norm is not None:
+        norms[prefix + lay.first_norm] = rng.uniform(0.5, 1.5, N).astype(dtype)
+    arrays.update(norms)
+    return DictSource(arrays), truth, norms
+
+
+# --- config parsing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_config_parsing(model_type: str) -> None:
+    arch = architecture(make_config(model_type))
+    assert arch.model_type == model_type
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size) == (
+        CONFIGS[model_type][1]
+    )
+    assert arch.layout == LAYOUTS[model_type]
+
+
+def test_every_supported_type_is_tested() -> None:
+    assert set(supported_model_types()) == set(CONFIGS)
+
+
+def test_bloom_legacy_n_embed_and_gemma_head_dim() -> None:
+    arch = architecture({"model_type": "bloom", "n_head": 2, "n_embed": 16, "n_layer": 1})
+    assert (arch.hidden_size, arch.head_dim) == (16, 8)
+    # gemma-7b: head_dim 256 although hidden / heads = 192
+    arch = architecture({"model_type": "gemma", "num_attention_heads": 16, "hidden_size": 3072,
+                         "head_dim": 256, "num_hidden_layers": 28, "num_key_value_heads": 16})
+    assert arch.head_dim == 256
+
+
+def test_gqa_kv_head_mapping() -> None:
+    arch = architecture(make_config("llama"))
+    assert arch.kv_head.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert architecture(make_config("gemma")).kv_head.tolist() == [0, 0, 0, 0]
+    assert architecture(make_config("bert")).kv_head.tolist() == [0, 1, 2, 3]
+    src, _, _ = make_checkpoint(arch, "model.")
+    lw = read_layer(src, arch, 1)
+    assert lw.kv_head.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert lw.kv_head.dtype.kind == "i"
+
+
+def test_missing_kv_heads_means_multi_head() -> None:
+    cfg = make_config("llama")
+    del cfg["num_key_value_heads"]
+    assert architecture(cfg).n_kv_heads == 8
+
+
+def test_unknown_model_type_lists_supported() -> None:
+    with pytest.raises(QKEnergyError) as err:
+        architecture({"model_type": "t5", "num_heads": 8})
+    msg = str(err.value)
+    assert "'t5'" in msg and "config.json" in msg
+    for t in supported_model_types():
+        assert t in msg
+    with pytest.raises(QKEnergyError, match="no 'model_type'.*llama"):
+        architecture({"hidden_size": 8})
+
+
+def test_missing_config_key_named() -> None:
+    cfg = make_config("gpt2")
+    del cfg["n_head"]
+    with pytest.raises(QKEnergyError, match=r"config\.json has no 'n_head'.*gpt2"):
+        architecture(cfg)
+    cfg = make_config("bert")
+    del cfg["num_hidden_layers"]
+    with pytest.raises(QKEnergyError, match=r"config\.json has no 'num_hidden_layers'"):
+        architecture(cfg)
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        ({"hidden_size": "32"}, r"'hidden_size' is '32'; expected a positive integer"),
+        ({"num_attention_heads": 0}, r"'num_attention_heads' is 0"),
+        ({"num_attention_heads": True}, r"'num_attention_heads' is True"),
+        ({"num_key_value_heads": 3}, r"not a multiple of num_key_value_heads=3"),
+        ({"hidden_size": 30}, r"hidden_size=30 is not a multiple of num_attention_heads=8"),
+    ],
+)
+def test_bad_config_values(change: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(QKEnergyError, match=pattern):
+        architecture(make_config("llama", **change))
+
+
+# --- prefixes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_type", "prefix"),
+    [("bert", ""), ("bert", "bert."), ("roberta", "roberta."), ("gpt2", "transformer."),
+     ("gpt_neox", "gpt_neox."), ("opt", "model.decoder."), ("opt", "decoder."),
+     ("llama", "model."), ("mistral", ""), ("phi3", "model."), ("bloom", "transformer.")],
+)
+def test_prefix_detection(model_type: str, prefix: str) -> None:
+    arch = architecture(make_config(model_type))
+    src, truth, _ = make_checkpoint(arch, prefix)
+    assert find_prefix(src, arch) == prefix
+    lw = read_layer(src, arch, 0)
+    np.testing.assert_array_equal(lw.w_query, truth[0][0])
+
+
+def test_prefix_needs_a_dot_boundary_and_prefers_shortest() -> None:
+    arch = architecture(make_config("llama"))
+    src, _, _ = make_checkpoint(arch, "model.")
+    q = src.arrays["model.layers.0.self_attn.q_proj.weight"]
+    src.arrays["teacher.model.layers.0.self_attn.q_proj.weight"] = q
+    src.arrays["xlayers.0.self_attn.q_proj.weight"] = q  # not on a '.' boundary
+    assert find_prefix(src, arch) == "model."
+
+
+def test_prefix_not_found() -> None:
+    arch = architecture(make_config("llama"))
+    src = DictSource({"encoder.layer.0.attention.self.query.weight": np.zeros((32, 32))})
+    with pytest.raises(QKEnergyError) as err:
+        find_prefix(src, arch)
+    msg = str(err.value)
+    assert "/ckpt/model.safetensors" in msg and "'layers.0.self_attn.q_proj.weight'" in msg
+    assert "llama" in msg
+
+
+# --- reading and fused splits ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_read_layer_recovers_weights(model_type: str) -> None:
+    arch = architecture(make_config(model_type))
+    src, truth, _ = make_checkpoint(arch, "p.")
+    for layer in range(arch.n_layers):
+        lw = read_layer(src, arch, layer)
+        H, Hkv, n, N = arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size
+        assert lw.layer == layer
+        assert lw.w_query.shape == (H, n, N) and lw.w_key.shape == (Hkv, n, N)
+        np.testing.assert_array_equal(lw.w_query, truth[layer][0])
+        np.testing.assert_array_equal(lw.w_key, truth[layer][1])
+        assert lw.norm_gain is None
+        assert lw.w_query.flags.c_contiguous and lw.w_key.flags.c_contiguous
+
+
+def test_fused_splits_by_hand() -> None:
+    """Fused layouts split as the modeling code does, written out on tiny arrays."""
+    H, n, N = 2, 1, 3
+    rows = np.arange(3 * H * n * N, dtype=np.float64).reshape(3 * H * n, N)
+    # gpt_neox / bloom: rows are (head, [q, k, v], n)
+    arch = Architecture("gpt_neox", 1, H, H, n, N, LAYOUTS["gpt_neox"])
+    lw = read_layer(DictSource({"layers.0.attention.query_key_value.weight": rows}), arch, 0)
+    np.testing.assert_array_equal(lw.w_query[:, 0], rows[[0, 3]])
+    np.testing.assert_array_equal(lw.w_key[:, 0], rows[[1, 4]])
+    # phi3: rows are [q (H n); k (H_kv n); v (H_kv n)], here H_kv = 1
+    arch = Architecture("phi3", 1, H, 1, n, N, LAYOUTS["phi3"])
+    rows4 = rows[:4]
+    lw = read_layer(DictSource({"layers.0.self_attn.qkv_proj.weight": rows4}), arch, 0)
+    np.testing.assert_array_equal(lw.w_query[:, 0], rows4[[0, 1]])
+    np.testing.assert_array_equal(lw.w_key[:, 0], rows4[[2]])
+    # gpt2 Conv1D: stored [in, out], columns q | k | v
+    arch = Architecture("gpt2", 1, H, H, n, N, LAYOUTS["gpt2"])
+    cols = rows.T.copy()
+    lw = read_layer(DictSource({"h.0.attn.c_attn.weight": cols}), arch, 0)
+    np.testing.assert_array_equal(lw.w_query[:, 0], cols[:, [0, 1]].T)
+    np.testing.assert_array_equal(lw.w_key[:, 0], cols[:, [2, 3]].T)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_dtype_kept(dtype: Any) -> None:
+    arch = architecture(make_config("gpt2"))
+    src, truth, _ = make_checkpoint(arch, "transformer.", dtype=dtype)
+    lw = read_layer(src, arch, 1)
+    assert lw.w_query.dtype == dtype and lw.w_key.dtype == dtype
+    np.testing.assert_array_equal(lw.w_key, truth[1][1])
+    folded = read_layer(src, arch, 1, fold_norm=True)
+    expected = np.float64 if dtype == np.float64 else np.float32
+    assert folded.w_query.dtype == expected and folded.norm_gain.dtype == expected
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "phi3", "bloom", "bert"])
+def test_reads_only_that_layer(model_type: str) -> None:
+    arch = architecture(make_config(model_type))
+    src, _, _ = make_checkpoint(arch, "m.")
+    read_layer(src, arch, 1)
+    lay = arch.layout
+    expected = {"m." + lay.query.format(i=1)} | (
+        {"m." + lay.key.format(i=1)} if lay.key else set()
+    )
+    assert set(src.reads) == expected
+    src.reads.clear()
+    read_layer(src, arch, 1, fold_norm=True)
+    norm = lay.norm.format(i=0 if lay.post_norm else 1)
+    assert set(src.reads) == expected | {"m." + norm}
+
+
+# --- fold_norm ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_type", "layer", "norm"),
+    [
+        ("llama", 1, "layers.1.input_layernorm.weight"),
+        ("gpt2", 0, "h.0.ln_1.weight"),
+        ("gpt_neox", 1, "layers.1.input_layernorm.weight"),
+        ("bloom", 1, "h.1.input_layernorm.weight"),
+        ("opt", 1, "layers.1.self_attn_layer_norm.weight"),
+        ("phi3", 0, "layers.0.input_layernorm.weight"),
+        # post-norm: layer 0 is fed by the embeddings norm, layer i by layer i-1's output norm
+        ("bert", 0, "embeddings.LayerNorm.weight"),
+        ("bert", 2, "encoder.layer.1.output.LayerNorm.weight"),
+        ("distilbert", 0, "embeddings.LayerNorm.weight"),
+        ("distilbert", 1, "transformer.layer.0.output_layer_norm.weight"),
+    ],
+)
+def test_fold_norm_uses_the_norm_feeding_attention(model_type: str, layer: int, norm: str) -> None:
+    arch = architecture(make_config(model_type))
+    src, truth, norms = make_checkpoint(arch, "x.")
+    gain = norms["x." + norm].astype(np.float64)
+    lw = read_layer(src, arch, layer, fold_norm=True)
+    np.testing.assert_allclose(lw.norm_gain, gain)
+    wq, wk = (w.astype(np.float64) for w in truth[layer])
+    np.testing.assert_allclose(lw.w_query, wq * gain, rtol=1e-6)
+    np.testing.assert_allclose(lw.w_key, wk * gain, rtol=1e-6)
+    # L -> D L D for every head
+    L = wk[lw.kv_head[0]].T @ wq[0]
+    L_fold = lw.w_key[lw.kv_head[0]].astype(np.float64).T @ lw.w_query[0].astype(np.float64)
+    want = gain[:, None] * L * gain[None, :]
+    np.testing.assert_allclose(L_fold, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_gemma_gain_is_one_plus_weight() -> None:
+    arch = architecture(make_config("gemma"))
+    src, truth, norms = make_checkpoint(arch, "model.")
+    w = norms["model.layers.1.input_layernorm.weight"]
+    lw = read_layer(src, arch, 1, fold_norm=True)
+    np.testing.assert_allclose(lw.norm_gain, 1.0 + w, rtol=1e-6)
+    np.testing.assert_allclose(lw.w_query, truth[1][0] * (1.0 + w), rtol=1e-6)
+
+
+def test_legacy_gamma_names() -> None:
+    arch = architecture(make_config("bert"))
+    src, _, norms = make_checkpoint(arch, "bert.")
+    g = src.arrays.pop("bert.encoder.layer.0.output.LayerNorm.weight")
+    src.arrays["bert.encoder.layer.0.output.LayerNorm.gamma"] = g
+    np.testing.assert_allclose(read_layer(src, arch, 1, fold_norm=True).norm_gain, g)
+
+
+def test_opt_post_norm_and_no_affine() -> None:
+    cfg = make_config("opt", do_layer_norm_before=False)
+    arch = architecture(cfg)
+    assert arch.layout.post_norm and arch.layout.first_norm is None
+    src, truth, _ = make_checkpoint(arch, "model.decoder.")
+    layer0 = read_layer(src, arch, 0, fold_norm=True)
+    assert layer0.norm_gain is None  # embeddings feed layer 0 unnormed
+    np.testing.assert_array_equal(layer0.w_query, truth[0][0])
+    g = src.arrays["model.decoder.layers.0.final_layer_norm.weight"]
+    np.testing.assert_allclose(read_layer(src, arch, 1, fold_norm=True).norm_gain, g)
+    arch = architecture(make_config("opt", layer_norm_elementwise_affine=False))
+    src, _, _ = make_checkpoint(arch)
+    assert read_layer(src, arch, 1, fold_norm=True).norm_gain is None
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def test_missing_tensor_named() -> None:
+    arch = architecture(make_config("llama"))
+    src, _, _ = make_checkpoint(arch, "model.")
+    del src.arrays["model.layers.1.self_attn.k_proj.weight"]
+    with pytest.raises(QKEnergyError) as err:
+        read_layer(src, arch, 1)
+    msg = str(err.value)
+    assert "/ckpt/model.safetensors" in msg and "'model.layers.1.self_attn.k_proj.weight'" in msg
+    del src.arrays["model.layers.0.input_layernorm.weight"]
+    read_layer(src, arch, 0)  # the norm is only needed for fold_norm
+    with pytest.raises(QKEnergyError, match=r"missing tensor 'model\.layers\.0\.input_layernorm"):
+        read_layer(src, arch, 0, fold_norm=True)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "name", "bad", "expected"),
+    [
+        ("llama", "layers.0.self_attn.q_proj.weight", (16, 32), "[32, 32]"),
+        ("llama", "layers.0.self_attn.k_proj.weight", (32, 32), "[8, 32]"),
+        ("gpt2", "h.0.attn.c_attn.weight", (96, 32), "[32, 96]"),
+        ("phi3", "layers.0.self_attn.qkv_proj.weight", (96, 32), "[64, 32]"),
+        ("bloom", "h.0.self_attention.query_key_value.weight", (96, 16), "[96, 32]"),
+    ],
+)
+def test_wrong_shape_named(model_type: str, name: str, bad: tuple[int, ...], expected: str) -> None:
+    arch = architecture(make_config(model_type))
+    src, _, _ = make_checkpoint(arch)
+    src.arrays[name] = np.zeros(bad, np.float32)
+    with pytest.raises(QKEnergyError) as err:
+        read_layer(src, arch, 0)
+    msg = str(err.value)
+    assert repr(name) in msg and str(list(bad)) in msg and f"expected {expected}" in msg
+
+
+def test_wrong_norm_shape_named() -> None:
+    arch = architecture(make_config("llama"))
+    src, _, _ = make_checkpoint(arch)
+    src.arrays["layers.0.input_layernorm.weight"] = np.ones(31, np.float32)
+    with pytest.raises(QKEnergyError, match=r"input_layernorm.weight' has shape \[31\], expected \[32\]"):
+        read_layer(src, arch, 0, fold_norm=True)
+
+
+def test_layer_out_of_range() -> None:
+    arch = architecture(make_config("llama"))
+    src, _, _ = make_checkpoint(arch)
+    for layer in (-1, 2):
+        with pytest.raises(QKEnergyError, match=rf"layer {layer} out of range.*2 layers"):
+            read_layer(src, arch, layer)
