@@ -1,0 +1,96 @@
+"""Null sampling of a Gaussian head: Bartlett-Wishart G against direct C C^T.
+
+Direct: draw W_K, W_Q (n x N, iid normal), C = [W_K; W_Q], G = C C^T, O(n^2 N)
+per sample and 2nN normals. Bartlett: G = R^T R with R upper triangular
+(chi diagonal, normal above), O(n^3) per sample and n(2n+1) random numbers,
+independent of N. Prints samples per second for both at (n, N) = (64, 768) and
+(128, 4096), their ratio measured in this run, and a two-sample KS p-value on
+the symmetric energy s = 1/2 + tr(L^2)/(2||L||^2) computed from G.
+
+Run:  python benchmarks/bench_null_sampler.py [--quick] [--threads T]
+
+BLAS runs single-threaded by default (--threads 1): a per-core comparison that
+stays meaningful on a shared machine, where a multi-threaded BLAS is slowed
+down by orders of magnitude on the many small products of the Bartlett route.
+--threads 0 leaves the BLAS default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+
+
+def _threads_from_argv(argv: list[str]) -> int:
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if arg.startswith("--threads="):
+            return int(arg.split("=", 1)[1])
+    return 1
+
+
+# BLAS reads its thread count when numpy is first imported.
+_THREADS = _threads_from_argv(sys.argv[1:])
+if _THREADS > 0:
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = str(_THREADS)
+
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from qkenergy.nulls import bartlett_gram, direct_gram
+
+
+def symmetric_energy(G: np.ndarray, n: int) -> np.ndarray:
+    """s from G: ||L||^2 = sum G_KK * G_QQ, tr L^2 = sum G_QK * G_QK^T, G_QK = G[n:, :n]."""
+    gkk, gqq, gqk = G[:, :n, :n], G[:, n:, n:], G[:, n:, :n]
+    norm_l = np.einsum("bij,bij->b", gkk, gqq)
+    tr_l2 = np.einsum("bij,bji->b", gqk, gqk)
+    return 0.5 + tr_l2 / (2 * norm_l)
+
+
+def timed(sampler, n: int, N: int, size: int, seed: int, min_time: float) -> tuple[float, np.ndarray]:
+    """Samples per second over repeated calls lasting at least ``min_time`` seconds; all draws kept."""
+    rng = np.random.default_rng(seed)
+    sampler(rng, n, N, min(size, 4))  # warm-up: BLAS threads, page faults of the first buffers
+    draws = []
+    count, start = 0, time.perf_counter()
+    while True:
+        G = sampler(rng, n, N, size)
+        draws.append(symmetric_energy(G, n))
+        count += size
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            break
+    return count / elapsed, np.concatenate(draws)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about 1/4 of the time)")
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (0: library default)")
+    args = parser.parse_args()
+    min_time = 2.0 if args.quick else 8.0
+
+    print("command:", shlex.join([os.path.basename(sys.executable)] + sys.argv))
+    threads = "library default" if args.threads <= 0 else str(args.threads)
+    print(f"numpy {np.__version__}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
+          f"BLAS threads: {threads}, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'(n, N)':>12} {'bartlett/s':>12} {'direct/s':>10} {'ratio':>7} "
+          f"{'K bart':>7} {'K dir':>6} {'KS p (s)':>9}  mean s (exact (N+1)/2N)")
+    for n, N, bsize, dsize in [(64, 768, 256, 16), (128, 4096, 64, 4)]:
+        rate_b, s_b = timed(bartlett_gram, n, N, bsize, seed=1, min_time=min_time)
+        rate_d, s_d = timed(direct_gram, n, N, dsize, seed=2, min_time=min_time)
+        p = stats.ks_2samp(s_b, s_d).pvalue
+        print(f"{str((n, N)):>12} {rate_b:12.1f} {rate_d:10.2f} {rate_b / rate_d:6.1f}x "
+              f"{s_b.size:7d} {s_d.size:6d} {p:9.3f}  "
+              f"{s_b.mean():.6f} / {s_d.mean():.6f} ({(N + 1) / (2 * N):.6f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Closed-form random baselines of the symmetric and skew energy (spec section 2).
+
+- Corollary 1: iid square L (any centred square-integrable entries, variance sigma2).
+- Corollary 2: QK product L = W_K^T W_Q with n x N factors.
+- Proposition 6: expectation of the ratio ||S||^2/||L||^2 for Gaussian heads.
+- Exact laws of s = ||S||^2/||L||^2: Beta(N(N+1)/4, N(N-1)/4) for an iid
+  Gaussian square L, and s = (1 + cos^2)/2, cos^2 ~ Beta(1/2, (N-1)/2), for a
+  rank-one Gaussian head (n = 1). See ../shared/spec/MATH.md.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from scipy import stats
+
+from qkenergy.errors import QKEnergyError
+
+__all__ = [
+    "EnergyExpectations",
+    "RatioExpectations",
+    "symmetric_ratio",
+    "skew_ratio",
+    "iid_square_expectations",
+    "qk_product_expectations",
+    "gaussian_head_ratio_expectations",
+    "corollary1",
+    "corollary2",
+    "proposition6",
+    "gaussian_square_law",
+    "rank_one_law",
+]
+
+
+@dataclass(frozen=True)
+class EnergyExpectations:
+    """Expected energies E||L||^2, E||S||^2, E||T||^2 and the ratios of expectations.
+
+    ``symmetric_ratio`` = E||S||^2 / E||L||^2, ``skew_ratio`` = E||T||^2 / E||L||^2.
+    These are ratios of expectations; they equal the expectation of the ratio
+    only under extra symmetry (Gaussian entries, Proposition 6).
+    """
+
+    total: float
+    symmetric: float
+    skew: float
+    symmetric_ratio: float
+    skew_ratio: float
+
+
+@dataclass(frozen=True)
+class RatioExpectations:
+    """Expectations of the normalized energies E[||S||^2/||L||^2] and E[||T||^2/||L||^2]."""
+
+    symmetric: float
+    skew: float
+
+
+def _check_dimension(value: object, name: str) -> int:
+    # bool is an Integral in Python; True as a dimension is almost surely a bug.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise QKEnergyError(f"{name} must be an integer >= 1, got {value!r}")
+    value = int(value)
+    if value < 1:
+        raise QKEnergyError(f"{name} must be an integer >= 1, got {value}")
+    return value
+
+
+def _check_variance(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0.0:
+        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
+    return value
+
+
+def symmetric_ratio(N: int) -> float:
+    """(N+1)/(2N): E||S||^2/E||L||^2 (Corollaries 1, 2) and E[s] for Gaussian heads (Proposition 6)."""
+    N = _check_dimension(N, "N")
+    return (N + 1) / (2 * N)
+
+
+def skew_ratio(N: int) -> float:
+    """(N-1)/(2N): E||T||^2/E||L||^2 (Corollaries 1, 2) and E[||T||^2/||L||^2] for Gaussian heads."""
+    N = _check_dimension(N, "N")
+    return (N - 1) / (2 * N)
+
+
+def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
+    """Corollary 1: E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2.
+
+    L is N x N with independent centred entries of common variance ``sigma2``.
+    """
+    N = _check_dimension(N, "N")
+    sigma2 = _check_variance(sigma2, "sigma2")
+    return EnergyExpectations(
+        total=N * N * sigma2,
+        symmetric=N * (N + 1) / 2 * sigma2,
+        skew=N * (N - 1) / 2 * sigma2,
+        symmetric_ratio=(N + 1) / (2 * N),
+        skew_ratio=(N - 1) / (2 * N),
+    )
+
+
+def qk_product_expectations(
+    n: int, N: int, sigma2_K: float = 1.0, sigma2_Q: float = 1.0
+) -> EnergyExpectations:
+    """Corollary 2: for L = W_K^T W_Q with n x N factors of variances sK2, sQ2,
+
+    E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, E||T||^2 = n N(N-1)/2 sK2 sQ2.
+    No restriction n <= N is needed here.
+    """
+    n = _check_dimension(n, "n")
+    N = _check_dimension(N, "N")
+    v = _check_variance(sigma2_K, "sigma2_K") * _check_variance(sigma2_Q, "sigma2_Q")
+    return EnergyExpectations(
+        total=n * N * N * v,
+        symmetric=n * N * (N + 1) / 2 * v,
+        skew=n * N * (N - 1) / 2 * v,
+        symmetric_ratio=(N + 1) / (2 * N),
+        skew_ratio=(N - 1) / (2 * N),
+    )
+
+
+def gaussian_head_ratio_expectations(n: int, N: int) -> RatioExpectations:
+    """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N), E[||T||^2/||L||^2] = (N-1)/(2N).
+
+    For Gaussian W_K, W_Q (n x N, any nonzero variances), requires 1 <= n <= N;
+    independent of n.
+    """
+    n = _check_dimension(n, "n")
+    N = _check_dimension(N, "N")
+    if n > N:
+        raise QKEnergyError(
+            f"n must satisfy n <= N for Proposition 6, got n={n} > N={N}"
+        )
+    return RatioExpectations(symmetric=(N + 1) / (2 * N), skew=(N - 1) / (2 * N))
+
+
+# Short aliases named after the spec items, for tables that cite them.
+corollary1 = iid_square_expectations
+corollary2 = qk_product_expectations
+proposition6 = gaussian_head_ratio_expectations
+
+
+def gaussian_square_law(N: int) -> stats.rv_continuous:
+    """Exact law of s = ||S||^2/||L||^2 for an iid Gaussian N x N L (Corollary 1):
+
+    s ~ Beta(N(N+1)/4, N(N-1)/4), since ||S||^2 and ||T||^2 are independent
+    scaled chi-squares with N(N+1)/2 and N(N-1)/2 degrees of freedom.
+    Its mean is (N+1)/(2N). Requires N >= 2 (for N = 1, s = 1 surely).
+    """
+    N = _check_dimension(N, "N")
+    if N < 2:
+        raise QKEnergyError("N must be >= 2 for gaussian_square_law (for N = 1, s = 1 surely)")
+    return stats.beta(N * (N + 1) / 4, N * (N - 1) / 4)
+
+
+def rank_one_law(N: int) -> stats.rv_continuous:
+    """Exact law of s for a rank-one Gaussian head (n = 1, Proposition 6 setting):
+
+    s = (1 + cos^2 theta)/2 with cos^2 theta ~ Beta(1/2, (N-1)/2), i.e. a beta
+    law with loc = 1/2 and scale = 1/2. Its mean is (N+1)/(2N).
+    Requires N >= 2 (for N = 1, s = 1 surely).
+    """
+    N = _check_dimension(N, "N")
+    if N < 2:
+        raise QKEnergyError("N must be >= 2 for rank_one_law (for N = 1, s = 1 surely)")
+    return stats.beta(0.5, (N - 1) / 2, loc=0.5, scale=0.5)

@@ -1,0 +1,248 @@
+"""Centred entry laws for Monte Carlo of the iid-square (Corollary 1) and QK-product
+(Corollary 2) models.
+
+Every law is centred exactly (its exact mean is subtracted) and scaled to the
+requested variance by its exact variance, so Corollaries 1 and 2 apply verbatim.
+The skewed laws (exponential, lognormal, bernoulli) are where the expectation of
+the ratio departs from the ratio of expectations (MATH.md).
+
+Specs for the command line: ``"gaussian"``, ``"bernoulli:0.1"``,
+``"student_t:5"``, ``"lognormal:sigma=0.5"``; see :func:`entry_law`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from qkenergy.errors import QKEnergyError
+
+__all__ = ["EntryLaw", "LawKind", "ENTRY_LAWS", "entry_law", "parse_params"]
+
+# raw(rng, shape, **params) -> centred draws; variance(**params) -> their exact variance.
+RawSampler = Callable[..., np.ndarray]
+
+
+@dataclass(frozen=True)
+class LawKind:
+    """A family of centred laws: parameter names with defaults and validity checks."""
+
+    name: str
+    description: str
+    defaults: tuple[tuple[str, float], ...]
+    raw: RawSampler = field(repr=False)
+    variance: Callable[..., float] = field(repr=False)
+    check: Callable[..., str | None] = field(repr=False)
+    symmetric: bool = False
+
+
+def _no_check(**_: float) -> str | None:
+    return None
+
+
+def _gaussian(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def _rademacher(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.integers(0, 2, size=shape, dtype=np.int8).astype(np.float64) * 2.0 - 1.0
+
+
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.uniform(-1.0, 1.0, size=shape)
+
+
+def _exponential(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.standard_exponential(shape) - 1.0
+
+
+def _lognormal(rng: np.random.Generator, shape: tuple[int, ...], sigma: float) -> np.ndarray:
+    return np.exp(sigma * rng.standard_normal(shape)) - math.exp(sigma * sigma / 2)
+
+
+def _lognormal_variance(sigma: float) -> float:
+    # (e^{s^2} - 1) e^{s^2}; expm1 keeps it accurate for small sigma.
+    return math.expm1(sigma * sigma) * math.exp(sigma * sigma)
+
+
+def _bernoulli(rng: np.random.Generator, shape: tuple[int, ...], p: float) -> np.ndarray:
+    return (rng.random(shape) < p).astype(np.float64) - p
+
+
+def _student_t(rng: np.random.Generator, shape: tuple[int, ...], nu: float) -> np.ndarray:
+    return rng.standard_t(nu, size=shape)
+
+
+def _check_sigma(sigma: float) -> str | None:
+    return None if 0 < sigma <= 10 else f"sigma must be in (0, 10], got {sigma!r}"
+
+
+def _check_p(p: float) -> str | None:
+    return None if 0 < p < 1 else f"p must be in (0, 1), got {p!r}"
+
+
+def _check_nu(nu: float) -> str | None:
+    return None if nu > 2 and math.isfinite(nu) else f"nu must be finite and > 2 (finite variance), got {nu!r}"
+
+
+ENTRY_LAWS: Mapping[str, LawKind] = {
+    k.name: k
+    for k in (
+        LawKind("gaussian", "standard normal", (), _gaussian, lambda: 1.0, _no_check, True),
+        LawKind("rademacher", "random signs +-1", (), _rademacher, lambda: 1.0, _no_check, True),
+        LawKind("uniform", "uniform on [-1, 1]", (), _uniform, lambda: 1.0 / 3.0, _no_check, True),
+        LawKind("exponential", "centred Exp(1): E - 1", (), _exponential, lambda: 1.0, _no_check),
+        LawKind(
+            "lognormal",
+            "centred lognormal: exp(sigma Z) - exp(sigma^2/2)",
+            (("sigma", 1.0),),
+            _lognormal,
+            _lognormal_variance,
+            _check_sigma,
+        ),
+        LawKind(
+            "bernoulli",
+            "centred sparse Bernoulli(p): B - p",
+            (("p", 0.1),),
+            _bernoulli,
+            lambda p: p * (1.0 - p),
+            _check_p,
+        ),
+        LawKind(
+            "student_t",
+            "Student t with nu > 2 degrees of freedom",
+            (("nu", 5.0),),
+            _student_t,
+            lambda nu: nu / (nu - 2.0),
+            _check_nu,
+            True,
+        ),
+    )
+}
+
+
+def _valid_names() -> str:
+    return ", ".join(
+        k.name + ("" if not k.defaults else ":" + ",".join(p for p, _ in k.defaults))
+        for k in ENTRY_LAWS.values()
+    )
+
+
+@dataclass(frozen=True)
+class EntryLaw:
+    """A centred entry law with fixed parameters; ``sample`` draws it at a given variance.
+
+    ``params`` is a tuple of (name, value) pairs in the family's order.
+    """
+
+    kind: LawKind = field(repr=False)
+    params: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def spec(self) -> str:
+        """Round-trippable spec string, e.g. ``"bernoulli:p=0.1"``."""
+        if not self.params:
+            return self.kind.name
+        return self.kind.name + ":" + ",".join(f"{k}={v:g}" for k, v in self.params)
+
+    @property
+    def symmetric(self) -> bool:
+        """True when the law is symmetric about 0 (then ratio and expectation agree more closely)."""
+        return self.kind.symmetric
+
+    @property
+    def raw_variance(self) -> float:
+        """Exact variance of the centred, unscaled draws."""
+        return float(self.kind.variance(**dict(self.params)))
+
+    def sample(
+        self, rng: np.random.Generator, shape: int | tuple[int, ...], variance: float = 1.0
+    ) -> np.ndarray:
+        """Draw float64 entries with mean 0 and variance ``variance`` (exact scaling)."""
+        if (isinstance(variance, bool) or not isinstance(variance, numbers.Real)
+                or not (math.isfinite(variance) and variance > 0)):
+            raise QKEnergyError(f"variance must be a positive finite number, got {variance!r}")
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        x = self.kind.raw(rng, shape, **dict(self.params))
+        scale = math.sqrt(float(variance) / self.raw_variance)
+        if scale != 1.0:
+            x *= scale
+        return x
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_params(kind: LawKind, text: str) -> dict[str, float]:
+    """Parse ``"0.1"`` (positional) or ``"p=0.1"`` (named) parameter text for ``kind``."""
+    names = [p for p, _ in kind.defaults]
+    out: dict[str, float] = {}
+    if not text.strip():
+        return out
+    for i, item in enumerate(text.split(",")):
+        item = item.strip()
+        if "=" in item:
+            key, _, val = item.partition("=")
+            key = key.strip()
+        else:
+            if i >= len(names):
+                raise QKEnergyError(
+                    f"entry law {kind.name!r} takes {len(names)} parameter(s)"
+                    f"{' (' + ', '.join(names) + ')' if names else ''}, got {text!r}"
+                )
+            key, val = names[i], item
+        try:
+            out[key] = float(val)
+        except ValueError:
+            raise QKEnergyError(
+                f"entry law {kind.name!r}: parameter {key!r} must be a number, got {val.strip()!r}"
+            ) from None
+    return out
+
+
+def entry_law(name: str | EntryLaw, **params: float) -> EntryLaw:
+    """Look up a centred entry law by name or spec (``"bernoulli:0.1"``, ``"student_t:nu=5"``).
+
+    Keyword ``params`` override those in the spec. Unknown names or parameters,
+    or invalid values, raise QKEnergyError listing the valid choices.
+    """
+    if isinstance(name, EntryLaw):
+        if not params:
+            return name
+        merged = dict(name.params)
+        merged.update(params)
+        return entry_law(name.name, **merged)
+    if not isinstance(name, str):
+        raise QKEnergyError(f"entry law must be a name such as 'gaussian', got {name!r}")
+    base, _, text = name.strip().partition(":")
+    base = base.strip().lower().replace("-", "_")
+    aliases = {"normal": "gaussian", "exp": "exponential", "t": "student_t", "student": "student_t"}
+    base = aliases.get(base, base)
+    kind = ENTRY_LAWS.get(base)
+    if kind is None:
+        raise QKEnergyError(f"unknown entry law {name!r}; valid: {_valid_names()}")
+    given = parse_params(kind, text)
+    given.update({k: float(v) for k, v in params.items()})
+    names = [p for p, _ in kind.defaults]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise QKEnergyError(
+            f"entry law {kind.name!r} has no parameter {unknown[0]!r}; "
+            f"valid: {', '.join(names) if names else 'none'}"
+        )
+    values = tuple((p, float(given.get(p, d))) for p, d in kind.defaults)
+    for p, v in values:
+        if not math.isfinite(v):
+            raise QKEnergyError(f"entry law {kind.name!r}: parameter {p!r} must be finite, got {v!r}")
+    problem = kind.check(**dict(values))
+    if problem is not None:
+        raise QKEnergyError(f"entry law {kind.name!r}: {problem}")
+    return EntryLaw(kind, values)

@@ -1,0 +1,233 @@
+"""Lemma 6 (proportional lobes): two sorted iid samples at scales v and u = rho v
+become proportional, D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| -> 0 almost
+surely, when X > 0 has a finite nonzero second moment. A Pareto law with tail
+index below 2 (infinite second moment) is the contrast case.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from qkenergy.errors import QKEnergyError
+
+__all__ = [
+    "PositiveLaw",
+    "POSITIVE_LAWS",
+    "positive_law",
+    "lobe_departure",
+    "LobeCurve",
+    "lobe_departure_curve",
+]
+
+
+@dataclass(frozen=True)
+class _Family:
+    name: str
+    description: str
+    defaults: tuple[tuple[str, float], ...]
+    raw: Callable[..., np.ndarray] = field(repr=False)
+    check: Callable[..., str | None] = field(repr=False)
+    second_moment: Callable[..., float] = field(repr=False)
+
+
+def _pareto(rng: np.random.Generator, shape: tuple[int, ...], alpha: float) -> np.ndarray:
+    # Classical Pareto with x_m = 1: P(X > x) = x^-alpha for x >= 1 (numpy's pareto is Lomax).
+    return rng.pareto(alpha, size=shape) + 1.0
+
+
+def _chi(rng: np.random.Generator, shape: tuple[int, ...], k: float) -> np.ndarray:
+    return np.sqrt(rng.chisquare(k, size=shape))
+
+
+POSITIVE_LAWS: Mapping[str, _Family] = {
+    f.name: f
+    for f in (
+        _Family("exponential", "Exp(1)", (), lambda rng, shape: rng.standard_exponential(shape),
+                lambda: None, lambda: 2.0),
+        _Family("half_normal", "|Z|, Z ~ N(0, 1)", (),
+                lambda rng, shape: np.abs(rng.standard_normal(shape)), lambda: None, lambda: 1.0),
+        _Family("lognormal", "exp(sigma Z)", (("sigma", 1.0),),
+                lambda rng, shape, sigma: np.exp(sigma * rng.standard_normal(shape)),
+                lambda sigma: None if sigma > 0 else f"sigma must be > 0, got {sigma!r}",
+                lambda sigma: math.exp(2 * sigma * sigma)),
+        _Family("chi", "sqrt(chi^2_k)", (("k", 1.0),), _chi,
+                lambda k: None if k > 0 else f"k must be > 0, got {k!r}", lambda k: k),
+        _Family("pareto", "Pareto, x_m = 1, tail index alpha", (("alpha", 1.5),), _pareto,
+                lambda alpha: None if alpha > 0 else f"alpha must be > 0, got {alpha!r}",
+                lambda alpha: alpha / (alpha - 2) if alpha > 2 else math.inf),
+    )
+}
+
+
+@dataclass(frozen=True)
+class PositiveLaw:
+    """A positive law X > 0 with fixed parameters; ``sample(rng, shape)`` draws it."""
+
+    family: _Family = field(repr=False)
+    params: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    @property
+    def spec(self) -> str:
+        if not self.params:
+            return self.family.name
+        return self.family.name + ":" + ",".join(f"{k}={v:g}" for k, v in self.params)
+
+    @property
+    def second_moment(self) -> float:
+        """E[X^2] (inf for Pareto with alpha <= 2): Lemma 6 needs it finite."""
+        return float(self.family.second_moment(**dict(self.params)))
+
+    @property
+    def finite_second_moment(self) -> bool:
+        return math.isfinite(self.second_moment)
+
+    def sample(self, rng: np.random.Generator, shape: int | tuple[int, ...]) -> np.ndarray:
+        """Draw float64 samples of X."""
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        return self.family.raw(rng, shape, **dict(self.params))
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def _valid_names() -> str:
+    return ", ".join(
+        f.name + ("" if not f.defaults else ":" + ",".join(p for p, _ in f.defaults))
+        for f in POSITIVE_LAWS.values()
+    )
+
+
+def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
+    """Look up a positive law by name or spec: ``"exponential"``, ``"pareto:1.5"``, ``"chi:k=3"``."""
+    if isinstance(name, PositiveLaw):
+        if not params:
+            return name
+        merged = dict(name.params)
+        merged.update(params)
+        return positive_law(name.name, **merged)
+    if not isinstance(name, str):
+        raise QKEnergyError(f"positive law must be a name such as 'exponential', got {name!r}")
+    base, _, text = name.strip().partition(":")
+    base = base.strip().lower().replace("-", "_")
+    family = POSITIVE_LAWS.get(base)
+    if family is None:
+        raise QKEnergyError(f"unknown positive law {name!r}; valid: {_valid_names()}")
+    names = [p for p, _ in family.defaults]
+    given: dict[str, float] = {}
+    for i, item in enumerate(x.strip() for x in text.split(",") if x.strip()):
+        key, sep, val = item.partition("=")
+        if not sep:
+            if i >= len(names):
+                raise QKEnergyError(
+                    f"positive law {family.name!r} takes {len(names)} parameter(s), got {text!r}"
+                )
+            key, val = names[i], item
+        try:
+            given[key.strip()] = float(val)
+        except ValueError:
+            raise QKEnergyError(
+                f"positive law {family.name!r}: parameter {key.strip()!r} must be a number, got {val!r}"
+            ) from None
+    given.update({k: float(v) for k, v in params.items()})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise QKEnergyError(
+            f"positive law {family.name!r} has no parameter {unknown[0]!r}; "
+            f"valid: {', '.join(names) if names else 'none'}"
+        )
+    values = tuple((p, float(given.get(p, d))) for p, d in family.defaults)
+    for p, v in values:
+        if not math.isfinite(v):
+            raise QKEnergyError(f"positive law {family.name!r}: parameter {p!r} must be finite, got {v!r}")
+    problem = family.check(**dict(values))
+    if problem is not None:
+        raise QKEnergyError(f"positive law {family.name!r}: {problem}")
+    return PositiveLaw(family, values)
+
+
+def lobe_departure(alpha: np.ndarray, beta: np.ndarray, rho: float) -> np.ndarray:
+    """D = ||beta - rho alpha|| / ||alpha|| over the last axis (Lemma 6).
+
+    ``alpha`` and ``beta`` must already be sorted the same way (both decreasing).
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    beta = np.asarray(beta, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.linalg.norm(beta - rho * alpha, axis=-1) / np.linalg.norm(alpha, axis=-1)
+
+
+@dataclass(frozen=True, eq=False)
+class LobeCurve:
+    """D_n for each n in ``ns``: per-repeat ``values`` (repeats, len(ns)), ``mean``, its
+    ``stderr`` and the ``median`` over repeats (robust for heavy tails such as Pareto)."""
+
+    law: str
+    rho: float
+    ns: np.ndarray
+    values: np.ndarray = field(repr=False)
+    mean: np.ndarray = field(repr=False)
+    stderr: np.ndarray = field(repr=False)
+    median: np.ndarray = field(repr=False)
+    seed: int = 0
+
+    @property
+    def repeats(self) -> int:
+        return int(self.values.shape[0])
+
+
+def lobe_departure_curve(
+    law: str | PositiveLaw,
+    rho: float,
+    ns: Sequence[int] | np.ndarray,
+    *,
+    seed: int,
+    repeats: int = 20,
+) -> LobeCurve:
+    """Lemma 6: D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| along n for one law.
+
+    alpha_n sorts X_1..X_n (scale v = 1) decreasingly, beta_n sorts rho X'_1..X'_n
+    (scale u = rho). Each repeat follows one sample path (the first n of two
+    iid sequences), as in the almost-sure statement; repeats are independent,
+    each from its own child of ``SeedSequence(seed)``. D_n -> 0 when
+    E[X^2] < inf; for Pareto with alpha < 2 it does not.
+    """
+    law = positive_law(law)
+    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not (
+        math.isfinite(rho) and rho > 0
+    ):
+        raise QKEnergyError(f"rho must be a positive finite number, got {rho!r}")
+    rho = float(rho)
+    ns_arr = np.asarray(ns)
+    if ns_arr.ndim != 1 or ns_arr.size == 0 or not np.issubdtype(ns_arr.dtype, np.integer) \
+            or np.any(ns_arr < 1):
+        raise QKEnergyError(f"ns must be a non-empty list of integers >= 1, got {ns!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
+        raise QKEnergyError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
+    ns_arr = ns_arr.astype(np.int64)
+    n_max = int(ns_arr.max())
+
+    values = np.empty((int(repeats), ns_arr.size))
+    for r, child in enumerate(np.random.SeedSequence(int(seed)).spawn(int(repeats))):
+        rng = np.random.Generator(np.random.PCG64(child))
+        x = law.sample(rng, n_max)
+        y = rho * law.sample(rng, n_max)
+        for j, n in enumerate(ns_arr):
+            # Decreasing sort of both lobes; ascending then reversed pairs the same ranks.
+            alpha = np.sort(x[:n])
+            beta = np.sort(y[:n])
+            values[r, j] = lobe_departure(alpha, beta, rho)
+    mean = values.mean(axis=0)
+    stderr = values.std(axis=0, ddof=1) / math.sqrt(repeats) if repeats > 1 else np.full(ns_arr.size, np.nan)
+    return LobeCurve(law=law.spec, rho=rho, ns=ns_arr, values=values, mean=mean,
+                     stderr=stderr, median=np.median(values, axis=0), seed=int(seed))

@@ -1,0 +1,384 @@
+"""Seeded, chunk-invariant Monte Carlo engine and the energy experiments of
+Corollaries 1 and 2 (ratio of expectations) and Corollary 1 / Proposition 6
+(expectation of the ratio).
+
+Reproducibility contract: ``numpy.random.SeedSequence(seed)`` is spawned into
+fixed blocks of :data:`BLOCK_SIZE` samples; block ``b`` always draws from its
+own child generator (spawn key ``(b,)``), whatever the chunk size. A chunk is a
+group of consecutive blocks whose raw draws are concatenated and passed through
+an optional row-wise ``transform`` at once (vectorisation), bounding memory to
+one chunk. Results are therefore bitwise identical for every ``chunk_size``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+from qkenergy import baselines
+from qkenergy.entry_laws import EntryLaw, entry_law
+from qkenergy.errors import QKEnergyError
+
+__all__ = [
+    "BLOCK_SIZE",
+    "DEFAULT_CHUNK_BLOCKS",
+    "block_generator",
+    "draw",
+    "Estimate",
+    "estimate_mean",
+    "estimate_ratio",
+    "EnergyEstimates",
+    "energy_samples",
+    "energy_expectations",
+    "MODELS",
+]
+
+BLOCK_SIZE = 256
+"""Samples per random block. Changing it changes every seeded result.
+
+Small enough that one block of 256 x 256 Gram matrices (n = 128) is 128 MiB."""
+
+DEFAULT_CHUNK_BLOCKS = 16
+"""Blocks per chunk when ``chunk_size`` is None."""
+
+# Per-block sub-batches keep peak memory near this many float64 values; they
+# depend only on the model's shape, never on the chunk size.
+_MAX_BATCH_VALUES = 1 << 23
+
+MODELS = ("square", "qk")
+
+Sampler = Callable[[np.random.Generator, int], np.ndarray]
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise QKEnergyError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise QKEnergyError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def block_generator(seed: int, block: int) -> np.random.Generator:
+    """Generator of block ``block``: the ``block``-th child of ``SeedSequence(seed)``.
+
+    Same stream as ``SeedSequence(seed).spawn(block + 1)[block]``, built lazily
+    so that millions of samples need no list of children.
+    """
+    root = np.random.SeedSequence(seed)
+    child = np.random.SeedSequence(
+        root.entropy, spawn_key=root.spawn_key + (block,), pool_size=root.pool_size
+    )
+    return np.random.Generator(np.random.PCG64(child))
+
+
+def _progress_bar():
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    )
+
+
+def draw(
+    sampler: Sampler,
+    samples: int,
+    *,
+    seed: int,
+    chunk_size: int | None = None,
+    transform: Transform | None = None,
+    progress: bool = False,
+    description: str = "sampling",
+) -> np.ndarray:
+    """Draw ``samples`` rows: ``sampler(rng, size)`` per block, then ``transform`` per chunk.
+
+    ``sampler`` must return an array of shape ``(size, ...)``; ``transform``
+    (optional) maps a chunk of sampler rows to rows of output, row by row
+    (it must treat rows independently, as batched numpy code does).
+    ``chunk_size`` is in samples and rounded up to whole blocks; the result
+    does not depend on it. A rich progress bar is shown when ``progress`` and
+    there is more than one chunk.
+    """
+    samples = _check_int(samples, "samples", 1)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    if chunk_size is None:
+        chunk_blocks = DEFAULT_CHUNK_BLOCKS
+    else:
+        chunk_blocks = max(1, -(-_check_int(chunk_size, "chunk_size", 1) // BLOCK_SIZE))
+    n_blocks = -(-samples // BLOCK_SIZE)
+    n_chunks = -(-n_blocks // chunk_blocks)
+
+    out: np.ndarray | None = None
+    bar = _progress_bar() if progress and n_chunks > 1 else None
+    task = bar.add_task(description, total=samples) if bar is not None else None
+    if bar is not None:
+        bar.start()
+    try:
+        for c in range(n_chunks):
+            first = c * chunk_blocks
+            last = min(n_blocks, first + chunk_blocks)
+            parts = []
+            for b in range(first, last):
+                size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
+                rows = np.asarray(sampler(block_generator(seed, b), size))
+                if rows.ndim == 0 or rows.shape[0] != size:
+                    raise ValueError(
+                        f"sampler returned shape {rows.shape}, expected leading axis {size}"
+                    )
+                parts.append(rows)
+            chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            if transform is not None:
+                chunk = np.asarray(transform(chunk))
+            if out is None:
+                out = np.empty((samples,) + chunk.shape[1:], dtype=chunk.dtype)
+            start = first * BLOCK_SIZE
+            out[start : start + chunk.shape[0]] = chunk
+            if bar is not None:
+                bar.update(task, advance=chunk.shape[0])
+    finally:
+        if bar is not None:
+            bar.stop()
+    assert out is not None
+    return out
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A Monte Carlo estimate: value, standard error, confidence interval, sample count."""
+
+    value: float
+    stderr: float
+    ci_low: float
+    ci_high: float
+    samples: int
+
+    def within(self, target: float, k: float = 5.0) -> bool:
+        """True when |value - target| <= k standard errors."""
+        return bool(abs(self.value - target) <= k * self.stderr)
+
+    def __str__(self) -> str:
+        return f"{self.value:.6g} ± {self.stderr:.2g}"
+
+
+def _interval(value: float, stderr: float, confidence: float, samples: int) -> tuple[float, float]:
+    if not 0 < confidence < 1:
+        raise QKEnergyError(f"confidence must be in (0, 1), got {confidence!r}")
+    # Student t with K-1 degrees of freedom; equals the normal interval for large K.
+    q = float(stats.t.ppf(0.5 + confidence / 2, samples - 1)) if samples > 1 else math.nan
+    return value - q * stderr, value + q * stderr
+
+
+def _as_samples(x: np.ndarray, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise QKEnergyError(f"{name} has no samples")
+    return x
+
+
+def estimate_mean(x: np.ndarray, confidence: float = 0.95) -> Estimate:
+    """Sample mean with stderr sd/sqrt(K) (ddof = 1) and a Student-t interval.
+
+    NaN samples propagate (the estimate is NaN): drop them first if intended.
+    """
+    x = _as_samples(x, "x")
+    k = x.size
+    value = float(np.mean(x))
+    stderr = float(np.std(x, ddof=1) / math.sqrt(k)) if k > 1 else math.nan
+    lo, hi = _interval(value, stderr, confidence, k)
+    return Estimate(value, stderr, lo, hi, k)
+
+
+def estimate_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) -> Estimate:
+    """Ratio of expectations R = mean(num)/mean(den), delta-method stderr.
+
+    stderr^2 = Var(num - R den) / (K mean(den)^2): the first-order error of
+    the ratio estimator of E[num]/E[den] (e.g. E||S||^2/E||L||^2, Corollary 1).
+    """
+    num = _as_samples(num, "num")
+    den = _as_samples(den, "den")
+    if num.shape != den.shape:
+        raise QKEnergyError(f"num and den must have the same length, got {num.size} and {den.size}")
+    k = num.size
+    mden = float(np.mean(den))
+    if mden == 0.0:
+        raise QKEnergyError("den has mean 0: the ratio of expectations is undefined")
+    value = float(np.mean(num)) / mden
+    stderr = float(np.std(num - value * den, ddof=1) / (math.sqrt(k) * abs(mden))) if k > 1 else math.nan
+    lo, hi = _interval(value, stderr, confidence, k)
+    return Estimate(value, stderr, lo, hi, k)
+
+
+@dataclass(frozen=True)
+class EnergyEstimates:
+    """Monte Carlo energies of a random model with its closed-form baseline.
+
+    ``ratio_of_expectations`` estimates E||S||^2/E||L||^2 (Corollaries 1, 2);
+    ``expectation_of_ratio`` estimates E[||S||^2/||L||^2] (Corollary 1 Gaussian,
+    Proposition 6; differs for skewed laws). ``baseline`` holds the closed forms.
+    """
+
+    model: str
+    law: str
+    N: int
+    n: int | None
+    samples: int
+    seed: int
+    total: Estimate
+    symmetric: Estimate
+    skew: Estimate
+    ratio_of_expectations: Estimate
+    expectation_of_ratio: Estimate
+    baseline: baselines.EnergyExpectations
+
+
+def _sub_batches(size: int, per_sample: int) -> list[tuple[int, int]]:
+    step = max(1, _MAX_BATCH_VALUES // max(1, per_sample))
+    return [(i, min(size, i + step)) for i in range(0, size, step)]
+
+
+def _square_energies(law: EntryLaw, N: int, sigma2: float) -> Sampler:
+    def sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+        out = np.empty((size, 2))
+        for lo, hi in _sub_batches(size, N * N):
+            L = law.sample(rng, (hi - lo, N, N), variance=sigma2)
+            # Lemma 5: ||S||^2 = (||L||^2 + tr L^2)/2 with tr L^2 = sum L * L^T.
+            out[lo:hi, 0] = np.einsum("bij,bij->b", L, L)
+            out[lo:hi, 1] = np.einsum("bij,bji->b", L, L)
+        return out
+
+    return sampler
+
+
+def _qk_energies(law: EntryLaw, n: int, N: int, sigma2_K: float, sigma2_Q: float) -> Sampler:
+    def sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+        out = np.empty((size, 2))
+        for lo, hi in _sub_batches(size, 2 * n * N):
+            wk = law.sample(rng, (hi - lo, n, N), variance=sigma2_K)
+            wq = law.sample(rng, (hi - lo, n, N), variance=sigma2_Q)
+            # MATH.md Gram route, never forming the N x N matrix L:
+            # ||L||^2 = sum G_KK * G_QQ, tr L^2 = sum G_QK * G_QK^T.
+            gkk = wk @ np.swapaxes(wk, 1, 2)
+            gqq = wq @ np.swapaxes(wq, 1, 2)
+            gqk = wq @ np.swapaxes(wk, 1, 2)
+            out[lo:hi, 0] = np.einsum("bij,bij->b", gkk, gqq)
+            out[lo:hi, 1] = np.einsum("bij,bji->b", gqk, gqk)
+        return out
+
+    return sampler
+
+
+def _finish_energies(raw: np.ndarray) -> np.ndarray:
+    # In: ||L||^2, tr L^2. Out: ||L||^2, ||S||^2, ||T||^2, s. L = 0 has no ratio: NaN, never 1/2.
+    total, tr2 = raw[:, 0], raw[:, 1]
+    sym = 0.5 * total + 0.5 * tr2
+    skew = 0.5 * total - 0.5 * tr2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.where(total > 0, sym / np.where(total > 0, total, 1.0), np.nan)
+    return np.stack([total, sym, skew, s], axis=1)
+
+
+def energy_samples(
+    model: str,
+    law: str | EntryLaw,
+    N: int,
+    n: int | None = None,
+    *,
+    samples: int,
+    seed: int,
+    sigma2: float = 1.0,
+    sigma2_K: float = 1.0,
+    sigma2_Q: float = 1.0,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> np.ndarray:
+    """Per-sample (||L||^2, ||S||^2, ||T||^2, s) of shape (samples, 4) for a random model.
+
+    ``model="square"``: L is N x N with iid entries of variance ``sigma2`` (Corollary 1).
+    ``model="qk"``: L = W_K^T W_Q, n x N factors of variances ``sigma2_K``, ``sigma2_Q``
+    (Corollary 2). Energies use Lemma 5, without loops over entries.
+    """
+    if model not in MODELS:
+        raise QKEnergyError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    law = entry_law(law)
+    N = _check_int(N, "N", 1)
+    if model == "square":
+        if n is not None:
+            raise QKEnergyError("n must be None for model 'square' (L is N x N)")
+        baselines.iid_square_expectations(N, sigma2)  # validates sigma2
+        sampler = _square_energies(law, N, float(sigma2))
+    else:
+        if n is None:
+            raise QKEnergyError("n (head dimension) is required for model 'qk'")
+        n = _check_int(n, "n", 1)
+        baselines.qk_product_expectations(n, N, sigma2_K, sigma2_Q)  # validates
+        sampler = _qk_energies(law, n, N, float(sigma2_K), float(sigma2_Q))
+    return draw(
+        sampler,
+        samples,
+        seed=seed,
+        chunk_size=chunk_size,
+        transform=_finish_energies,
+        progress=progress,
+        description=f"{model} {law.spec} N={N}" + (f" n={n}" if n is not None else ""),
+    )
+
+
+def energy_expectations(
+    model: str,
+    law: str | EntryLaw,
+    N: int,
+    n: int | None = None,
+    *,
+    samples: int,
+    seed: int,
+    sigma2: float = 1.0,
+    sigma2_K: float = 1.0,
+    sigma2_Q: float = 1.0,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    confidence: float = 0.95,
+) -> EnergyEstimates:
+    """Estimate E||L||^2, E||S||^2, E||T||^2, E||S||^2/E||L||^2 and E[||S||^2/||L||^2].
+
+    Compare with Corollary 1 (``model="square"``) or Corollary 2 (``model="qk"``)
+    in ``.baseline``; the expectation of the ratio equals (N+1)/(2N) for
+    Gaussian entries (Corollary 1, Proposition 6) but not for skewed laws.
+    """
+    law = entry_law(law)
+    x = energy_samples(
+        model, law, N, n, samples=samples, seed=seed, sigma2=sigma2, sigma2_K=sigma2_K,
+        sigma2_Q=sigma2_Q, chunk_size=chunk_size, progress=progress,
+    )
+    if model == "square":
+        base = baselines.iid_square_expectations(N, sigma2)
+    else:
+        base = baselines.qk_product_expectations(n, N, sigma2_K, sigma2_Q)  # type: ignore[arg-type]
+    s = x[:, 3]
+    return EnergyEstimates(
+        model=model,
+        law=law.spec,
+        N=int(N),
+        n=None if n is None else int(n),
+        samples=int(samples),
+        seed=int(seed),
+        total=estimate_mean(x[:, 0], confidence),
+        symmetric=estimate_mean(x[:, 1], confidence),
+        skew=estimate_mean(x[:, 2], confidence),
+        ratio_of_expectations=estimate_ratio(x[:, 1], x[:, 0], confidence),
+        expectation_of_ratio=estimate_mean(s[np.isfinite(s)], confidence),
+        baseline=base,
+    )

@@ -1,0 +1,341 @@
+"""Exact null laws of the per-head statistics for a random Gaussian head.
+
+For W_K, W_Q with iid centred Gaussian entries (Proposition 6 setting), the
+Gram matrix G = C C^T of C = [W_K; W_Q] (2n x N) is Wishart_2n(N, I) after
+rescaling; unequal variances of W_K and W_Q change no normalized statistic, so
+one standard Wishart serves every head of shape (n, N). For N >= 2n it is
+sampled by the Bartlett decomposition in O(n^3) per sample, independent of N;
+for N < 2n (G singular) by forming C C^T. Feeding these G to
+``qkenergy.statistics.gram_statistics`` gives the null law of every statistic.
+See MATH.md, "Exact null laws".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from qkenergy import montecarlo
+from qkenergy.baselines import gaussian_head_ratio_expectations
+from qkenergy.errors import QKEnergyError
+
+__all__ = [
+    "CACHE_FORMAT_VERSION",
+    "bartlett_gram",
+    "direct_gram",
+    "null_gram",
+    "NullLaw",
+    "null_law",
+    "null_cache_path",
+]
+
+CACHE_FORMAT_VERSION = 1
+"""Bumped whenever the cached arrays or the sampling scheme change meaning."""
+
+# Sub-batches keep the temporary arrays near this many float64 values (32 MiB);
+# they depend only on (n, N), so seeded results never depend on memory settings.
+_MAX_BATCH_VALUES = 1 << 22
+_BARTLETT_BATCH_VALUES = 1 << 20  # 8 MiB of R: stays warm in cache across sub-batches
+
+# Memory target for one chunk of Gram matrices handed to the statistics.
+_CHUNK_VALUES = 1 << 24
+
+
+def _check_shape(n: object, N: object) -> tuple[int, int]:
+    for value, name in ((n, "n"), (N, "N")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise QKEnergyError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(n), int(N)  # type: ignore[arg-type]
+
+
+def _check_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+        raise QKEnergyError(f"size must be a non-negative integer, got {size!r}")
+    return int(size)
+
+
+def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
+    """Wishart_2n(N, I) samples of shape (size, 2n, 2n) by the Bartlett decomposition.
+
+    G = R^T R with R upper triangular, R_ii^2 ~ chi^2(N - i + 1) (i = 1..2n) and
+    standard normal entries above the diagonal: O(n^3) per sample, independent
+    of N. Valid for N >= 2n (MATH.md, exact null laws).
+    """
+    n, N = _check_shape(n, N)
+    size = _check_size(size)
+    p = 2 * n
+    if N < p:
+        raise QKEnergyError(
+            f"the Bartlett sampler needs N >= 2n, got n={n}, N={N}; use direct_gram or null_gram"
+        )
+    m = p * (p - 1) // 2
+    # Row i of the strict upper triangle is z[:, offsets[i]:offsets[i + 1]] (row-major order).
+    offsets = np.concatenate([[0], np.cumsum(np.arange(p - 1, 0, -1))])
+    dof = (N - np.arange(p)).astype(np.float64)
+    diag = np.arange(p)
+    out = np.empty((size, p, p))
+    step = max(1, _BARTLETT_BATCH_VALUES // (p * p))
+    # One R buffer, reused: its strict lower triangle stays zero, the rest is overwritten.
+    buffer = np.zeros((min(step, size), p, p))
+    for lo in range(0, size, step):
+        hi = min(size, lo + step)
+        R = buffer[: hi - lo]
+        z = rng.standard_normal((hi - lo, m))
+        # Row slices: contiguous copies, several times faster than a boolean-mask scatter.
+        for i in range(p - 1):
+            R[:, i, i + 1 :] = z[:, offsets[i] : offsets[i + 1]]
+        R[:, diag, diag] = np.sqrt(rng.chisquare(dof, size=(hi - lo, p)))
+        # No explicit symmetrisation (it costs as much as the product): R^T R
+        # is symmetric to rounding (bitwise with OpenBLAS) and eigh reads one triangle.
+        np.matmul(np.swapaxes(R, 1, 2), R, out=out[lo:hi])
+    return out
+
+
+def direct_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
+    """Wishart_2n(N, I) samples G = C C^T, C (2n x N) with iid N(0, 1) entries.
+
+    The reference route, O(n^2 N) per sample, and the route for N < 2n where G
+    is singular (rank N).
+    """
+    n, N = _check_shape(n, N)
+    size = _check_size(size)
+    p = 2 * n
+    out = np.empty((size, p, p))
+    step = max(1, _MAX_BATCH_VALUES // (p * N))
+    for lo in range(0, size, step):
+        hi = min(size, lo + step)
+        C = rng.standard_normal((hi - lo, p, N))
+        np.matmul(C, np.swapaxes(C, 1, 2), out=out[lo:hi])
+    return out
+
+
+def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
+    """Gram matrices (size, 2n, 2n) of a random Gaussian head: Bartlett if N >= 2n, else C C^T."""
+    n, N = _check_shape(n, N)
+    if N >= 2 * n:
+        return bartlett_gram(rng, n, N, size)
+    return direct_gram(rng, n, N, size)
+
+
+def _statistics_module():
+    try:
+        from qkenergy import statistics
+    except ImportError as exc:  # pragma: no cover - only while statistics.py is missing
+        raise QKEnergyError(f"qkenergy.statistics is unavailable: {exc}") from exc
+    return statistics
+
+
+def _statistic_names() -> tuple[str, ...]:
+    return tuple(_statistics_module().STATISTICS)
+
+
+def _gram_columns(G: np.ndarray, N: int, names: tuple[str, ...], radius: float) -> np.ndarray:
+    cols = _statistics_module().gram_statistics(G, N, radius=radius).columns()
+    return np.stack([np.asarray(cols[k], dtype=np.float64) for k in names], axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class NullLaw:
+    """Null samples of every scalar statistic for a random Gaussian head of shape (n, N).
+
+    ``values`` has shape (size, len(names)). ``mean`` is exact where the spec
+    gives it: (N+1)/(2N) for symmetric_energy (Proposition 6, 1 <= n <= N).
+    Tail probabilities are empirical, (1 + count)/(1 + K) form, never 0.
+    NaN null samples (undefined statistics) are left out of every summary.
+    """
+
+    n: int
+    N: int
+    seed: int
+    names: tuple[str, ...]
+    values: np.ndarray = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        """Number of null samples drawn (K, before leaving out NaN)."""
+        return int(self.values.shape[0])
+
+    def _index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise QKEnergyError(
+                f"unknown statistic {name!r}; valid: {', '.join(self.names)}"
+            ) from None
+
+    def samples(self, name: str) -> np.ndarray:
+        """All null samples of ``name`` (read-only view, NaN included)."""
+        x = self.values[:, self._index(name)]
+        x.flags.writeable = False
+        return x
+
+    def _finite(self, name: str) -> np.ndarray:
+        x = self.samples(name)
+        return x[np.isfinite(x)]
+
+    def _sorted(self, name: str) -> np.ndarray:
+        cache = self.__dict__.setdefault("_sorted_cache", {})
+        if name not in cache:
+            cache[name] = np.sort(self._finite(name))
+        return cache[name]
+
+    def exact_mean(self, name: str) -> float | None:
+        """The spec's exact null mean of ``name``, or None when only Monte Carlo is available."""
+        self._index(name)
+        if name == "symmetric_energy" and self.n <= self.N:
+            return gaussian_head_ratio_expectations(self.n, self.N).symmetric
+        return None
+
+    def mean(self, name: str) -> float:
+        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo."""
+        exact = self.exact_mean(name)
+        if exact is not None:
+            return exact
+        x = self._finite(name)
+        return float(np.mean(x)) if x.size else math.nan
+
+    def stderr(self, name: str) -> float:
+        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K)."""
+        if self.exact_mean(name) is not None:
+            return 0.0
+        x = self._finite(name)
+        return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+
+    def sd(self, name: str) -> float:
+        """Null standard deviation (Monte Carlo, ddof = 1)."""
+        x = self._finite(name)
+        return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+
+    def quantiles(self, name: str, qs: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation)."""
+        q = np.asarray(qs, dtype=np.float64)
+        if np.any(~((q >= 0) & (q <= 1))):
+            raise QKEnergyError(f"quantile probabilities must lie in [0, 1], got {qs!r}")
+        x = self._sorted(name)
+        if x.size == 0:
+            return np.full(q.shape, np.nan)
+        return np.quantile(x, q)
+
+    def z(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
+        """z-score (x - mean)/sd against the null law; NaN in, NaN out."""
+        mu, sd = self.mean(name), self.sd(name)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = (np.asarray(x, dtype=np.float64) - mu) / sd
+        return float(z) if z.ndim == 0 else z
+
+    def p_two_sided(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
+        """Empirical two-sided tail probability of x under the null.
+
+        p = min(1, 2 min(1 + #{null <= x}, 1 + #{null >= x}) / (1 + K)), never 0;
+        vectorised over x; NaN in, NaN out.
+        """
+        xs = np.asarray(x, dtype=np.float64)
+        null = self._sorted(name)
+        k = null.size
+        below = np.searchsorted(null, xs, side="right")
+        above = k - np.searchsorted(null, xs, side="left")
+        p = np.minimum(1.0, 2.0 * np.minimum(1 + below, 1 + above) / (1 + k))
+        p = np.where(np.isnan(xs), np.nan, p)
+        return float(p) if p.ndim == 0 else p
+
+
+def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], radius: float) -> str:
+    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius,
+                 montecarlo.BLOCK_SIZE))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def null_cache_path(
+    cache_dir: str | os.PathLike[str], n: int, N: int, samples: int, seed: int, radius: float = 0.02
+) -> Path:
+    """Path of the cached null law for these arguments (the file may not exist)."""
+    names = _statistic_names()
+    key = _cache_key(n, N, samples, seed, names, radius)
+    return Path(cache_dir) / (
+        f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
+    )
+
+
+def _load_cached(path: Path, names: tuple[str, ...], samples: int) -> np.ndarray | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            values = np.asarray(data["values"], dtype=np.float64)
+            stored = tuple(str(s) for s in data["names"])
+            version = int(data["version"])
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return None  # unreadable or stale: recompute and overwrite
+    if version != CACHE_FORMAT_VERSION or stored != names or values.shape != (samples, len(names)):
+        return None
+    return values
+
+
+def _save_atomic(path: Path, values: np.ndarray, names: tuple[str, ...]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, values=values, names=np.array(names, dtype=np.str_),
+                     version=np.int64(CACHE_FORMAT_VERSION))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def null_law(
+    n: int,
+    N: int,
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    radius: float = 0.02,
+    chunk_size: int | None = None,
+) -> NullLaw:
+    """Null law of every statistic in ``statistics.STATISTICS`` for a Gaussian head (n, N).
+
+    Draws G ~ Wishart_2n(N, I) with :func:`null_gram` through
+    :func:`montecarlo.draw` (seeded, chunk-invariant) and evaluates
+    ``statistics.gram_statistics`` on them. With ``cache_dir`` the samples are
+    stored as .npz (written atomically, read without pickle), keyed by shape,
+    law, samples, seed, statistic names and cache format version.
+    """
+    n, N = _check_shape(n, N)
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 2:
+        raise QKEnergyError(f"samples must be an integer >= 2, got {samples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
+    samples, seed = int(samples), int(seed)
+    names = _statistic_names()
+
+    path = null_cache_path(cache_dir, n, N, samples, seed, radius) if cache_dir is not None else None
+    values = _load_cached(path, names, samples) if path is not None and path.exists() else None
+    if values is None:
+        if chunk_size is None:
+            chunk_size = max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * n * n))
+        values = montecarlo.draw(
+            lambda rng, size: null_gram(rng, n, N, size),
+            samples,
+            seed=seed,
+            chunk_size=chunk_size,
+            transform=lambda G: _gram_columns(G, N, names, radius),
+            progress=progress,
+            description=f"null law n={n} N={N}",
+        )
+        if path is not None:
+            _save_atomic(path, values, names)
+    values.flags.writeable = False
+    return NullLaw(n=n, N=N, seed=seed, names=names, values=values)

@@ -1,0 +1,244 @@
+"""Exact null samplers (Bartlett-Wishart and direct C C^T) and NullLaw.
+
+Statistical checks use fixed seeds and a tolerance of 5 standard errors; the
+two-sample KS comparisons use a fixed threshold p > 1e-3.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from qkenergy import baselines
+from qkenergy import montecarlo as mc
+from qkenergy import nulls
+from qkenergy.errors import QKEnergyError
+
+
+def _summaries(G: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Statistics of G computed here, independently of qkenergy.statistics (MATH.md Gram route)."""
+    gkk, gqq, gqk = G[:, :n, :n], G[:, n:, n:], G[:, n:, :n]
+    norm_l = np.einsum("bij,bij->b", gkk, gqq)
+    tr_l2 = np.einsum("bij,bji->b", gqk, gqk)
+    return {
+        "symmetric_energy": 0.5 + tr_l2 / (2 * norm_l),
+        "trace_ratio": np.abs(np.trace(gqk, axis1=1, axis2=2)) / np.sqrt(norm_l),
+        "largest_eigenvalue": np.linalg.eigvalsh(G)[:, -1],
+        "key_energy_share": np.trace(gkk, axis1=1, axis2=2) / np.trace(G, axis1=1, axis2=2),
+    }
+
+
+@pytest.mark.parametrize("n,N", [(1, 2), (2, 5), (3, 40)])
+def test_bartlett_shape_symmetry_and_mean(n, N):
+    G = nulls.bartlett_gram(np.random.default_rng(1), n, N, 3000)
+    assert G.shape == (3000, 2 * n, 2 * n) and G.dtype == np.float64
+    np.testing.assert_allclose(G, np.swapaxes(G, 1, 2), rtol=1e-13, atol=1e-13 * N)
+    assert np.all(np.linalg.eigvalsh(G) > 0)
+    # E[G] = N I, entrywise within 5 standard errors (Var G_ij = N (1 + delta_ij)).
+    se = np.sqrt(N * (1 + np.eye(2 * n)) / G.shape[0])
+    assert np.all(np.abs(G.mean(axis=0) - N * np.eye(2 * n)) < 5 * se)
+
+
+@pytest.mark.parametrize("n,N", [(1, 2), (1, 9), (2, 4), (2, 13), (4, 8), (6, 30)])
+def test_bartlett_matches_direct_ks(n, N):
+    rng = np.random.default_rng(1000 * n + N)
+    a = _summaries(nulls.bartlett_gram(rng, n, N, 4000), n)
+    b = _summaries(nulls.direct_gram(rng, n, N, 4000), n)
+    for name in a:
+        assert stats.ks_2samp(a[name], b[name]).pvalue > 1e-3, name
+
+
+@pytest.mark.parametrize("n,N", [(2, 3), (4, 4), (3, 1)])
+def test_direct_route_below_2n(n, N):
+    rng = np.random.default_rng(5)
+    G = nulls.null_gram(rng, n, N, 2000)
+    np.testing.assert_allclose(G, np.swapaxes(G, 1, 2), rtol=1e-13, atol=1e-13 * N)
+    eig = np.linalg.eigvalsh(G)
+    # rank N < 2n: 2n - N eigenvalues vanish up to rounding
+    assert np.all(np.abs(eig[:, : 2 * n - N]) < 1e-10 * eig[:, -1:])
+    assert np.all(eig[:, 2 * n - N :] > 0)
+    np.testing.assert_array_equal(G, nulls.direct_gram(np.random.default_rng(5), n, N, 2000))
+    if n <= N:
+        # Proposition 6 on the direct route: E[s] = (N+1)/(2N) within 5 standard errors.
+        s = _summaries(G, n)["symmetric_energy"]
+        assert abs(s.mean() - (N + 1) / (2 * N)) < 5 * s.std(ddof=1) / math.sqrt(s.size)
+
+
+def test_null_gram_dispatch():
+    a = nulls.null_gram(np.random.default_rng(3), 2, 4, 5)
+    b = nulls.bartlett_gram(np.random.default_rng(3), 2, 4, 5)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("N", [2, 3, 10])
+def test_rank_one_exact_law(N):
+    # n = 1: s = (1 + cos^2)/2, cos^2 ~ Beta(1/2, (N-1)/2) (MATH.md, exact null laws).
+    G = nulls.null_gram(np.random.default_rng(40 + N), 1, N, 5000)
+    s = _summaries(G, 1)["symmetric_energy"]
+    assert stats.kstest(s, baselines.rank_one_law(N).cdf).pvalue > 1e-3
+
+
+def test_null_gram_chunk_invariance():
+    def sampler(rng, size):
+        return nulls.null_gram(rng, 3, 8, size)
+
+    samples = 3 * mc.BLOCK_SIZE + 5
+    ref = mc.draw(sampler, samples, seed=2, chunk_size=mc.BLOCK_SIZE)
+    for chunk in (3 * mc.BLOCK_SIZE, samples):
+        np.testing.assert_array_equal(mc.draw(sampler, samples, seed=2, chunk_size=chunk), ref)
+
+
+@pytest.mark.parametrize(
+    "call,word",
+    [
+        (lambda: nulls.bartlett_gram(np.random.default_rng(0), 3, 5, 2), "N >= 2n"),
+        (lambda: nulls.bartlett_gram(np.random.default_rng(0), 0, 5, 2), "n"),
+        (lambda: nulls.direct_gram(np.random.default_rng(0), 2, 0, 2), "N"),
+        (lambda: nulls.null_gram(np.random.default_rng(0), 2, 4, -1), "size"),
+        (lambda: nulls.null_gram(np.random.default_rng(0), 2.0, 4, 1), "n"),
+        (lambda: nulls.null_law(2, 4, samples=1), "samples"),
+        (lambda: nulls.null_law(2, 4, seed=-1), "seed"),
+        (lambda: nulls.null_law(0, 4), "n"),
+    ],
+)
+def test_bad_arguments(call, word):
+    with pytest.raises(QKEnergyError, match=word):
+        call()
+
+
+# ----------------------------------------------------------------------------- NullLaw
+
+
+def _synthetic(values):
+    values = np.asarray(values, dtype=np.float64).reshape(-1, 1)
+    return nulls.NullLaw(n=2, N=4, seed=0, names=("rho",), values=values)
+
+
+def test_p_two_sided_formula_and_nan():
+    null = np.array([0.1, 0.2, 0.2, 0.3, 0.5, np.nan])
+    law = _synthetic(null)
+    finite = null[np.isfinite(null)]
+    k = finite.size
+    xs = np.array([-1.0, 0.1, 0.2, 0.25, 0.5, 9.0, np.nan])
+    p = law.p_two_sided("rho", xs)
+    for x, px in zip(xs, p):
+        if np.isnan(x):
+            assert np.isnan(px)
+            continue
+        expected = min(1.0, 2 * min(1 + np.sum(finite <= x), 1 + np.sum(finite >= x)) / (1 + k))
+        assert px == pytest.approx(expected)
+    assert np.nanmin(p) > 0
+    assert isinstance(law.p_two_sided("rho", 0.2), float)
+    assert math.isnan(law.p_two_sided("rho", math.nan))
+
+
+def test_summaries_of_synthetic_law():
+    x = np.random.default_rng(0).standard_normal(1001)
+    law = _synthetic(np.append(x, np.nan))
+    finite = x
+    assert law.size == 1002
+    assert law.mean("rho") == pytest.approx(finite.mean())
+    assert law.sd("rho") == pytest.approx(finite.std(ddof=1))
+    assert law.stderr("rho") == pytest.approx(finite.std(ddof=1) / math.sqrt(finite.size))
+    np.testing.assert_allclose(law.quantiles("rho", [0.1, 0.5]), np.quantile(finite, [0.1, 0.5]))
+    z = law.z("rho", np.array([0.0, np.nan]))
+    assert z[0] == pytest.approx(-finite.mean() / finite.std(ddof=1)) and np.isnan(z[1])
+    assert law.exact_mean("rho") is None
+    with pytest.raises(QKEnergyError, match="unknown statistic"):
+        law.mean("nope")
+    with pytest.raises(QKEnergyError, match="quantile"):
+        law.quantiles("rho", [1.5])
+    with pytest.raises(ValueError):
+        law.samples("rho")[0] = 1.0  # read-only
+
+
+statistics = pytest.importorskip("qkenergy.statistics")
+
+
+@pytest.fixture(scope="module")
+def small_law():
+    return nulls.null_law(2, 6, samples=1500, seed=3)
+
+
+def test_null_law_columns_and_exact_mean(small_law):
+    law = small_law
+    assert law.names == tuple(statistics.STATISTICS)
+    assert law.values.shape == (1500, len(law.names))
+    assert law.mean("symmetric_energy") == (6 + 1) / 12
+    assert law.stderr("symmetric_energy") == 0.0
+    s = law.samples("symmetric_energy")
+    # The Monte Carlo mean agrees with the exact one (Proposition 6) within 5 standard errors.
+    assert abs(s.mean() - 7 / 12) < 5 * s.std(ddof=1) / math.sqrt(s.size)
+    # Balanced Gaussian heads with N >= 2n: n positive and n negative eigenvalues of S.
+    np.testing.assert_array_equal(law.samples("n_pos"), 2)
+    np.testing.assert_array_equal(law.samples("balance"), 1)
+    assert law.stderr("rho") > 0
+    q = law.quantiles("symmetric_energy", [0.025, 0.5, 0.975])
+    assert q[0] < q[1] < q[2]
+    assert law.p_two_sided("symmetric_energy", q[1]) > 0.5
+
+
+def test_null_law_matches_gram_statistics(small_law):
+    G = mc.draw(lambda rng, size: nulls.null_gram(rng, 2, 6, size), 1500, seed=3)
+    cols = statistics.gram_statistics(G, 6).columns()
+    for name in ("symmetric_energy", "rho", "pairing", "trace_ratio"):
+        np.testing.assert_array_equal(small_law.samples(name), cols[name])
+    ours = _summaries(G, 2)
+    np.testing.assert_allclose(small_law.samples("symmetric_energy"), ours["symmetric_energy"], rtol=1e-10)
+    np.testing.assert_allclose(small_law.samples("trace_ratio"), ours["trace_ratio"], rtol=1e-8, atol=1e-12)
+
+
+def test_null_law_chunk_invariance():
+    samples = 2 * mc.BLOCK_SIZE + 7
+    ref = nulls.null_law(3, 7, samples=samples, seed=1, chunk_size=mc.BLOCK_SIZE).values
+    for chunk in (3 * mc.BLOCK_SIZE, samples):
+        got = nulls.null_law(3, 7, samples=samples, seed=1, chunk_size=chunk).values
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_null_law_rank_one_exact():
+    law = nulls.null_law(1, 5, samples=3000, seed=8)
+    s = law.samples("symmetric_energy")
+    assert stats.kstest(s, baselines.rank_one_law(5).cdf).pvalue > 1e-3
+
+
+def test_null_law_below_2n_uses_direct_route():
+    law = nulls.null_law(3, 4, samples=600, seed=2)
+    assert law.mean("symmetric_energy") == 5 / 8
+    law = nulls.null_law(5, 3, samples=600, seed=2)
+    assert law.exact_mean("symmetric_energy") is None  # Proposition 6 needs n <= N
+    assert np.isfinite(law.mean("symmetric_energy"))
+
+
+def test_null_law_cache(tmp_path):
+    law = nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path)
+    files = sorted(os.listdir(tmp_path))
+    assert len(files) == 1 and files[0].endswith(".npz") and not files[0].startswith(".tmp")
+    path = nulls.null_cache_path(tmp_path, 2, 5, 400, 4)
+    assert path.name == files[0]
+    with np.load(path, allow_pickle=False) as data:
+        np.testing.assert_array_equal(data["values"], law.values)
+    again = nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.values, law.values)
+    # The cache is what is read: a planted value comes back.
+    planted = law.values.copy()
+    planted[0, 0] = 0.123
+    nulls._save_atomic(path, planted, law.names)
+    np.testing.assert_array_equal(nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path).values, planted)
+    # Other keys get other files.
+    nulls.null_law(2, 5, samples=400, seed=5, cache_dir=tmp_path)
+    assert len(os.listdir(tmp_path)) == 2
+
+
+def test_null_law_cache_rejects_pickles_and_garbage(tmp_path):
+    law = nulls.null_law(1, 3, samples=300, seed=0)
+    path = nulls.null_cache_path(tmp_path, 1, 3, 300, 0)
+    path.write_bytes(b"not an npz")
+    np.testing.assert_array_equal(nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values)
+    # An object array would need unpickling: it is never loaded, the law is recomputed.
+    np.savez(path, values=np.array([object()], dtype=object), names=np.array(law.names), version=np.int64(1))
+    np.testing.assert_array_equal(nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values)
+    with np.load(path, allow_pickle=False) as data:
+        assert data["values"].dtype == np.float64
