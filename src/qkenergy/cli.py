@@ -1,0 +1,579 @@
+"""The qkenergy command line: verify, baseline, lobes, analyze, plot.
+
+Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
+arguments exit with status 2, library errors (QKEnergyError) with status 1.
+The library modules are imported inside the commands so that ``--help`` and
+argument errors stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import numpy as np
+
+from .errors import QKEnergyError
+
+PROG = "qkenergy"
+QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.05, 0.5, 0.95, 0.99)
+BASELINE_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
+DEFAULT_BASELINE_SAMPLES = 2_000  # as nulls.null_law and analyze: shares their cache
+DEFAULT_LOBE_REPEATS = 20
+
+
+# ---------------------------------------------------------------------------
+# Argument types
+
+
+class IntListType(click.ParamType):
+    """Comma-separated positive integers, e.g. ``10,100,1000,1e5``."""
+
+    name = "integers"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        items = [part.strip() for part in str(value).split(",") if part.strip()]
+        if not items:
+            self.fail("expected comma-separated positive integers, e.g. 10,100,1000", param, ctx)
+        out = []
+        for item in items:
+            number = _parse_int(item)
+            if number is None or number < 1:
+                self.fail(f"expected comma-separated positive integers, got {item!r}", param, ctx)
+            out.append(number)
+        return tuple(out)
+
+
+class IndexSelectionType(click.ParamType):
+    """Non-negative indices as a list and/or ranges: ``0,1,5``, ``0-3`` or ``0-3,7``."""
+
+    name = "indices"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        out: list[int] = []
+        for item in (part.strip() for part in str(value).split(",")):
+            if not item:
+                continue
+            low, dash, high = item.partition("-")
+            if dash:
+                first, last = _parse_int(low), _parse_int(high)
+                if first is None or last is None or first < 0 or last < first:
+                    self.fail(f"expected indices such as 0,1,5 or 0-3, got {item!r}", param, ctx)
+                out.extend(range(first, last + 1))
+            else:
+                index = _parse_int(item)
+                if index is None or index < 0:
+                    self.fail(f"expected indices such as 0,1,5 or 0-3, got {item!r}", param, ctx)
+                out.append(index)
+        if not out:
+            self.fail("expected indices such as 0,1,5 or 0-3", param, ctx)
+        return tuple(dict.fromkeys(out))  # keep order, drop repeats
+
+
+class HeadType(click.ParamType):
+    """One head as ``LAYER,HEAD``, e.g. ``3,7``."""
+
+    name = "layer,head"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        parts = [part.strip() for part in str(value).split(",")]
+        numbers = [_parse_int(part) for part in parts]
+        if len(numbers) != 2 or any(x is None or x < 0 for x in numbers):
+            self.fail(f"expected LAYER,HEAD as two non-negative integers, e.g. 3,7, got {value!r}", param, ctx)
+        return numbers[0], numbers[1]  # type: ignore[return-value]
+
+
+def _parse_int(text: str) -> int | None:
+    """An integer written plainly or as an integral float such as ``1e5``; None otherwise."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or number != int(number):
+        return None
+    return int(number)
+
+
+def _validate_entry_law(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Reject an unknown --dist at parse time (exit 2), naming the laws on offer."""
+    from . import entry_laws
+
+    try:
+        entry_laws.entry_law(value)
+    except (QKEnergyError, ValueError, KeyError) as error:
+        raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
+    return value
+
+
+def _validate_lobe_law(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Reject an unknown --law at parse time (exit 2)."""
+    from . import lobes
+
+    try:
+        lobes.positive_law(value)
+    except (QKEnergyError, ValueError, KeyError) as error:
+        raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
+    return value
+
+
+def _one_line(error: BaseException | str) -> str:
+    return " ".join(str(error).split())
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/qkenergy, or ~/.cache/qkenergy."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "qkenergy"
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _json_number(value: Any) -> float | int | None:
+    """JSON has no NaN or infinity: those become null."""
+    if value is None:
+        return None
+    if isinstance(value, (bool,)):
+        return value  # type: ignore[return-value]
+    if isinstance(value, int):
+        return value
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _fmt(value: float | None, digits: int = 6) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e5 or magnitude < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.{digits}g}"
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.version_option(package_name="qkenergy", prog_name=PROG)
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Symmetric and skew energy of attention heads, judged against exact random-matrix baselines."""
+    if ctx.invoked_subcommand is None:  # bare `qkenergy`: the help, not an error
+        click.echo(ctx.get_help())
+
+
+@cli.command()
+@click.option("--samples", type=click.IntRange(min=50), default=None,
+              help="Monte Carlo draws per row.  [default: 100000, verify.DEFAULT_SAMPLES]")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of the checks instead of a table.")
+@click.pass_context
+def verify(ctx: click.Context, samples: int | None, seed: int, as_json: bool) -> None:
+    """Check every claim of the specification numerically (exit 0 exactly when all pass)."""
+    from . import verify as verification
+
+    options: dict[str, Any] = {"seed": seed, "progress": not as_json and sys.stderr.isatty()}
+    if samples is not None:
+        options["samples"] = samples
+    checks = verification.run_checks(**options)
+    if as_json:
+        click.echo(json.dumps([_check_json(check) for check in checks], indent=1))
+    else:
+        _print_checks(checks)
+    ctx.exit(0 if all(check.passed for check in checks) else 1)
+
+
+def _check_json(check: Any) -> dict[str, Any]:
+    return {
+        "claim": check.claim,
+        "setting": check.setting,
+        "theory": _json_number(check.theory),
+        "estimate": _json_number(check.estimate),
+        "stderr": _json_number(check.stderr),
+        "z": _json_number(check.z),
+        "error": _json_number(check.error),
+        "passed": bool(check.passed),
+        "note": check.note,
+    }
+
+
+def _print_checks(checks: Sequence[Any]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="qkenergy verify: the claims of the specification, checked numerically",
+                  caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
+                          "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
+                          "the rows marked 'expected departure' pass when the departure is significant.")
+    for column, justify in (("claim", "left"), ("setting", "left"), ("theory", "right"), ("estimate", "right"),
+                            ("stderr", "right"), ("z or error", "right"), ("status", "center")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for check in checks:
+        if check.z is not None:
+            deviation = f"z={check.z:+.2f}"
+        elif check.error is not None:
+            deviation = f"err={_fmt(check.error, 3)}"
+        else:
+            deviation = ""
+        status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
+        setting = escape(check.setting)
+        if check.note and (check.theory is None or "expected departure" in check.note):
+            # rows whose z or error column does not tell the whole story carry their note
+            setting += f"\n[dim]{escape(check.note)}[/]"
+        table.add_row(escape(check.claim), setting, _fmt(check.theory), _fmt(check.estimate), _fmt(check.stderr, 3),
+                      deviation, status)
+    console = _stdout_console()
+    console.print(table)
+    failed = sum(not check.passed for check in checks)
+    console.print(f"{len(checks) - failed} of {len(checks)} checks passed" + (f", {failed} FAILED" if failed else ""))
+
+
+@cli.command()
+@click.option("--n", "head_dim", type=click.IntRange(min=1), required=True, help="Head dimension n (rows of W_Q, W_K).")
+@click.option("--N", "model_dim", type=click.IntRange(min=1), required=True, help="Model (residual) dimension N.")
+@click.option("--dist", default="gaussian", show_default=True, callback=_validate_entry_law,
+              help="Entry law of W_Q and W_K: gaussian, rademacher, uniform, exponential, lognormal, "
+                   "bernoulli:p, student_t:nu.")
+@click.option("--samples", type=click.IntRange(min=2), default=DEFAULT_BASELINE_SAMPLES, show_default=True,
+              help="Random heads drawn.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Gaussian null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of a table.")
+def baseline(head_dim: int, model_dim: int, dist: str, samples: int, seed: int, cache_dir: Path | None,
+             as_json: bool) -> None:
+    """The random baseline of a head of shape (n, N) (Corollary 2, Proposition 6)."""
+    if head_dim > model_dim:
+        raise click.BadParameter(f"expected n <= N (Proposition 6), got n = {head_dim} > N = {model_dim}",
+                                 param_hint="'--n'")
+    result = random_head_baseline(head_dim, model_dim, dist=dist, samples=samples, seed=seed,
+                                  cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+                                  progress=not as_json and sys.stderr.isatty())
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        _print_baseline(result)
+
+
+def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int = DEFAULT_BASELINE_SAMPLES,
+                         seed: int = 0, cache_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
+    """Baseline of a random head of shape (n, N) as a JSON-ready dict (Corollary 2, Proposition 6).
+
+    Gaussian entries: the exact null sampler (nulls.null_law) and the exact mean
+    (N+1)/(2N) of the symmetric energy (Proposition 6), stderr 0. Other entry
+    laws: W_K, W_Q simulated directly; the expectation of the ratio is then a
+    Monte Carlo estimate that may differ from the ratio of expectations
+    (N+1)/(2N) of Corollary 2, and both are reported.
+    """
+    from . import baselines, entry_laws, montecarlo, nulls
+
+    law = entry_laws.entry_law(dist)
+    ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
+    if law.name == "gaussian":
+        null = nulls.null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress)
+        columns = {name: null.samples(name) for name in BASELINE_STATISTICS}
+        exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
+        energy_rows = None
+    else:
+        values = montecarlo.draw(_head_sampler(law, n, N), samples, seed=seed,
+                                 chunk_size=max(montecarlo.BLOCK_SIZE, _MAX_CHUNK_VALUES // (4 * n * n)),
+                                 transform=lambda G: _head_columns(G, N), progress=progress,
+                                 description=f"random {law.spec} heads n={n} N={N}")
+        columns = {name: values[:, i] for i, name in enumerate(BASELINE_STATISTICS)}
+        exact = {}
+        energy_rows = values[:, len(BASELINE_STATISTICS):]
+    result: dict[str, Any] = {"n": n, "N": N, "dist": law.spec, "samples": samples, "seed": seed,
+                              "sampler": _sampler_name(law.name, n, N)}
+    for name in BASELINE_STATISTICS:
+        x = np.asarray(columns[name], dtype=np.float64)
+        x = x[np.isfinite(x)]  # undefined statistics (NaN) are left out, as in nulls.NullLaw
+        sample_mean = float(np.mean(x)) if x.size else math.nan
+        sample_stderr = float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+        row: dict[str, Any] = {
+            "mean": exact.get(name, sample_mean),
+            "stderr": 0.0 if name in exact else sample_stderr,
+            "sd": float(np.std(x, ddof=1)) if x.size > 1 else math.nan,
+            "quantiles": {_quantile_key(q): float(v) for q, v in
+                          zip(QUANTILE_LEVELS, np.quantile(x, QUANTILE_LEVELS) if x.size else
+                              [math.nan] * len(QUANTILE_LEVELS))},
+            "defined_samples": int(x.size),
+        }
+        if name == "symmetric_energy":
+            row["ratio_of_expectations"] = ratio_of_expectations
+            row["expectation_of_ratio"] = row["mean"]
+            row["expectation_of_ratio_stderr"] = row["stderr"]
+            if energy_rows is not None:
+                # E||S||^2 / E||L||^2 estimated from the same draws: Corollary 2 says it is exact for every law
+                estimate = montecarlo.estimate_ratio(energy_rows[:, 1], energy_rows[:, 0])
+                row["ratio_of_expectations_estimate"] = estimate.value
+                row["ratio_of_expectations_estimate_stderr"] = estimate.stderr
+                row["departure_z"] = ((row["mean"] - ratio_of_expectations) / row["stderr"]
+                                      if row["stderr"] > 0 else math.nan)
+            row["sample_mean"] = sample_mean
+            row["sample_stderr"] = sample_stderr
+        result[name] = {key: (_json_number(value) if isinstance(value, float) else value)
+                        for key, value in row.items()}
+    return result
+
+
+def _sampler_name(law: str, n: int, N: int) -> str:
+    if law != "gaussian":
+        return "direct simulation of W_K, W_Q (Monte Carlo)"
+    route = "Bartlett-Wishart" if N >= 2 * n else "C C^T, since N < 2n"
+    return f"exact Gaussian null law ({route})"
+
+
+# Draw heads a few at a time: one block of 256 heads of shape (2n, N) could be large;
+# and hand the statistics chunks of Gram matrices of bounded size (as nulls.null_law does).
+_MAX_DRAW_VALUES = 1 << 22
+_MAX_CHUNK_VALUES = 1 << 24
+
+
+def _head_sampler(law: Any, n: int, N: int) -> Any:
+    """montecarlo sampler: Gram matrices G = C C^T of heads with iid ``law`` entries, (size, 2n, 2n)."""
+
+    def sampler(rng: Any, size: int) -> np.ndarray:
+        out = np.empty((size, 2 * n, 2 * n))
+        step = max(1, _MAX_DRAW_VALUES // (2 * n * N))
+        for lo in range(0, size, step):
+            hi = min(size, lo + step)
+            # keys first, as in gram.head_gram: C = [W_K; W_Q]
+            C = law.sample(rng, (hi - lo, 2 * n, N))
+            out[lo:hi] = C @ np.swapaxes(C, 1, 2)
+        return out
+
+    return sampler
+
+
+def _head_columns(G: np.ndarray, N: int) -> np.ndarray:
+    """Baseline statistics of a chunk of Gram matrices, then ||L||^2 and ||S||^2 (Gram route)."""
+    from . import gram, statistics
+
+    columns = statistics.gram_statistics(G, N).columns()
+    norm_l_sq = gram.gram_norm_sq(G)
+    norm_s_sq = 0.5 * (norm_l_sq + gram.gram_trace_square(G))  # Lemma 5
+    return np.stack([*(np.asarray(columns[name], dtype=np.float64) for name in BASELINE_STATISTICS),
+                     norm_l_sq, norm_s_sq], axis=1)
+
+
+def _print_baseline(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    how = "exact sampler" if result["dist"] == "gaussian" else "Monte Carlo"
+    table = Table(title=f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
+                        f"entries ({how}, {result['samples']} samples)")
+    table.add_column("statistic")
+    for column in ("mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)):
+        table.add_column(column, justify="right")
+    for name in BASELINE_STATISTICS:
+        row = result[name]
+        table.add_row(name, _fmt(row["mean"]), _fmt(row["stderr"], 3), _fmt(row["sd"], 4),
+                      *(_fmt(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS))
+    console = _stdout_console()
+    console.print(table)
+    energy = result["symmetric_energy"]
+    console.print(f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {_fmt(energy['ratio_of_expectations'])} "
+                  "(Corollary 2, every entry law)")
+    if result["dist"] == "gaussian":
+        console.print(f"expectation of the ratio E[||S||²/||L||²] = {_fmt(energy['expectation_of_ratio'])} exactly "
+                      f"(Proposition 6); sampled mean {_fmt(energy['sample_mean'])} ± "
+                      f"{_fmt(energy['sample_stderr'], 2)}")
+    else:
+        console.print(f"expectation of the ratio E[||S||²/||L||²] = {_fmt(energy['expectation_of_ratio'])} ± "
+                      f"{_fmt(energy['expectation_of_ratio_stderr'], 2)} (Monte Carlo; z = "
+                      f"{_fmt(energy['departure_z'], 3)} against (N+1)/(2N)); ratio of expectations estimated from "
+                      f"the same draws {_fmt(energy['ratio_of_expectations_estimate'])} ± "
+                      f"{_fmt(energy['ratio_of_expectations_estimate_stderr'], 2)}")
+
+
+def _quantile_key(level: float) -> str:
+    return f"{level:g}"
+
+
+@cli.command()
+@click.option("--law", default="exponential", show_default=True, callback=_validate_lobe_law,
+              help="Positive law of the lobe entries: exponential, half_normal, lognormal, chi, pareto:alpha.")
+@click.option("--rho", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
+              help="Scale ratio rho = u/v of the two lobes.")
+@click.option("--n", "ns", type=IntListType(), default="10,100,1000,100000", show_default=True,
+              help="Lobe lengths, comma-separated.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--repeats", type=click.IntRange(min=2), default=DEFAULT_LOBE_REPEATS, show_default=True,
+              help="Independent pairs of lobes per length.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as_json: bool) -> None:
+    """Lemma 6: the departure D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| of two sorted iid lobes."""
+    from . import lobes as lobe_module
+
+    curve = lobe_module.lobe_departure_curve(law, rho, list(ns), seed=seed, repeats=repeats)
+    rows = [(int(n), float(m), float(s), float(med))
+            for n, m, s, med in zip(curve.ns, curve.mean, curve.stderr, curve.median)]
+    if as_json:
+        click.echo(json.dumps([{"n": n, "mean": _json_number(m), "stderr": _json_number(s),
+                                "median": _json_number(med)} for n, m, s, med in rows], indent=1))
+        return
+    from rich.table import Table
+
+    finite = lobe_module.positive_law(law).finite_second_moment
+    table = Table(title="Lemma 6: lobe departure D_n")
+    for column in ("n", "D_n mean", "stderr", "median"):
+        table.add_column(column, justify="right")
+    for n, mean, stderr, median in rows:
+        table.add_row(f"{n:,}", _fmt(mean), _fmt(stderr, 3), _fmt(median))
+    console = _stdout_console()
+    console.print(table)
+    console.print(f"D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| for two sorted iid samples of the {curve.law} law "
+                  f"at scales 1 and rho = {rho:g}, {repeats} repeats; "
+                  + ("finite second moment: D_n -> 0 almost surely." if finite else
+                     "infinite second moment: Lemma 6 does not apply, D_n need not tend to 0."))
+
+
+@cli.command()
+@click.argument("model", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the per-head table here (.csv, .parquet or .json).")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the figures into this directory.")
+@click.option("--per-layer", is_flag=True, help="Also summarize each layer.")
+@click.option("--fold-norm", is_flag=True, help="Fold the input LayerNorm gain into W_Q and W_K.")
+@click.option("--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3.")
+@click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
+@click.option("--samples", type=click.IntRange(min=2), default=None, help="Null-law samples per head shape.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
+@click.option("--radius", type=click.FloatRange(min=0, max=1, max_open=True), default=0.02, show_default=True,
+              help="Type II radius: c_sym + d_sym at most this.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
+@click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
+def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_layer: bool, fold_norm: bool,
+            layers: tuple[int, ...] | None, heads: tuple[int, ...] | None, samples: int | None, seed: int,
+            no_null: bool, radius: float, cache_dir: Path | None, quiet: bool) -> None:
+    """Analyze every head of MODEL (file, directory, shards or hub id; default: the embedded MiniLM)."""
+    from . import analysis, report
+
+    if output is not None and output.suffix.lower() not in report.FORMATS:
+        raise click.BadParameter(f"expected a file ending in {', '.join(report.FORMATS)}, got {str(output)!r}",
+                                 param_hint="'-o' / '--output'")
+    options: dict[str, Any] = {}
+    if samples is not None:
+        options["samples"] = samples
+    try:
+        result = analysis.analyze_model(
+            model, layers=layers, heads=heads, per_layer=per_layer, fold_norm=fold_norm, seed=seed, radius=radius,
+            null=not no_null, cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+            progress=not quiet and sys.stderr.isatty(), **options,
+        )
+    except QKEnergyError as error:
+        # --layers / --heads can only be checked against the checkpoint: still a bad argument (status 2)
+        if str(error).startswith(("--layers", "--heads")):
+            raise click.UsageError(str(error)) from None
+        raise
+    if not quiet:
+        report.print_summary(result, _stdout_console())
+    written: list[Path] = []
+    if output is not None:
+        written.append(report.write_table(result.heads, output))
+        if result.layers is not None:
+            # the whole-layer forms go next to the head table: results.csv -> results.layers.csv
+            written.append(report.write_table(result.layers, output.with_name(f"{output.stem}.layers{output.suffix}")))
+    if plot_dir is not None:
+        written.extend(_plot(result.heads, plot_dir, head=None, samples=samples, seed=seed, cache_dir=cache_dir))
+    if not quiet:
+        for path in written:
+            click.echo(f"wrote {path}", err=True)
+
+
+@cli.command()
+@click.argument("results", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for the figures.")
+@click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
+@click.option("--samples", type=click.IntRange(min=2), default=None, help="Null-law samples for the overlays.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
+def plot(results: Path, outdir: Path, head: tuple[int, int] | None, samples: int | None, seed: int,
+         cache_dir: Path | None) -> None:
+    """Plot a results table written by ``qkenergy analyze -o``."""
+    from . import report
+
+    table = report.read_table(results)
+    for path in _plot(table, outdir, head=head, samples=samples, seed=seed, cache_dir=cache_dir):
+        click.echo(f"wrote {path}")
+
+
+def _plot(table: Any, outdir: Path, *, head: tuple[int, int] | None, samples: int | None, seed: int,
+          cache_dir: Path | None) -> list[Path]:
+    from . import plots
+
+    options: dict[str, Any] = {} if samples is None else {"null_samples": samples}
+    return plots.plot_results(table, outdir, head=head, seed=seed,
+                              cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), **options)
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    click.echo(f"{PROG}: error: {_one_line(message)}", err=True)
+    sys.exit(status)
+
+
+def _usage_message(error: click.UsageError) -> str:
+    """One line naming the argument and what was expected."""
+    return _one_line(error.format_message())
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console entry point: run the command line and exit with its status."""
+    try:
+        status = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
+    except click.UsageError as error:  # includes BadParameter, NoSuchOption, MissingParameter
+        _fail(_usage_message(error), 2)
+    except QKEnergyError as error:
+        _fail(str(error), 1)
+    except click.ClickException as error:  # e.g. FileError
+        _fail(error.format_message(), 1)
+    except click.Abort:
+        _fail("aborted", 1)
+    except BrokenPipeError:
+        # stdout closed by the reader (e.g. `| head`): exit quietly, like other filters do; pointing
+        # stdout at /dev/null keeps the interpreter's final flush from complaining
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

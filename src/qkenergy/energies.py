@@ -1,0 +1,116 @@
+"""Lemma 5: symmetric and skew energies of a dense bilinear form L.
+
+For L in M_N(R) with S = (L + L^T)/2 and T = (L - L^T)/2 (Frobenius norms):
+
+    ||L||^2 = ||S||^2 + ||T||^2,
+    ||S||^2 = 1/2 ||L||^2 + 1/2 tr(L^2),
+    ||T||^2 = 1/2 ||L||^2 - 1/2 tr(L^2).
+
+Everything is batched over the leading axes of L. L = 0 has no ratios: they
+are NaN, never 0 or 1/2 (MATH.md: Objects).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Energies:
+    """Energies of L (Lemma 5), arrays of the batch shape.
+
+    norm_l_sq = ||L||^2, norm_s_sq = ||S||^2, norm_t_sq = ||T||^2,
+    trace_l_sq = tr(L^2), symmetric_ratio = ||S||^2/||L||^2,
+    skew_ratio = ||T||^2/||L||^2 (NaN where L = 0).
+    """
+
+    norm_l_sq: np.ndarray
+    norm_s_sq: np.ndarray
+    norm_t_sq: np.ndarray
+    trace_l_sq: np.ndarray
+    symmetric_ratio: np.ndarray
+    skew_ratio: np.ndarray
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0 (no warning)."""
+    numerator, denominator = np.broadcast_arrays(
+        np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    )
+    out = np.full(numerator.shape, np.nan)
+    with np.errstate(invalid="ignore"):  # inf/inf of a non-finite L is NaN already
+        np.divide(numerator, denominator, out=out, where=denominator != 0)
+    return out
+
+
+def power_of_two_scale(max_abs: np.ndarray) -> np.ndarray:
+    """Exponent e with max_abs * 2**-e in [0.5, 1); 0 where max_abs is 0 or not finite.
+
+    Scaling by a power of two is exact in binary floating point, so a rescaled
+    matrix carries exactly the same ratios as the original (MATH.md: rescale
+    before squaring).
+    """
+    max_abs = np.asarray(max_abs, dtype=np.float64)
+    finite = np.isfinite(max_abs)
+    _, exponent = np.frexp(np.where(finite, max_abs, 0.0))
+    return exponent
+
+
+def energies(L: np.ndarray) -> Energies:
+    """Lemma 5 on dense L of shape (..., N, N): ||L||^2, ||S||^2, ||T||^2, tr(L^2) and ratios.
+
+    ||S||^2 and ||T||^2 are summed from S and T themselves (not from the
+    identities), so the identities of Lemma 5 are a genuine check, and a
+    symmetric or antisymmetric L gives an exactly zero T or S. L is rescaled by
+    a power of two before squaring: the ratios are exact for entries of any
+    size; the energies themselves are scaled back (and may overflow to inf).
+    """
+    L = np.asarray(L, dtype=np.float64)
+    if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
+        raise ValueError(f"energies: L must have shape (..., N, N), got {L.shape}")
+    with np.errstate(invalid="ignore"):
+        max_abs = np.max(np.abs(L), axis=(-2, -1), initial=0.0)
+    exponent = power_of_two_scale(max_abs)
+    L = np.ldexp(L, -exponent[..., None, None])
+    Lt = np.swapaxes(L, -1, -2)
+    S = 0.5 * (L + Lt)
+    T = 0.5 * (L - Lt)
+    norm_l_sq = np.sum(L * L, axis=(-2, -1))
+    norm_s_sq = np.sum(S * S, axis=(-2, -1))
+    norm_t_sq = np.sum(T * T, axis=(-2, -1))
+    # sum_ij L_ij L_ji = tr(L^2)
+    trace_l_sq = np.sum(L * Lt, axis=(-2, -1))
+    symmetric_ratio = _ratio(norm_s_sq, norm_l_sq)
+    skew_ratio = _ratio(norm_t_sq, norm_l_sq)
+    unscale = 2 * exponent
+    return Energies(
+        norm_l_sq=np.ldexp(norm_l_sq, unscale),
+        norm_s_sq=np.ldexp(norm_s_sq, unscale),
+        norm_t_sq=np.ldexp(norm_t_sq, unscale),
+        trace_l_sq=np.ldexp(trace_l_sq, unscale),
+        symmetric_ratio=symmetric_ratio,
+        skew_ratio=skew_ratio,
+    )
+
+
+def energies_from_invariants(norm_l_sq: np.ndarray, trace_l_sq: np.ndarray) -> Energies:
+    """Lemma 5 from the two invariants ||L||^2 and tr(L^2).
+
+    ||S||^2 = (||L||^2 + tr(L^2))/2, ||T||^2 = (||L||^2 - tr(L^2))/2; the
+    ratios are 1/2 +- tr(L^2)/(2||L||^2) (NaN where ||L||^2 = 0). Used by the
+    Gram route, which knows only these invariants.
+    """
+    norm_l_sq = np.asarray(norm_l_sq, dtype=np.float64)
+    trace_l_sq = np.asarray(trace_l_sq, dtype=np.float64)
+    norm_s_sq = 0.5 * (norm_l_sq + trace_l_sq)
+    norm_t_sq = 0.5 * (norm_l_sq - trace_l_sq)
+    return Energies(
+        norm_l_sq=norm_l_sq,
+        norm_s_sq=norm_s_sq,
+        norm_t_sq=norm_t_sq,
+        trace_l_sq=trace_l_sq,
+        symmetric_ratio=_ratio(norm_s_sq, norm_l_sq),
+        skew_ratio=_ratio(norm_t_sq, norm_l_sq),
+    )

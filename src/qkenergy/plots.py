@@ -1,0 +1,352 @@
+"""Matplotlib figures of a head table (Agg canvas only, never a GUI backend).
+
+1. ``symmetric_energy_heatmap``: layer x head, diverging colours centred on the
+   random baseline (N+1)/(2N) (Corollary 2, Proposition 6).
+2. ``symmetric_energy_null``: histogram of the heads' symmetric energy against
+   the exact null density of a Gaussian head of the same (n, N).
+3. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex with the
+   accumulation-limit curve rho -> (2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2).
+4. ``lobes_layer{L}_head{H}``: one head's sorted lobes alpha vs beta with the
+   line beta = rho alpha (Lemma 6).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+
+from .errors import QKEnergyError
+from .report import atomic_path, baseline
+
+__all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
+
+FORMATS = ("png", "svg", "pdf")
+_SQRT3_2 = math.sqrt(3) / 2
+_DPI = 150
+
+
+def _save(fig: Figure, outdir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    FigureCanvasAgg(fig)  # attach the Agg canvas; svg/pdf pick their own writer by format
+    paths = []
+    for fmt in formats:
+        path = outdir / f"{stem}.{fmt}"
+        with atomic_path(path) as tmp:
+            # No timestamps in the files: the same table gives the same bytes.
+            metadata = {"Date": None} if fmt == "svg" else ({"CreationDate": None} if fmt == "pdf" else None)
+            fig.savefig(tmp, format=fmt, dpi=_DPI, bbox_inches="tight", metadata=metadata)
+        paths.append(path)
+    return paths
+
+
+def _check_formats(formats: Sequence[str]) -> list[str]:
+    if isinstance(formats, str):
+        formats = [formats]
+    out = [str(f).lower().lstrip(".") for f in formats]
+    bad = [f for f in out if f not in FORMATS]
+    if bad or not out:
+        raise QKEnergyError(f"plot formats {bad or '(none)'} not supported; choose from {', '.join(FORMATS)}")
+    return list(dict.fromkeys(out))
+
+
+def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
+
+
+def _title(df: pd.DataFrame) -> str:
+    models = df["model"].unique() if "model" in df.columns else []
+    return str(models[0]) if len(models) == 1 else "heads"
+
+
+# ----------------------------------------------------------------------------- 1. heatmap
+
+
+def _heatmap(df: pd.DataFrame) -> Figure:
+    grid = df.pivot_table(index="layer", columns="head", values="symmetric_energy", aggfunc="first", dropna=False)
+    values = grid.to_numpy(np.float64)
+    Ns = df["N"].unique()
+    centre = float(baseline(float(Ns[0])))
+    finite = values[np.isfinite(values)]
+    spread = max(np.max(np.abs(finite - centre)) if finite.size else 0.0, 1e-6)
+    lo = min(finite.min() if finite.size else centre, centre - 1e-3 * spread)
+    hi = max(finite.max() if finite.size else centre, centre + 1e-3 * spread)
+    norm = TwoSlopeNorm(vcenter=centre, vmin=lo, vmax=hi)
+
+    rows, cols = values.shape
+    fig = Figure(figsize=(max(5.0, 0.45 * cols + 2.5), max(3.0, 0.4 * rows + 1.6)))
+    ax = fig.add_subplot()
+    import matplotlib
+
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
+    ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    # Mark heads whose symmetric energy differs significantly from the random law.
+    if {"symmetric_energy_p_bh"} <= set(df.columns):
+        sig = df.pivot_table(index="layer", columns="head", values="symmetric_energy_p_bh", aggfunc="first", dropna=False)
+        sig = sig.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
+        annotate = rows * cols <= 400
+        for i in range(rows):
+            for j in range(cols):
+                v = values[i, j]
+                if not math.isfinite(v):
+                    continue
+                star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
+                if annotate:
+                    dark = abs(norm(v) - 0.5) > 0.3
+                    ax.text(j, i, f"{v:.2f}{star}", ha="center", va="center", fontsize=6,
+                            color="white" if dark else "black")
+                elif star:
+                    ax.text(j, i, star, ha="center", va="center", fontsize=6)
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("symmetric energy s")
+    ax.set_title(
+        f"{_title(df)}: symmetric energy per head\n"
+        f"colour centre: random baseline (N+1)/2N = {centre:.4f}; * BH-adjusted p < 0.05",
+        fontsize=9,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. null histogram
+
+
+def _null_histogram(
+    df: pd.DataFrame, *, null_samples: int, seed: int, cache_dir: str | os.PathLike | None
+) -> Figure:
+    from .nulls import null_law
+
+    s = df["symmetric_energy"].to_numpy(np.float64)
+    s = s[np.isfinite(s)]
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot()
+    axn = ax.twinx()  # the null is much narrower than trained heads: own density axis
+    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
+    colours = ["0.25", "tab:purple", "tab:green", "tab:brown"]
+    lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
+    for k, (n, N) in enumerate(shapes):
+        law = null_law(int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir)
+        draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
+        draws = draws[np.isfinite(draws)]
+        colour = colours[k % len(colours)]
+        axn.hist(draws, bins=60, density=True, histtype="stepfilled", alpha=0.35, color=colour,
+                 label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples)")
+        base = float(baseline(float(N)))
+        axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+        lo, hi = min(lo, draws.min(), base), max(hi, draws.max(), base)
+    if s.size:
+        span = hi - lo if hi > lo else 1e-3
+        bins = np.linspace(lo - 0.02 * span, hi + 0.02 * span, 41)
+        ax.hist(s, bins=bins, color="tab:red", alpha=0.75, label=f"trained heads ({s.size})")
+    ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
+    ax.set_ylabel("heads")
+    axn.set_ylabel("null density")
+    handles = ax.get_legend_handles_labels()
+    handles_n = axn.get_legend_handles_labels()
+    ax.legend(handles[0] + handles_n[0], handles[1] + handles_n[1], fontsize=7, loc="upper right")
+    ax.set_title(f"{_title(df)}: heads against the exact random law", fontsize=10)
+    return fig
+
+
+# ----------------------------------------------------------------------------- 3. simplex
+
+
+def ternary_xy(b: np.ndarray, c: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Barycentric (b, c, d) -> plane: b at the top, c bottom left, d bottom right."""
+    b, c, d = (np.asarray(v, dtype=np.float64) for v in (b, c, d))
+    total = b + c + d
+    with np.errstate(invalid="ignore", divide="ignore"):
+        b, d = b / total, d / total
+    return d + b / 2, b * _SQRT3_2
+
+
+def accumulation_limit(rho: np.ndarray) -> np.ndarray:
+    """(2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2): the limit symmetric profile (MATH.md)."""
+    rho = np.asarray(rho, dtype=np.float64)
+    out = np.stack([2 * rho, np.clip(1 - rho, 0, None) ** 2, np.clip(rho - 1, 0, None) ** 2], axis=-1)
+    return out / (1 + rho**2)[..., None]
+
+
+def _simplex(df: pd.DataFrame, *, radius: float = 0.02) -> Figure:
+    fig = Figure(figsize=(6.4, 5.6))
+    ax = fig.add_subplot()
+    ax.set_aspect("equal")
+    ax.axis("off")
+    corners = np.array([[0, 0], [1, 0], [0.5, _SQRT3_2], [0, 0]])
+    ax.plot(corners[:, 0], corners[:, 1], color="0.2", lw=1)
+    for t in np.arange(0.2, 1.0, 0.2):  # grid lines of constant b, c and d
+        for line in (
+            ternary_xy([t, t], [1 - t, 0], [0, 1 - t]),
+            ternary_xy([1 - t, 0], [t, t], [0, 1 - t]),
+            ternary_xy([1 - t, 0], [0, 1 - t], [t, t]),
+        ):
+            ax.plot(*line, color="0.88", lw=0.6, zorder=0)
+    # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
+    ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":")
+    ax.plot(*ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]), color="0.4", lw=0.8)
+    theta = np.linspace(0, np.pi / 2, 400)
+    limit = accumulation_limit(np.tan(theta[:-1]))
+    limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
+    ax.plot(*ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]), color="tab:orange", lw=1.5,
+            label="accumulation limit, ρ from 0 (c) to ∞ (d)")
+    ok = df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)
+    sub = df[ok]
+    x, y = ternary_xy(sub["b_sym"], sub["c_sym"], sub["d_sym"])
+    points = ax.scatter(x, y, c=sub["layer"], cmap="viridis", s=18, edgecolor="k", linewidth=0.3,
+                        zorder=3, label=f"heads ({len(sub)})")
+    if len(sub):
+        bar = fig.colorbar(points, ax=ax, shrink=0.7)
+        bar.set_label("layer")
+    pad = 0.04
+    ax.text(0.5, _SQRT3_2 + pad, "b_sym (paired lobes)\nType II near here", ha="center", va="bottom", fontsize=8)
+    ax.text(-pad, -pad, "c_sym\n(α excess, I+)", ha="right", va="top", fontsize=8)
+    ax.text(1 + pad, -pad, "d_sym\n(β excess, I−)", ha="left", va="top", fontsize=8)
+    ax.set_xlim(-0.25, 1.25)
+    ax.set_ylim(-0.2, _SQRT3_2 + 0.18)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
+    ax.set_title(f"{_title(df)}: symmetric profiles (b, c, d)/s", fontsize=10)
+    return fig
+
+
+# ----------------------------------------------------------------------------- 4. lobes
+
+
+def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
+    """(layer, head) to plot: the given one (tuple or 'L,H' / 'L.H' / 'L:H'), else the most extreme.
+
+    Most extreme: largest |symmetric_energy_z|, or, without null columns, the
+    largest |s - (N+1)/(2N)|.
+    """
+    if head is not None:
+        if isinstance(head, str):
+            parts = head.replace(":", ",").replace(".", ",").split(",")
+            try:
+                layer, h = (int(p) for p in parts)
+            except ValueError:
+                raise QKEnergyError(f"--head: expected LAYER,HEAD, got {head!r}") from None
+        else:
+            try:
+                layer, h = (int(v) for v in head)
+            except (TypeError, ValueError):
+                raise QKEnergyError(f"--head: expected (layer, head), got {head!r}") from None
+        if not ((df["layer"] == layer) & (df["head"] == h)).any():
+            raise QKEnergyError(f"--head: layer {layer}, head {h} is not in the table")
+        return layer, h
+    score = df["symmetric_energy_z"].abs() if "symmetric_energy_z" in df.columns else pd.Series(np.nan, index=df.index)
+    if not np.isfinite(score.to_numpy(np.float64)).any():
+        score = (df["symmetric_energy"] - baseline(df["N"].astype(float))).abs()
+    if not np.isfinite(score.to_numpy(np.float64)).any():
+        raise QKEnergyError("no head with a defined symmetric energy to plot")
+    row = df.loc[score.idxmax()]
+    return int(row["layer"]), int(row["head"])
+
+
+def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
+    row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
+    alpha = np.asarray(row["alpha"], dtype=np.float64)
+    beta = np.asarray(row["beta"], dtype=np.float64)
+    m = max(alpha.size, beta.size)
+    alpha = np.pad(alpha, (0, m - alpha.size))
+    beta = np.pad(beta, (0, m - beta.size))
+    rho = float(row["rho"]) if "rho" in row and np.isfinite(row["rho"]) else (
+        float(np.linalg.norm(beta) / np.linalg.norm(alpha)) if np.any(alpha) else float("nan"))
+
+    fig = Figure(figsize=(10.0, 4.2))
+    ax, ax2 = fig.subplots(1, 2)
+    top = max(alpha.max(initial=0), beta.max(initial=0)) * 1.05 or 1.0
+    ax.plot([0, top], [0, top], color="0.7", ls=":", lw=1, label="β = α")
+    if math.isfinite(rho):
+        ax.plot([0, top], [0, rho * top], color="tab:orange", lw=1.5, label=f"β = ρα, ρ = {rho:.3f}")
+    ax.scatter(alpha, beta, s=14, color="tab:blue", edgecolor="k", linewidth=0.3, zorder=3,
+               label="sorted pairs (α_i, β_i)")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel("α_i (positive eigenvalues of S)")
+    ax.set_ylabel("β_i (|negative eigenvalues| of S)")
+    ax.legend(fontsize=7, loc="upper left")
+    ranks = np.arange(1, m + 1)
+    ax2.plot(ranks, alpha, marker="o", ms=3, lw=1, label="α (positive lobe)")
+    ax2.plot(ranks, beta, marker="s", ms=3, lw=1, label="β (negative lobe)")
+    if math.isfinite(rho):
+        ax2.plot(ranks, rho * alpha, color="tab:orange", lw=1, ls="--", label="ρα")
+    ax2.set_xlabel("rank i")
+    ax2.set_ylabel("eigenvalue magnitude")
+    ax2.legend(fontsize=7)
+
+    def fmt(name: str, digits: int = 3) -> str:
+        v = row.get(name, np.nan)
+        return f"{v:.{digits}f}" if isinstance(v, float | int | np.floating) and np.isfinite(v) else "–"
+
+    fig.suptitle(
+        f"{_title(df)}: layer {layer}, head {head} — s = {fmt('symmetric_energy', 4)} "
+        f"(z = {fmt('symmetric_energy_z', 1)}), type {row.get('head_type', '') or '–'}, "
+        f"pairing = {fmt('pairing')}, lobe departure = {fmt('lobe_departure')}",
+        fontsize=10,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def plot_results(
+    df: pd.DataFrame,
+    outdir: str | os.PathLike,
+    *,
+    head: tuple[int, int] | str | None = None,
+    null_samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
+    """Write the four figures for one model's head table into ``outdir``; returns the files.
+
+    ``head``: (layer, head) for the lobe figure (default: largest
+    |symmetric_energy_z|). ``null_samples``, ``seed``, ``cache_dir``: the null
+    laws drawn for the histogram (nulls.null_law). The lobe figure is skipped,
+    with a warning, when the table has no alpha/beta columns.
+    """
+    formats = _check_formats(formats)
+    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
+    if len(df) == 0:
+        raise QKEnergyError("cannot plot an empty head table")
+    if "model" in df.columns and df["model"].nunique() > 1:
+        raise QKEnergyError(
+            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
+        )
+    if df["N"].nunique() > 1:
+        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+    outdir = Path(outdir)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QKEnergyError(f"{outdir}: cannot create directory ({exc.strerror or exc})") from None
+    chosen = choose_head(df, head)  # validate --head before any drawing
+    paths: list[Path] = []
+    paths += _save(_heatmap(df), outdir, "symmetric_energy_heatmap", formats)
+    paths += _save(
+        _null_histogram(df, null_samples=null_samples, seed=seed, cache_dir=cache_dir),
+        outdir, "symmetric_energy_null", formats,
+    )
+    _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
+    paths += _save(_simplex(df), outdir, "symmetric_profiles", formats)
+    if {"alpha", "beta"} <= set(df.columns):
+        layer, h = chosen
+        paths += _save(_lobes(df, layer, h), outdir, f"lobes_layer{layer}_head{h}", formats)
+    else:
+        warnings.warn("the table has no alpha/beta lobe columns: lobe figure skipped", stacklevel=2)
+    return paths

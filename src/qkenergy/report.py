@@ -1,0 +1,304 @@
+"""Tidy tables (csv / parquet / json, written atomically) and rich terminal summaries."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import QKEnergyError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+    from .analysis import Analysis
+
+__all__ = [
+    "FORMATS",
+    "LIST_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "SIGNIFICANCE",
+    "atomic_path",
+    "layer_summary",
+    "print_summary",
+    "read_table",
+    "write_table",
+]
+
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+LIST_COLUMNS = ("alpha", "beta")
+STRING_COLUMNS = ("model", "head_type", "reason")
+REQUIRED_COLUMNS = ("model", "layer", "head", "n", "N", "symmetric_energy")
+SIGNIFICANCE = 0.05
+HEAD_TYPES = ("II", "I+", "I-")
+
+
+def _format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        accepted = ", ".join(FORMATS)
+        raise QKEnergyError(
+            f"{path}: unknown table format {path.suffix or '(no extension)'!r}; accepted extensions: {accepted}"
+        )
+    return fmt
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QKEnergyError(f"{target.parent}: cannot create directory ({exc.strerror or exc})") from None
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise QKEnergyError(f"{target}: cannot write ({exc.strerror or exc})") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        # mkstemp makes the file 0600; give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _json_value(value: Any) -> Any:
+    """JSON-safe version of a cell: NaN/inf -> None, numpy scalars/arrays -> Python."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _list_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in LIST_COLUMNS if c in df.columns]
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``df`` as csv, parquet or json (by extension), atomically; returns the path.
+
+    csv keeps the list columns (alpha, beta) as JSON strings; json is a list of
+    records with NaN as null; parquet keeps lists natively.
+    """
+    target = Path(path)
+    fmt = _format(target)
+    with atomic_path(target) as tmp:
+        if fmt == "csv":
+            out = df.copy()
+            for col in _list_columns(out):
+                out[col] = [json.dumps(_json_value(v)) for v in out[col]]
+            out.to_csv(tmp, index=False)
+        elif fmt == "parquet":
+            out = df.copy()
+            for col in _list_columns(out):
+                out[col] = [[float(x) for x in v] for v in out[col]]
+            out.to_parquet(tmp, index=False)
+        else:
+            records = [
+                {str(k): _json_value(v) for k, v in rec.items()} for rec in df.to_dict(orient="records")
+            ]
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(records, fh, allow_nan=False)
+                fh.write("\n")
+    return target
+
+
+def _as_list(value: Any) -> list[float]:
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    return [float("nan") if x is None else float(x) for x in value]
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Inverse of :func:`write_table`; checks that the head-table columns are present."""
+    source = Path(path)
+    fmt = _format(source)
+    if not source.is_file():
+        raise QKEnergyError(f"{source}: no such file")
+    try:
+        if fmt == "csv":
+            df = pd.read_csv(source)
+        elif fmt == "parquet":
+            df = pd.read_parquet(source)
+        else:
+            with open(source, encoding="utf-8") as fh:
+                records = json.load(fh)
+            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+                raise ValueError("expected a list of records (objects)")
+            df = pd.DataFrame.from_records(records)
+            for col in df.columns:
+                # Columns that are entirely null were all-NaN floats when written.
+                if df[col].dtype == object and df[col].isna().all():
+                    df[col] = np.nan
+        for col in _list_columns(df):
+            df[col] = [_as_list(v) for v in df[col]]
+    except QKEnergyError:
+        raise
+    except Exception as exc:  # parsers raise many types; the user needs one line
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise QKEnergyError(f"{source}: cannot read as {fmt} ({msg})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise QKEnergyError(
+            f"{source}: not a qkenergy head table; missing column(s) {', '.join(missing)} "
+            "(write one with `qkenergy analyze -o FILE`)"
+        )
+    for col in STRING_COLUMNS:
+        if col in df.columns:
+            df[col] = df[col].fillna("").astype(str)
+    return df
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def baseline(N: Any) -> Any:
+    """Exact null mean of the symmetric energy, (N+1)/(2N) (Corollary 2, Proposition 6)."""
+    return (N + 1) / (2 * N)
+
+
+def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per layer: median and IQR of symmetric energy, baseline, significant shares, head types.
+
+    A head is significantly above (below) the random law when
+    ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative);
+    the shares are over the layer's heads and NaN when no null was computed.
+    """
+    keys = ["model", "layer"] if "model" in df.columns else ["layer"]
+    rows = []
+    for key, group in df.groupby(keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        s = group["symmetric_energy"].to_numpy(np.float64)
+        defined = s[np.isfinite(s)]
+        q1, med, q3 = np.quantile(defined, [0.25, 0.5, 0.75]) if defined.size else (np.nan,) * 3
+        Ns = group["N"].unique()
+        row: dict[str, Any] = dict(zip(keys, key))
+        row.update(
+            heads=len(group),
+            N=int(Ns[0]) if len(Ns) == 1 else np.nan,
+            symmetric_energy_median=float(med),
+            symmetric_energy_q1=float(q1),
+            symmetric_energy_q3=float(q3),
+            symmetric_energy_iqr=float(q3 - q1),
+            baseline=float(baseline(Ns[0])) if len(Ns) == 1 else np.nan,
+        )
+        above = below = np.nan
+        if {"symmetric_energy_p_bh", "symmetric_energy_z"} <= set(group.columns):
+            p = group["symmetric_energy_p_bh"].to_numpy(np.float64)
+            z = group["symmetric_energy_z"].to_numpy(np.float64)
+            if np.isfinite(p).any():
+                significant = np.isfinite(p) & (p < SIGNIFICANCE)
+                above = float(np.mean(significant & (z > 0)))
+                below = float(np.mean(significant & (z < 0)))
+        row.update(share_above=above, share_below=below)
+        types = group["head_type"].fillna("").astype(str) if "head_type" in group else pd.Series([], dtype=str)
+        for t in HEAD_TYPES:
+            row[f"type_{t}"] = int((types == t).sum())
+        row["undefined"] = int((~np.isfinite(s)).sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pct(x: float) -> str:
+    return "–" if not math.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def _num(x: float, digits: int = 4) -> str:
+    return "–" if not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
+    """One sentence on the whole model: how many heads differ from the random law, and how."""
+    s = df["symmetric_energy"].to_numpy(np.float64)
+    defined = np.isfinite(s)
+    total = int(defined.sum())
+    if total == 0:
+        return "No head has a defined symmetric energy (all forms are zero or non-finite)."
+    median = float(np.median(s[defined]))
+    base = baseline(df.loc[defined, "N"].to_numpy(np.float64))
+    base_text = _num(float(base[0]), 4) if np.ptp(base) == 0 else f"{_num(base.min())}–{_num(base.max())}"
+    p = df.get("symmetric_energy_p_bh", pd.Series(np.nan, index=df.index)).to_numpy(np.float64)
+    if not null or not np.isfinite(p).any():
+        return (
+            f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
+            f"over {total} heads; null laws were skipped, so no significance is claimed."
+        )
+    z = df["symmetric_energy_z"].to_numpy(np.float64)
+    significant = np.isfinite(p) & (p < SIGNIFICANCE)
+    above = int((significant & (z > 0)).sum())
+    below = int((significant & (z < 0)).sum())
+    return (
+        f"{above} of {total} heads ({100 * above / total:.0f}%) are significantly more symmetric "
+        f"and {below} ({100 * below / total:.0f}%) significantly more skew than a random head of "
+        f"the same shape (BH-adjusted p < {SIGNIFICANCE:g}); median symmetric energy {median:.4f} "
+        f"against the random baseline {base_text}."
+    )
+
+
+def print_summary(analysis: Analysis, console: Console | None = None) -> None:
+    """Header line, per-layer table (and the layer forms, when analysed), one-sentence verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    df = analysis.heads
+    settings = analysis.settings
+    null = bool(settings.get("null", True))
+    samples = settings.get("samples", 0)
+    fold = "used" if settings.get("fold_norm") else "not used"
+    null_text = f"{samples} null samples per shape" if null else "null laws skipped"
+    console.print(
+        f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
+        f"fold-norm {fold} · {null_text}"
+    )
+    summary = layer_summary(df)
+    table = Table(title="Symmetric energy per layer", title_justify="left")
+    for name, justify in (
+        ("layer", "right"), ("heads", "right"), ("median s", "right"), ("IQR", "right"),
+        ("baseline", "right"), ("above", "right"), ("below", "right"),
+        ("II", "right"), ("I+", "right"), ("I-", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for r in summary.to_dict(orient="records"):
+        table.add_row(
+            str(r["layer"]), str(r["heads"]), _num(r["symmetric_energy_median"]),
+            _num(r["symmetric_energy_iqr"]), _num(r["baseline"]), _pct(r["share_above"]),
+            _pct(r["share_below"]), str(r["type_II"]), str(r["type_I+"]), str(r["type_I-"]),
+        )
+    console.print(table)
+    layers = analysis.layers
+    if layers is not None and len(layers):
+        form = Table(title="Whole-layer forms (sum over heads)", title_justify="left")
+        for name in ("layer", "s", "2s-1", "directionality", "baseline", "type", "route"):
+            form.add_column(name, justify="right")
+        for r in layers.to_dict(orient="records"):
+            form.add_row(
+                str(r["layer"]), _num(r["symmetric_energy"]), _num(r["symmetry_score"]),
+                _num(r["directionality"], 3), _num(r["symmetric_energy_baseline"]),
+                str(r.get("head_type", "")), str(r.get("route", "")),
+            )
+        console.print(form)
+    console.print(verdict(df, null=null))

@@ -1,0 +1,156 @@
+"""Spectra of S, T and L from the Gram matrix G (MATH.md: Gram route), and the dense reference.
+
+With C = [W_K; W_Q] and G = C C^T = V V^T:
+
+    S = 1/2 C^T J  C,  J  = [[0, I], [ I, 0]]  -> nonzero eigenvalues of S are those of 1/2 V^T J V,
+    T = 1/2 C^T J' C,  J' = [[0, I], [-I, 0]]  -> singular values of T are the moduli of the
+                                                   eigenvalues of 1/2 V^T J' V,
+    G_KK = R R^T                               -> singular values of L are the square roots of
+                                                   the eigenvalues of R^T G_QQ R.
+
+Writing V = [V_K; V_Q] (n rows each), V^T J V = P + P^T and V^T J' V = P - P^T
+with P = V_K^T V_Q. All functions work on stacks (..., 2n, 2n).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkenergy.gram import head_dim, key_block, query_block
+
+
+# A Cholesky pivot below this multiple of m * eps * max diag(G) is at the
+# rounding level of a rank-deficient G: those heads take the eigh route.
+_PIVOT_TOL = 1e3
+
+
+def _eigh_factor(G: np.ndarray) -> np.ndarray:
+    """V = Q diag(sqrt(w)) from G = Q diag(w) Q^T, eigenvalues below m * eps * max w set to 0."""
+    w, Q = np.linalg.eigh(G)
+    m = G.shape[-1]
+    cutoff = m * np.finfo(np.float64).eps * np.maximum(w[..., -1:], 0.0)
+    w = np.where(w > cutoff, w, 0.0)
+    return Q * np.sqrt(w)[..., None, :]
+
+
+def psd_factor(G: np.ndarray) -> np.ndarray:
+    """V with G = V V^T for symmetric positive semidefinite G (..., m, m).
+
+    Every use of V is invariant under V -> V O (O orthogonal), so any factor
+    will do. Cholesky is several times cheaper than eigh and serves the common
+    full-rank head. A head whose G is rank-deficient (n > N/2, repeated rows,
+    zero heads) has a Cholesky pivot at the rounding level, or makes Cholesky
+    fail; it takes the eigh route, where eigenvalues below m * eps * max w
+    are set to 0: a true zero of G comes out of eigh at that level, and its
+    square root, of relative size sqrt(eps), would give S spurious
+    eigenvalues of relative size ~1e-8. The price: singular values of
+    C = [W_K; W_Q] below sqrt(m * eps) * max (about 1e-7 for n = 128) count
+    as 0, which is the resolution of any route through G.
+    """
+    G = np.asarray(G, dtype=np.float64)
+    m = G.shape[-1]
+    try:
+        V = np.linalg.cholesky(G)
+    except np.linalg.LinAlgError:
+        return _eigh_factor(G)
+    largest = np.max(np.diagonal(G, axis1=-2, axis2=-1), axis=-1, initial=0.0)
+    pivots_sq = np.diagonal(V, axis1=-2, axis2=-1) ** 2
+    floor = _PIVOT_TOL * m * np.finfo(np.float64).eps * largest
+    resolved = np.all(pivots_sq > floor[..., None], axis=-1)
+    if not np.all(resolved):
+        V[~resolved] = _eigh_factor(G[~resolved])
+    return V
+
+
+def _swap_halves(V: np.ndarray, sign: float) -> np.ndarray:
+    """J V = [V_Q; V_K] (sign +1) or J' V = [V_Q; -V_K] (sign -1), for V = [V_K; V_Q]."""
+    n = V.shape[-2] // 2
+    return np.concatenate([V[..., n:, :], sign * V[..., :n, :]], axis=-2)
+
+
+def symmetric_core(V: np.ndarray) -> np.ndarray:
+    """1/2 V^T J V = (P + P^T)/2, P = V_K^T V_Q: its eigenvalues are the nonzero eigenvalues of S.
+
+    One product V^T (J V) rather than P + P^T: adding a batched transpose is
+    strided memory traffic that costs more than the extra multiplication.
+    """
+    return 0.5 * (np.swapaxes(V, -1, -2) @ _swap_halves(V, 1.0))
+
+
+def skew_core(V: np.ndarray) -> np.ndarray:
+    """1/2 V^T J' V = (P - P^T)/2: real skew, its eigenvalue moduli are the singular values of T."""
+    return 0.5 * (np.swapaxes(V, -1, -2) @ _swap_halves(V, -1.0))
+
+
+def symmetric_eigenvalues(G: np.ndarray) -> np.ndarray:
+    """Eigenvalues of S (ascending, 2n per head; the other N - 2n are 0). MATH.md: Gram route."""
+    head_dim(G)
+    return np.linalg.eigvalsh(symmetric_core(psd_factor(G)))
+
+
+def skew_singular_values_of_core(M: np.ndarray) -> np.ndarray:
+    """Singular values (descending) of a real skew matrix M, via eigvalsh of the Hermitian i M.
+
+    i M is Hermitian with real eigenvalues +-sigma, so this is a stable
+    symmetric eigenproblem rather than an SVD or a square root of M^T M.
+    """
+    moduli = np.abs(np.linalg.eigvalsh(1j * M))
+    return np.flip(np.sort(moduli, axis=-1), axis=-1)
+
+
+def skew_singular_values(G: np.ndarray) -> np.ndarray:
+    """Singular values of T (descending, 2n per head, in equal pairs). MATH.md: Gram route."""
+    head_dim(G)
+    return skew_singular_values_of_core(skew_core(psd_factor(G)))
+
+
+def singular_values(G: np.ndarray) -> np.ndarray:
+    """Singular values h of L (descending, n per head): h^2 = eig(R^T G_QQ R), G_KK = R R^T."""
+    R = psd_factor(key_block(G))
+    h_sq = np.linalg.eigvalsh(np.swapaxes(R, -1, -2) @ query_block(G) @ R)
+    return np.flip(np.sqrt(np.maximum(h_sq, 0.0)), axis=-1)
+
+
+def eigenvalue_tolerance(eigs: np.ndarray, zero_tol: float = 1e-9) -> np.ndarray:
+    """zero_tol * max|eigenvalue| per head (shape (..., 1)): smaller eigenvalues count as 0."""
+    return zero_tol * np.max(np.abs(eigs), axis=-1, keepdims=True, initial=0.0)
+
+
+def lobes(
+    eigs: np.ndarray, *, zero_tol: float = 1e-9, length: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positive and negative lobes (alpha, beta) of the eigenvalues of S (MATH.md: Per-head statistics).
+
+    alpha: the eigenvalues above zero_tol * max|eigenvalue|, decreasing;
+    beta: the absolute values of those below -zero_tol * max|eigenvalue|,
+    decreasing; both zero-padded to `length` (default: eigs.shape[-1]).
+    """
+    eigs = np.asarray(eigs, dtype=np.float64)
+    length = eigs.shape[-1] if length is None else length
+    tol = eigenvalue_tolerance(eigs, zero_tol)
+    positive = np.where(eigs > tol, eigs, 0.0)
+    negative = np.where(eigs < -tol, -eigs, 0.0)
+    alpha = -np.sort(-positive, axis=-1)[..., :length]
+    beta = -np.sort(-negative, axis=-1)[..., :length]
+    pad = [(0, 0)] * (eigs.ndim - 1) + [(0, max(0, length - eigs.shape[-1]))]
+    return np.pad(alpha, pad), np.pad(beta, pad)
+
+
+# Dense reference route: from an N x N L, O(N^3) per head.
+
+
+def dense_symmetric_eigenvalues(L: np.ndarray) -> np.ndarray:
+    """Eigenvalues of S = (L + L^T)/2 (ascending, N per head), eigvalsh."""
+    L = np.asarray(L, dtype=np.float64)
+    return np.linalg.eigvalsh(0.5 * (L + np.swapaxes(L, -1, -2)))
+
+
+def dense_skew_singular_values(L: np.ndarray) -> np.ndarray:
+    """Singular values of T = (L - L^T)/2 (descending, N per head)."""
+    L = np.asarray(L, dtype=np.float64)
+    return skew_singular_values_of_core(0.5 * (L - np.swapaxes(L, -1, -2)))
+
+
+def dense_singular_values(L: np.ndarray) -> np.ndarray:
+    """Singular values of L (descending, N per head), SVD."""
+    return np.linalg.svd(np.asarray(L, dtype=np.float64), compute_uv=False)

@@ -1,0 +1,377 @@
+"""Per-head statistics of L = W_K^T W_Q under the paper's names (MATH.md: Per-head statistics).
+
+Two routes give the same numbers: `gram_statistics` from the 2n x 2n Gram
+matrix G (MATH.md: Gram route, O(n^2 N) per head) and `dense_statistics`
+from the N x N matrix L (the O(N^3) reference). Both reduce a head to
+
+    the eigenvalues of S, ||S||^2, ||T||^2, tr L, the singular values h of L,
+
+and `_statistics_from_spectra` turns these into every statistic. All work is
+vectorised over heads with stacked linear algebra.
+
+A head whose L is zero, or whose weights are not finite, gets NaN for every
+statistic and a `reason`. A statistic undefined on its own for a fine head
+(e.g. lobe_departure when S is positive semidefinite) is NaN with reason "".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from qkenergy.energies import energies, power_of_two_scale
+from qkenergy.gram import (
+    gram_norm_sq,
+    gram_trace,
+    head_dim,
+    head_gram,
+    key_block,
+    query_block,
+)
+from qkenergy.spectrum import (
+    dense_singular_values,
+    dense_symmetric_eigenvalues,
+    eigenvalue_tolerance,
+    lobes,
+    psd_factor,
+    singular_values,
+    skew_core,
+    symmetric_core,
+)
+
+STATISTICS: tuple[str, ...] = (
+    "symmetric_energy",
+    "a",
+    "b",
+    "c",
+    "d",
+    "b_sym",
+    "c_sym",
+    "d_sym",
+    "balance",
+    "n_pos",
+    "n_neg",
+    "n_zero",
+    "rho",
+    "pairing",
+    "pairing_bound",
+    "pairing_gap",
+    "lobe_departure",
+    "trace_ratio",
+    "participation_ratio",
+    "stable_rank",
+    "leading_share",
+    "limit_b_sym",
+    "limit_c_sym",
+    "limit_d_sym",
+    "limit_distance",
+)
+
+REASON_ZERO_HEAD = "zero head (L = 0)"
+REASON_NON_FINITE = "non-finite weights"
+
+# A head is a zero head when ||L|| <= ZERO_HEAD_TOL * ||W_K|| ||W_Q|| (always
+# ||L|| <= ||W_K|| ||W_Q||). Below that, L is at the rounding level of the
+# float64 Gram product and its ratios would be noise. L can vanish with
+# nonzero W_K, W_Q (rows of W_K orthogonal to rows of W_Q), hence relative.
+ZERO_HEAD_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class HeadStatistics:
+    """Statistics of a batch of heads: arrays of the batch shape (MATH.md: Per-head statistics).
+
+    Scalars in `STATISTICS` order; `head_type` ("II", "I+", "I-", "" when
+    undefined); `reason` ("" for a fine head, else why its statistics are
+    NaN); lobes `alpha`, `beta` of shape (..., m), decreasing, zero-padded,
+    in units of ||L|| (the eigenvalues of S / ||L||, so the weights' scale
+    drops out); m = n on the Gram route, N on the dense route.
+    """
+
+    symmetric_energy: np.ndarray  # s = ||S||^2/||L||^2 (Lemma 5)
+    a: np.ndarray  # ||T||^2/||L||^2
+    b: np.ndarray  # 2<alpha, beta>/||L||^2
+    c: np.ndarray  # ||(alpha - beta)_+||^2/||L||^2
+    d: np.ndarray  # ||(alpha - beta)_-||^2/||L||^2
+    b_sym: np.ndarray  # b/s
+    c_sym: np.ndarray  # c/s
+    d_sym: np.ndarray  # d/s
+    balance: np.ndarray  # 1 - |n_pos - n_neg|/(n_pos + n_neg)
+    n_pos: np.ndarray  # positive eigenvalues of S (float: NaN for failed heads)
+    n_neg: np.ndarray  # negative eigenvalues of S
+    n_zero: np.ndarray  # N - n_pos - n_neg
+    rho: np.ndarray  # ||beta||/||alpha|| (+inf when S != 0 is negative semidefinite)
+    pairing: np.ndarray  # 1 - ||alpha - beta||/||S||
+    pairing_bound: np.ndarray  # 1 - |1 - rho|/sqrt(1 + rho^2) (pairing lemma: >= pairing)
+    pairing_gap: np.ndarray  # pairing_bound - pairing
+    lobe_departure: np.ndarray  # ||beta - rho alpha||/||beta|| (Lemma 6)
+    trace_ratio: np.ndarray  # |tr L|/||L||
+    participation_ratio: np.ndarray  # (sum h^2)^2/sum h^4
+    stable_rank: np.ndarray  # sum h^2/h_1^2
+    leading_share: np.ndarray  # h_1^2/sum h^2
+    limit_b_sym: np.ndarray  # accumulation limit 2 rho/(1 + rho^2)
+    limit_c_sym: np.ndarray  # (1 - rho)_+^2/(1 + rho^2)
+    limit_d_sym: np.ndarray  # (rho - 1)_+^2/(1 + rho^2)
+    limit_distance: np.ndarray  # ||(b_sym, c_sym, d_sym) - limit profile||
+    head_type: np.ndarray
+    reason: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Name -> 1-D array over the flattened batch: the scalars, head_type, reason."""
+        names = (*STATISTICS, "head_type", "reason")
+        return {name: np.asarray(getattr(self, name)).reshape(-1) for name in names}
+
+
+def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0 (no warning)."""
+    numerator, denominator = np.broadcast_arrays(numerator, denominator)
+    out = np.full(numerator.shape, np.nan)
+    np.divide(numerator, denominator, out=out, where=denominator != 0)
+    return out
+
+
+def _norm(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.sum(x * x, axis=-1))
+
+
+def _statistics_from_spectra(
+    *,
+    eigs: np.ndarray,
+    norm_s_sq: np.ndarray,
+    norm_t_sq: np.ndarray,
+    trace_l: np.ndarray,
+    h: np.ndarray,
+    N: int,
+    lobe_length: int,
+    reason: np.ndarray,
+    radius: float,
+    zero_tol: float,
+) -> dict[str, np.ndarray]:
+    """Every statistic of MATH.md for heads (H,) from their spectra.
+
+    eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq: ||S||^2, ||T||^2;
+    trace_l: tr L; h: singular values of L, descending; reason: failures.
+    """
+    norm_l_sq = norm_s_sq + norm_t_sq  # Lemma 5
+    symmetric_energy = _divide(norm_s_sq, norm_l_sq)
+    a = _divide(norm_t_sq, norm_l_sq)
+
+    # When ||S|| is at the rounding level of ||L|| (L antisymmetric), the
+    # computed eigenvalues of S are noise: S counts as 0, as on the dense route.
+    symmetric_vanishes = norm_s_sq <= zero_tol**2 * norm_l_sq
+    eigs = np.where(symmetric_vanishes[:, None], 0.0, eigs)
+    alpha, beta = lobes(eigs, zero_tol=zero_tol, length=lobe_length)
+    tol = eigenvalue_tolerance(eigs, zero_tol)
+    n_pos = np.sum(eigs > tol, axis=-1).astype(np.float64)
+    n_neg = np.sum(eigs < -tol, axis=-1).astype(np.float64)
+    n_zero = N - n_pos - n_neg
+    balance = 1.0 - _divide(np.abs(n_pos - n_neg), n_pos + n_neg)
+
+    # Profile pi(L) = (a, b, c, d) and the symmetric profile (b, c, d)/s.
+    lobe_gap = alpha - beta
+    inner = np.sum(alpha * beta, axis=-1)
+    excess_sq = np.sum(np.maximum(lobe_gap, 0.0) ** 2, axis=-1)
+    deficit_sq = np.sum(np.minimum(lobe_gap, 0.0) ** 2, axis=-1)
+    b = _divide(2.0 * inner, norm_l_sq)
+    c = _divide(excess_sq, norm_l_sq)
+    d = _divide(deficit_sq, norm_l_sq)
+    norm_s_sq_defined = np.where(symmetric_vanishes, 0.0, norm_s_sq)
+    b_sym = _divide(2.0 * inner, norm_s_sq_defined)
+    c_sym = _divide(excess_sq, norm_s_sq_defined)
+    d_sym = _divide(deficit_sq, norm_s_sq_defined)
+
+    # rho = ||beta||/||alpha|| is +inf when S != 0 is negative semidefinite.
+    # The pairing bound and the limit profile are written homogeneously in
+    # (||alpha||, ||beta||), so that case needs no special formula there.
+    norm_alpha = _norm(alpha)
+    norm_beta = _norm(beta)
+    lobes_sq = norm_alpha**2 + norm_beta**2
+    rho = np.where(norm_alpha > 0, norm_beta / np.where(norm_alpha > 0, norm_alpha, 1.0), np.inf)
+    rho = np.where(lobes_sq > 0, rho, np.nan)
+    pairing = 1.0 - _divide(_norm(lobe_gap), np.sqrt(norm_s_sq_defined))
+    pairing_bound = 1.0 - _divide(np.abs(norm_alpha - norm_beta), np.sqrt(lobes_sq))
+    pairing_gap = pairing_bound - pairing
+    both_lobes = (norm_alpha > 0) & (norm_beta > 0)
+    finite_rho = np.where(both_lobes, rho, 0.0)
+    lobe_departure = np.where(
+        both_lobes, _divide(_norm(beta - finite_rho[:, None] * alpha), norm_beta), np.nan
+    )
+
+    # Accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2).
+    limit_b_sym = _divide(2.0 * norm_alpha * norm_beta, lobes_sq)
+    limit_c_sym = _divide(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
+    limit_d_sym = _divide(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
+    limit_distance = np.sqrt(
+        (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
+    )
+
+    trace_ratio = _divide(np.abs(trace_l), np.sqrt(norm_l_sq))
+    h_sq = h * h
+    sum_h_sq = np.sum(h_sq, axis=-1)
+    leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
+    participation_ratio = _divide(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
+    stable_rank = _divide(sum_h_sq, leading_sq)
+    leading_share = _divide(leading_sq, sum_h_sq)
+
+    off_diagonal = c_sym + d_sym
+    head_type = np.where(
+        np.isnan(off_diagonal),
+        "",
+        np.where(off_diagonal <= radius, "II", np.where(c_sym > d_sym, "I+", "I-")),
+    ).astype("<U2")
+
+    values = {
+        "symmetric_energy": symmetric_energy,
+        "a": a,
+        "b": b,
+        "c": c,
+        "d": d,
+        "b_sym": b_sym,
+        "c_sym": c_sym,
+        "d_sym": d_sym,
+        "balance": balance,
+        "n_pos": n_pos,
+        "n_neg": n_neg,
+        "n_zero": n_zero,
+        "rho": rho,
+        "pairing": pairing,
+        "pairing_bound": pairing_bound,
+        "pairing_gap": pairing_gap,
+        "lobe_departure": lobe_departure,
+        "trace_ratio": trace_ratio,
+        "participation_ratio": participation_ratio,
+        "stable_rank": stable_rank,
+        "leading_share": leading_share,
+        "limit_b_sym": limit_b_sym,
+        "limit_c_sym": limit_c_sym,
+        "limit_d_sym": limit_d_sym,
+        "limit_distance": limit_distance,
+    }
+    failed = reason != ""
+    for name in STATISTICS:
+        values[name] = np.where(failed, np.nan, values[name])
+    values["head_type"] = np.where(failed, "", head_type).astype("<U2")
+    values["reason"] = reason
+    # The Gram route rescales W_K and W_Q separately, so absolute eigenvalues
+    # carry no meaning: report the lobes in units of ||L||, where
+    # b = 2<alpha, beta>, c = ||(alpha - beta)_+||^2 and ||alpha||^2 + ||beta||^2 = s.
+    unit = np.sqrt(np.where(failed, 1.0, norm_l_sq))[:, None]
+    values["alpha"] = np.where(failed[:, None], np.nan, alpha / unit)
+    values["beta"] = np.where(failed[:, None], np.nan, beta / unit)
+    return values
+
+
+def _assemble(values: dict[str, np.ndarray], batch: tuple[int, ...]) -> HeadStatistics:
+    """Reshape flat (H, ...) arrays to the batch shape."""
+    shaped = {
+        field.name: values[field.name].reshape(batch + values[field.name].shape[1:])
+        for field in fields(HeadStatistics)
+    }
+    return HeadStatistics(**shaped)
+
+
+def _failure_reason(non_finite: np.ndarray, zero_head: np.ndarray) -> np.ndarray:
+    reason = np.where(zero_head, REASON_ZERO_HEAD, "")
+    return np.where(non_finite, REASON_NON_FINITE, reason).astype(str)
+
+
+def gram_statistics(
+    G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9
+) -> HeadStatistics:
+    """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
+
+    MATH.md: Gram route and Per-head statistics. The eigenvalues of S come
+    from 1/2 V^T J V (G = V V^T), ||S||^2 and ||T||^2 from the Frobenius
+    norms of 1/2 V^T J V and 1/2 V^T J' V, h from R^T G_QQ R (G_KK = R R^T),
+    tr L = tr G_QK. N is needed for n_zero (zero eigenvalues of the N x N S).
+    Counts use the tolerance zero_tol * max|eigenvalue of S|; `radius` is
+    the Type II radius of the head type.
+    """
+    G = np.asarray(G, dtype=np.float64)
+    n = head_dim(G)
+    batch = G.shape[:-2]
+    G = G.reshape(-1, 2 * n, 2 * n)
+
+    non_finite = ~np.all(np.isfinite(G), axis=(-2, -1))
+    # Failed heads are computed on a harmless stand-in and overwritten with NaN.
+    stand_in = np.eye(2 * n)
+    G = np.where(non_finite[:, None, None], stand_in, G)
+    exponent = power_of_two_scale(np.max(np.abs(G), axis=(-2, -1), initial=0.0))
+    G = np.ldexp(G, -exponent[:, None, None])
+
+    weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(
+        query_block(G), axis1=-2, axis2=-1
+    )
+    zero_head = ~non_finite & (gram_norm_sq(G) <= ZERO_HEAD_TOL**2 * weight_scale)
+    G = np.where(zero_head[:, None, None], stand_in, G)
+
+    # Many small eigenproblems: BLAS threads only contend here (several times
+    # slower on a busy 2-core machine), so run them on one thread.
+    with threadpool_limits(1, user_api="blas"):
+        V = psd_factor(G)
+        symmetric = symmetric_core(V)
+        eigs = np.linalg.eigvalsh(symmetric)
+        norm_t_sq = np.sum(skew_core(V) ** 2, axis=(-2, -1))
+        h = singular_values(G)
+    values = _statistics_from_spectra(
+        eigs=eigs,
+        norm_s_sq=np.sum(symmetric * symmetric, axis=(-2, -1)),
+        norm_t_sq=norm_t_sq,
+        trace_l=gram_trace(G),
+        h=h,
+        N=N,
+        lobe_length=n,
+        reason=_failure_reason(non_finite, zero_head),
+        radius=radius,
+        zero_tol=zero_tol,
+    )
+    return _assemble(values, batch)
+
+
+def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
+    """Per-head statistics from dense L (..., N, N): the O(N^3) reference route.
+
+    Eigenvalues of S by eigvalsh, h by SVD, energies by Lemma 5 (energies.py).
+    Without the weights there is no scale to compare with, so only an exactly
+    zero L is a zero head here. Lobes have length N.
+    """
+    L = np.asarray(L, dtype=np.float64)
+    if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
+        raise ValueError(f"dense_statistics: L must have shape (..., N, N), got {L.shape}")
+    N = L.shape[-1]
+    batch = L.shape[:-2]
+    L = L.reshape(-1, N, N)
+
+    non_finite = ~np.all(np.isfinite(L), axis=(-2, -1))
+    zero_head = ~non_finite & ~np.any(L != 0, axis=(-2, -1))
+    failed = non_finite | zero_head
+    L = np.where(failed[:, None, None], np.eye(N), L)
+    exponent = power_of_two_scale(np.max(np.abs(L), axis=(-2, -1), initial=0.0))
+    L = np.ldexp(L, -exponent[:, None, None])
+
+    energy = energies(L)
+    values = _statistics_from_spectra(
+        eigs=dense_symmetric_eigenvalues(L),
+        norm_s_sq=energy.norm_s_sq,
+        norm_t_sq=energy.norm_t_sq,
+        trace_l=np.trace(L, axis1=-2, axis2=-1),
+        h=dense_singular_values(L),
+        N=N,
+        lobe_length=N,
+        reason=_failure_reason(non_finite, zero_head),
+        radius=radius,
+        zero_tol=zero_tol,
+    )
+    return _assemble(values, batch)
+
+
+def head_statistics(
+    w_query: np.ndarray, w_key: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9
+) -> HeadStatistics:
+    """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N)."""
+    N = np.shape(w_query)[-1]
+    return gram_statistics(head_gram(w_query, w_key), N, radius=radius, zero_tol=zero_tol)

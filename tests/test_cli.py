@@ -1,0 +1,235 @@
+"""The command line: verify, baseline and lobes output, exit statuses, one-line errors, --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qkenergy import cli, lobes, verify
+from qkenergy.errors import QKEnergyError
+
+QUANTILE_KEYS = {"0.01", "0.05", "0.5", "0.95", "0.99"}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the console entry point in-process: (exit status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(list(args))
+    out, err = capsys.readouterr()
+    code = exit_info.value.code
+    return (0 if code is None else int(code)), out, err
+
+
+def strict_json(text: str) -> object:
+    """JSON without NaN or Infinity (which the standard forbids)."""
+    def reject(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default null-law cache lives under XDG_CACHE_HOME: keep tests out of the user's cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    # rich wraps tables to the terminal width; make it wide enough to keep words whole
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# ---------------------------------------------------------------------------
+# verify
+
+
+def test_verify_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "verify", "--samples", "400", "--seed", "3", "--json")
+    rows = strict_json(out)
+    assert code == 0, [r for r in rows if not r["passed"]]
+    assert isinstance(rows, list) and len(rows) > 50
+    for row in rows:
+        assert {"claim", "setting", "theory", "estimate", "stderr", "passed"} <= set(row)
+        assert isinstance(row["claim"], str) and isinstance(row["setting"], str)
+        assert row["theory"] is None or isinstance(row["theory"], (int, float))
+        assert isinstance(row["estimate"], (int, float))
+        assert row["stderr"] is None or isinstance(row["stderr"], (int, float))
+        assert isinstance(row["passed"], bool)
+    assert {row["claim"] for row in rows} >= {"Lemma 5", "Corollary 1", "Corollary 2", "Proposition 6", "Lemma 6"}
+
+
+def _broken_check(samples: int, seed: int) -> list[verify.Check]:
+    return [verify.Check("Broken", "a deliberately failing row", 1.0, 2.0, 0.01, False, "tolerance 5 SE")]
+
+
+def test_verify_exit_status_is_one_when_a_check_fails(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "CHECKS", (verify.check_lemma5, _broken_check))
+    code, out, _ = run(capsys, "verify", "--samples", "100", "--json")
+    rows = strict_json(out)
+    assert code == 1
+    assert [row["passed"] for row in rows if row["claim"] == "Broken"] == [False]
+    assert all(row["passed"] for row in rows if row["claim"] == "Lemma 5")
+
+    code, out, _ = run(capsys, "verify", "--samples", "100")
+    assert code == 1 and "FAIL" in out and "1 FAILED" in out
+
+
+def test_verify_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "CHECKS", (verify.check_lemma5, verify.check_lemma6))
+    code, out, _ = run(capsys, "verify", "--samples", "100")
+    assert code == 0
+    for word in ("claim", "setting", "theory", "estimate", "stderr", "status", "Lemma 5", "Lemma 6", "pass"):
+        assert word in out
+    assert "checks passed" in out
+
+
+# ---------------------------------------------------------------------------
+# baseline
+
+
+def test_baseline_gaussian_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "baseline", "--n", "4", "--N", "16", "--samples", "300", "--json")
+    assert code == 0, err
+    result = strict_json(out)
+    assert result["n"] == 4 and result["N"] == 16 and result["dist"] == "gaussian"
+    for name in ("symmetric_energy", "pairing", "lobe_departure"):
+        row = result[name]
+        assert {"mean", "stderr", "sd", "quantiles"} <= set(row)
+        assert set(row["quantiles"]) == QUANTILE_KEYS
+        q = [row["quantiles"][k] for k in ("0.01", "0.05", "0.5", "0.95", "0.99")]
+        assert q == sorted(q)
+        assert row["sd"] > 0
+    energy = result["symmetric_energy"]
+    # Proposition 6: exact, not estimated
+    assert energy["mean"] == 17 / 32 and energy["stderr"] == 0
+    assert energy["ratio_of_expectations"] == 17 / 32 and energy["expectation_of_ratio"] == 17 / 32
+    assert result["pairing"]["stderr"] > 0
+
+
+def test_baseline_skewed_law_reports_both_expectations(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "baseline", "--n", "2", "--N", "2", "--dist", "bernoulli:0.1", "--samples", "3000",
+                         "--seed", "1", "--json")
+    assert code == 0, err
+    energy = strict_json(out)["symmetric_energy"]
+    assert energy["ratio_of_expectations"] == 0.75  # Corollary 2, every law
+    assert energy["expectation_of_ratio_stderr"] > 0
+    # sparse Bernoulli heads are far more symmetric on average than the ratio of expectations says
+    assert energy["expectation_of_ratio"] - 0.75 > 5 * energy["expectation_of_ratio_stderr"]
+    assert abs(energy["ratio_of_expectations_estimate"] - 0.75) < 5 * energy["ratio_of_expectations_estimate_stderr"]
+    assert set(energy["quantiles"]) == QUANTILE_KEYS
+
+
+def test_baseline_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "baseline", "--n", "2", "--N", "8", "--dist", "rademacher", "--samples", "200")
+    assert code == 0
+    assert "symmetric_energy" in out and "pairing" in out and "ratio of expectations" in out
+
+
+# ---------------------------------------------------------------------------
+# lobes
+
+
+def test_lobes_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "lobes", "--law", "exponential", "--rho", "0.5", "--n", "10,100,1e4", "--repeats",
+                       "5", "--json")
+    assert code == 0
+    rows = strict_json(out)
+    assert [row["n"] for row in rows] == [10, 100, 10_000]
+    assert all({"n", "mean", "stderr"} <= set(row) for row in rows)
+    assert rows[-1]["mean"] < rows[0]["mean"]
+
+    code, out, _ = run(capsys, "lobes", "--law", "pareto:1.5", "--n", "10,1000", "--repeats", "3")
+    assert code == 0 and "D_n" in out and "1,000" in out and "infinite second moment" in out
+
+
+# ---------------------------------------------------------------------------
+# errors
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (("baseline", "--n", "0", "--N", "4"), "--n"),
+        (("baseline", "--n", "x", "--N", "4"), "--n"),
+        (("baseline", "--n", "5", "--N", "4"), "--n"),
+        (("baseline", "--n", "2"), "--N"),
+        (("baseline", "--n", "2", "--N", "4", "--dist", "cauchy"), "--dist"),
+        (("baseline", "--n", "2", "--N", "4", "--dist", "bernoulli:2"), "--dist"),
+        (("baseline", "--n", "2", "--N", "4", "--samples", "1"), "--samples"),
+        (("lobes", "--law", "cauchy"), "--law"),
+        (("lobes", "--n", "0"), "--n"),
+        (("lobes", "--n", "10,abc"), "--n"),
+        (("lobes", "--rho", "-1"), "--rho"),
+        (("lobes", "--repeats", "1.5"), "--repeats"),
+        (("verify", "--samples", "many"), "--samples"),
+        (("verify", "--seed", "-3"), "--seed"),
+        (("verify", "--bogus"), "--bogus"),
+        (("frobnicate",), "frobnicate"),
+        (("analyze", "--layers", "3-1"), "--layers"),
+        (("analyze", "-o", "out.txt"), "--output"),
+        (("plot", "results.csv", "-o", "figs", "--head", "1"), "--head"),
+        (("plot", "results.csv"), "-o"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_status_2(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+                                                   names: str) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("qkenergy: error: ")
+    assert names in lines[0]
+
+
+def test_analyze_selection_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """--layers can only be checked against the checkpoint, yet it is still a bad argument: status 2."""
+    code, out, err = run(capsys, "analyze", "--layers", "99", "--no-null", "--quiet")
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: --layers")
+
+
+def test_library_errors_give_one_line_and_status_1(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise QKEnergyError("lobes: something the user can fix\nsecond line")
+
+    monkeypatch.setattr(lobes, "lobe_departure_curve", fail)
+    code, out, err = run(capsys, "lobes")
+    assert code == 1 and out == ""
+    assert err == "qkenergy: error: lobes: something the user can fix second line\n"
+
+    code, _, err = run(capsys, "plot", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "figs"))
+    assert code == 1
+    assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: ") and "missing.csv" in err
+
+
+def test_console_script_one_line_error() -> None:
+    """The real process: stderr holds exactly one line, status 2."""
+    done = subprocess.run([sys.executable, "-m", "qkenergy.cli", "baseline", "--n", "0", "--N", "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("qkenergy: error: ") and "--n" in done.stderr
+
+
+# ---------------------------------------------------------------------------
+# help
+
+
+@pytest.mark.parametrize("command", [(), ("verify",), ("baseline",), ("lobes",), ("analyze",), ("plot",)])
+def test_help(capsys: pytest.CaptureFixture[str], command: tuple[str, ...]) -> None:
+    code, out, err = run(capsys, *command, "--help")
+    assert code == 0 and err == ""
+    assert "Usage:" in out
+
+
+def test_verify_help_states_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "verify", "--help")
+    assert f"default: {verify.DEFAULT_SAMPLES}" in out
+
+
+def test_bare_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys)
+    assert code == 0 and "verify" in out and "baseline" in out

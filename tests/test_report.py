@@ -1,0 +1,150 @@
+"""report: atomic table round trips, per-layer summary, rich summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from qkenergy.analysis import analyze_model
+from qkenergy.errors import QKEnergyError
+from qkenergy.report import layer_summary, print_summary, read_table, verdict, write_table
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory: pytest.TempPathFactory):
+    # Shared with the other modules' fixtures: the null law is drawn once per session.
+    cache = tmp_path_factory.getbasetemp() / "qkenergy-null-cache"
+    return analyze_model(samples=300, seed=0, cache_dir=cache, per_layer=True)
+
+
+@pytest.fixture()
+def table(analysis) -> pd.DataFrame:
+    df = analysis.heads.copy()
+    # Exercise the awkward cells: an undefined head (NaN, empty lobes, reason).
+    df.loc[3, ["symmetric_energy", "symmetric_energy_p", "symmetric_energy_p_bh"]] = np.nan
+    df.loc[3, "head_type"] = ""
+    df.loc[3, "reason"] = "zero head (L = 0)"
+    df.at[3, "alpha"] = []
+    df.at[3, "beta"] = []
+    return df
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert list(a.columns) == list(b.columns)
+    for col in a.columns:
+        if col in ("alpha", "beta"):
+            for x, y in zip(a[col], b[col], strict=True):
+                assert list(x) == list(y)  # exact: floats are written at full precision
+        elif not pd.api.types.is_numeric_dtype(a[col]):
+            assert a[col].tolist() == b[col].tolist(), col
+        else:
+            np.testing.assert_array_equal(a[col].to_numpy(float), b[col].to_numpy(float), err_msg=col)
+
+
+@pytest.mark.parametrize("ext", [".csv", ".parquet", ".json", ".CSV"])
+def test_round_trip(table: pd.DataFrame, tmp_path: Path, ext: str) -> None:
+    path = tmp_path / "sub" / f"heads{ext}"
+    assert write_table(table, path) == path
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
+    _same(table, read_table(path))
+
+
+def test_csv_lobes_are_json(table: pd.DataFrame, tmp_path: Path) -> None:
+    path = write_table(table, tmp_path / "t.csv")
+    raw = pd.read_csv(path)
+    assert json.loads(raw.loc[0, "alpha"]) == table.loc[0, "alpha"]
+    assert raw.loc[3, "alpha"] == "[]"
+
+
+def test_json_is_strict(table: pd.DataFrame, tmp_path: Path) -> None:
+    path = write_table(table, tmp_path / "t.json")
+    records = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert len(records) == len(table) and records[3]["symmetric_energy"] is None
+
+
+def test_file_mode_is_ordinary(table: pd.DataFrame, tmp_path: Path) -> None:
+    path = write_table(table, tmp_path / "t.csv")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_unknown_extension(table: pd.DataFrame, tmp_path: Path) -> None:
+    with pytest.raises(QKEnergyError, match=r"t\.xlsx.*\.csv, \.parquet, \.json"):
+        write_table(table, tmp_path / "t.xlsx")
+    with pytest.raises(QKEnergyError, match="accepted extensions"):
+        read_table(tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_on_failure(table: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "t.csv"
+    target.write_text("old contents")
+
+    def broken(self, path, **kwargs):
+        Path(path).write_text("half a tab")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_table(table, target)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+    assert target.read_text() == "old contents"
+    with pytest.raises(RuntimeError):
+        write_table(table, tmp_path / "new.csv")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
+def test_read_errors(tmp_path: Path) -> None:
+    with pytest.raises(QKEnergyError, match="no such file"):
+        read_table(tmp_path / "missing.csv")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(QKEnergyError, match=r"other\.csv: not a qkenergy head table; missing column\(s\) model"):
+        read_table(tmp_path / "other.csv")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(QKEnergyError, match=r"bad\.json: cannot read as json"):
+        read_table(tmp_path / "bad.json")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 nope")
+    with pytest.raises(QKEnergyError, match=r"bad\.parquet: cannot read as parquet"):
+        read_table(tmp_path / "bad.parquet")
+
+
+def test_layer_summary(analysis) -> None:
+    df = analysis.heads
+    summary = layer_summary(df)
+    assert summary["layer"].tolist() == list(range(6))
+    assert (summary["heads"] == 12).all()
+    assert (summary["baseline"] == 385 / 768).all()
+    layer2 = df[df["layer"] == 2]["symmetric_energy"]
+    row = summary.iloc[2]
+    assert row["symmetric_energy_median"] == pytest.approx(layer2.median())
+    assert row["symmetric_energy_iqr"] == pytest.approx(layer2.quantile(0.75) - layer2.quantile(0.25))
+    assert ((summary["share_above"] + summary["share_below"]) <= 1).all()
+    counts = summary[["type_II", "type_I+", "type_I-", "undefined"]].sum(axis=1)
+    assert (counts == 12).all()
+    sig = (df["symmetric_energy_p_bh"] < 0.05) & (df["symmetric_energy_z"] > 0)
+    assert summary["share_above"].mean() == pytest.approx(sig.mean())
+
+
+def test_layer_summary_without_null(analysis) -> None:
+    df = analysis.heads.copy()
+    df[[c for c in df.columns if c.endswith(("_p", "_p_bh", "_z"))]] = np.nan
+    summary = layer_summary(df)
+    assert summary["share_above"].isna().all() and summary["share_below"].isna().all()
+    assert "no significance is claimed" in verdict(df, null=False)
+
+
+def test_print_summary(analysis) -> None:
+    console = Console(record=True, width=140)
+    print_summary(analysis, console)
+    text = console.export_text()
+    assert analysis.model in text
+    assert "72 heads" in text and "fold-norm not used" in text and "300 null samples" in text
+    assert "baseline" in text and "directionality" in text
+    assert "significantly more symmetric" in text
