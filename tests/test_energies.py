@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from qkenergy import gram
 from qkenergy.energies import energies, energies_from_invariants
 from qkenergy.gram import (
+    accumulator_dtype,
     gram_energies,
     gram_norm_sq,
     gram_trace,
@@ -185,15 +186,26 @@ def test_head_gram_keeps_batch_shape_and_chunks(monkeypatch: pytest.MonkeyPatch)
     np.testing.assert_array_equal(single, whole[1, 2])
 
 
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
-def test_head_gram_accepts_low_precision_exactly(dtype) -> None:
+def test_head_gram_accepts_float32_exactly() -> None:
     w_query, w_key = head_pair(8, 3, 4, 16)
-    low_query, low_key = w_query.astype(dtype), w_key.astype(dtype)
-    # the conversion to float64 is exact, so G equals that of the float64 copy
+    low_query, low_key = w_query.astype(np.float32), w_key.astype(np.float32)
+    # float32 weights are widened to float64 exactly, so G equals that of the float64 copy
     np.testing.assert_array_equal(
         head_gram(low_query, low_key),
         head_gram(low_query.astype(np.float64), low_key.astype(np.float64)),
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_head_gram_accumulates_16_bit_weights_in_float32(dtype) -> None:
+    w_query, w_key = head_pair(8, 3, 4, 16)
+    low_query, low_key = w_query.astype(dtype), w_key.astype(dtype)
+    assert accumulator_dtype(low_query.dtype, low_key.dtype) == np.float32
+    assert accumulator_dtype(low_query.dtype, np.float32) == np.float64
+    # float32 products of the (exactly representable) weights: relative rounding ~ 2^-24 sqrt(N)
+    G = head_gram(low_query, low_key)
+    reference = head_gram(low_query.astype(np.float64), low_key.astype(np.float64))
+    np.testing.assert_allclose(G, reference, rtol=0, atol=1e-6 * np.max(np.abs(reference)))
 
 
 def test_head_gram_zero_and_non_finite_heads() -> None:

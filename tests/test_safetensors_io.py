@@ -295,3 +295,13 @@ def test_tensor_source_duplicate_across_shards(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(QKEnergyError, match="nope.safetensors: cannot read"):
         SafetensorsFile(tmp_path / "nope.safetensors")
+
+
+def test_release_drops_resident_pages_and_keeps_arrays_valid(tmp_path: Path) -> None:
+    x = np.random.default_rng(2).standard_normal((256, 1024)).astype(np.float32)  # 1 MiB
+    save_file({"w": x}, str(tmp_path / "w.safetensors"))
+    with TensorSource([tmp_path / "w.safetensors"]) as source:
+        view = source.tensor("w")
+        np.testing.assert_array_equal(view, x)  # touches every page
+        source.release()
+        np.testing.assert_array_equal(view, x)  # pages come back from the file

@@ -123,6 +123,7 @@ def analyze_model(
                 if per_layer:
                     layer_rows.append(_layer_row(source.name, weights, radius))
                 del weights  # release this layer before the next is read
+                source.tensors.release()
                 advance()
         name = source.name
 

@@ -262,6 +262,16 @@ class SafetensorsFile:
                 ) from None
         return self._map
 
+    def release(self) -> None:
+        """Drop the mapped pages read so far from this process's resident memory.
+
+        Clean file-backed pages stay in the page cache, and arrays from
+        :meth:`tensor` stay valid (a later access reads the pages back), so a
+        layer-by-layer reader holds about one layer in memory, not the model.
+        """
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         """Drop this object's reference to the map; live views keep it alive."""
         if self._map is not None:
@@ -349,6 +359,11 @@ class TensorSource:
     def tensor(self, name: str) -> np.ndarray:
         """Read-only zero-copy array of tensor ``name`` from whichever shard holds it."""
         return self.file_of(name).tensor(name)
+
+    def release(self) -> None:
+        """Drop the mapped pages read so far from resident memory (see SafetensorsFile.release)."""
+        for sf in self.files:
+            sf.release()
 
     def close(self) -> None:
         for sf in self.files:
