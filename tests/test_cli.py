@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qkenergy import cli, lobes, verify
@@ -190,6 +192,15 @@ def test_analyze_selection_out_of_range_is_a_usage_error(capsys: pytest.CaptureF
     assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: --layers")
 
 
+def test_plot_head_not_in_the_table_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--head can only be checked against the table, yet it is still a bad argument: status 2."""
+    table = tmp_path / "heads.csv"
+    table.write_text("model,layer,head,n,N,symmetric_energy\nm,0,0,2,8,0.6\n")
+    code, out, err = run(capsys, "plot", str(table), "-o", str(tmp_path / "figs"), "--head", "3,1")
+    assert code == 2 and out == ""
+    assert err == "qkenergy: error: --head: layer 3, head 1 is not in the table\n"
+
+
 def test_library_errors_give_one_line_and_status_1(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def fail(*args: object, **kwargs: object) -> None:
@@ -203,6 +214,116 @@ def test_library_errors_give_one_line_and_status_1(capsys: pytest.CaptureFixture
     code, _, err = run(capsys, "plot", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "figs"))
     assert code == 1
     assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: ") and "missing.csv" in err
+
+
+# ---------------------------------------------------------------------------
+# analyze on bad checkpoints: status 1, one line naming the file or tensor, no -o file left behind
+
+_H, _N_HEAD, _N = 2, 4, 16  # heads, head_dim, hidden size of the small llama checkpoints below
+_Q = "model.layers.0.self_attn.q_proj.weight"
+_K = "model.layers.0.self_attn.k_proj.weight"
+_LLAMA = {"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": _H, "num_key_value_heads": _H,
+          "hidden_size": _N, "head_dim": _N_HEAD}
+
+
+def _checkpoint(root: Path, tensors: dict[str, tuple[int, int]] | None = None,
+                config: dict[str, object] | None = None) -> Path:
+    """A directory with config.json and a model.safetensors holding float32 tensors of these shapes."""
+    from safetensors.numpy import save_file
+
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps(_LLAMA if config is None else config))
+    shapes = {_Q: (_H * _N_HEAD, _N), _K: (_H * _N_HEAD, _N)} if tensors is None else tensors
+    rng = np.random.default_rng(0)
+    save_file({name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()},
+              str(root / "model.safetensors"))
+    return root
+
+
+def _file_checkpoint(root: Path, name: str, content: bytes) -> Path:
+    """A directory with config.json and one weights file ``name`` holding ``content``."""
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps(_LLAMA))
+    (root / name).write_bytes(content)
+    return root
+
+
+def _raw_checkpoint(root: Path, header: bytes, data: bytes = b"", length: int | None = None) -> Path:
+    """A directory whose model.safetensors is written byte by byte: 8-byte length, header, data."""
+    size = len(header) if length is None else length
+    return _file_checkpoint(root, "model.safetensors", struct.pack("<Q", size) + header + data)
+
+
+def _header(entries: dict[str, dict[str, object]]) -> bytes:
+    return json.dumps(entries).encode()
+
+
+BAD_CHECKPOINTS = {
+    # case: (make the MODEL argument under tmp_path, text the one line must contain)
+    "missing path": (lambda tmp: tmp / "no-such-model", "no-such-model: no such file or directory"),
+    "truncated file": (
+        lambda tmp: _file_checkpoint(tmp / "m", "model.safetensors", b"abc"),
+        "model.safetensors: file has 3 bytes, too short"),
+    "header length beyond the file": (
+        lambda tmp: _raw_checkpoint(tmp / "m", b"{}", length=10**6),
+        "model.safetensors: header length 1000000 is larger than the rest of the file"),
+    "header not JSON": (
+        lambda tmp: _raw_checkpoint(tmp / "m", b"{not json"),
+        "model.safetensors: header is not valid UTF-8 JSON"),
+    "offsets outside the file": (
+        lambda tmp: _raw_checkpoint(tmp / "m", _header({_Q: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}),
+                                    b"\0" * 4),
+        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] beyond the 4-byte data section"),
+    "dtype and shape inconsistent with the byte range": (
+        lambda tmp: _raw_checkpoint(tmp / "m", _header({_Q: {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}),
+                                    b"\0" * 8),
+        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] (8 bytes) but F32 [3] needs 12 bytes"),
+    "missing tensor": (
+        lambda tmp: _checkpoint(tmp / "m", {_Q: (_H * _N_HEAD, _N)}),
+        f"model.safetensors: missing tensor '{_K}'"),
+    "shape inconsistent with config.json": (
+        lambda tmp: _checkpoint(tmp / "m", {_Q: (_H * _N_HEAD, _N), _K: (_H * _N_HEAD, _N + 1)}),
+        f"model.safetensors: tensor '{_K}' has shape [8, 17], expected [8, 16]"),
+    "unsupported architecture": (
+        lambda tmp: _checkpoint(tmp / "m", config={**_LLAMA, "model_type": "t5"}),
+        "config.json: model_type 't5' is not supported"),
+    "pickled weights only": (
+        lambda tmp: _file_checkpoint(tmp / "m", "pytorch_model.bin", b"never unpickled"),
+        "pytorch_model.bin: pickled PyTorch checkpoints are not loaded"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CHECKPOINTS))
+def test_analyze_bad_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str) -> None:
+    make, needle = BAD_CHECKPOINTS[case]
+    model = make(tmp_path)
+    output = tmp_path / "out" / "heads.csv"
+    code, out, err = run(capsys, "analyze", str(model), "--no-null", "--quiet", "-o", str(output))
+    assert code == 1, err
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"qkenergy: error: {tmp_path}"), lines[0]  # the file, by its full path
+    assert needle in lines[0]
+    assert not output.exists() and not output.parent.exists()
+
+
+def test_analyze_good_checkpoint_writes_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The control case for the checkpoints above: the same small llama, intact."""
+    output = tmp_path / "heads.csv"
+    code, _, err = run(capsys, "analyze", str(_checkpoint(tmp_path / "m")), "--no-null", "--quiet", "-o", str(output))
+    assert code == 0, err
+    assert output.is_file()
+
+
+def test_unwritable_cache_directory_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    output = tmp_path / "heads.csv"
+    code, _, err = run(capsys, "analyze", str(_checkpoint(tmp_path / "m")), "--samples", "50", "--quiet",
+                       "--cache-dir", str(tmp_path / "a-file" / "cache"), "-o", str(output))
+    assert code == 1
+    assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: ") and "a-file" in err
+    assert not output.exists()
 
 
 def test_console_script_one_line_error() -> None:

@@ -30,7 +30,7 @@ def _summaries(G: np.ndarray, n: int) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("n,N", [(1, 2), (2, 5), (3, 40)])
+@pytest.mark.parametrize("n,N", [(1, 2), (2, 5), (3, 40), (16, 40)])
 def test_bartlett_shape_symmetry_and_mean(n, N):
     G = nulls.bartlett_gram(np.random.default_rng(1), n, N, 3000)
     assert G.shape == (3000, 2 * n, 2 * n) and G.dtype == np.float64
@@ -41,13 +41,54 @@ def test_bartlett_shape_symmetry_and_mean(n, N):
     assert np.all(np.abs(G.mean(axis=0) - N * np.eye(2 * n)) < 5 * se)
 
 
-@pytest.mark.parametrize("n,N", [(1, 2), (1, 9), (2, 4), (2, 13), (4, 8), (6, 30)])
+# (16, 32) and (20, 45) run the dlauum route (2n >= 32), the others the batched-matmul route.
+@pytest.mark.parametrize("n,N", [(1, 2), (1, 9), (2, 4), (2, 13), (4, 8), (6, 30), (16, 32), (20, 45)])
 def test_bartlett_matches_direct_ks(n, N):
     rng = np.random.default_rng(1000 * n + N)
     a = _summaries(nulls.bartlett_gram(rng, n, N, 4000), n)
     b = _summaries(nulls.direct_gram(rng, n, N, 4000), n)
     for name in a:
         assert stats.ks_2samp(a[name], b[name]).pvalue > 1e-3, name
+
+
+def _bartlett_reference(rng, n, N, size, pairs_per_batch):
+    """Plain-numpy oracle of nulls.bartlett_gram: same draws, explicit triangular factors.
+
+    Per sub-batch of pairs: X ~ N(0, 1) of shape (pairs, 2n + 1, 2n), then the
+    chi diagonals; sample 2k is U U^T with U = triu(X[k, :2n]), sample 2k + 1
+    is L^T L with L = tril(X[k, 1:]); outputs ordered U's first, then L's.
+    """
+    p = 2 * n
+    dof = N - p + 1 + np.arange(p)
+    out = []
+    for lo in range(0, size, 2 * pairs_per_batch):
+        hi = min(size, lo + 2 * pairs_per_batch)
+        pairs, full = -(-(hi - lo) // 2), (hi - lo) // 2
+        X = rng.standard_normal((pairs, p + 1, p))
+        chi = np.sqrt(rng.chisquare(dof, size=(pairs, 2, p)))
+        for k in range(pairs):
+            U = np.triu(X[k, :p], 1) + np.diag(chi[k, 0])
+            out.append(U @ U.T)
+        for k in range(full):
+            L = np.tril(X[k, 1:], -1) + np.diag(chi[k, 1])
+            out.append(L.T @ L)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("n,N", [(1, 2), (2, 5), (16, 40), (17, 34)])
+@pytest.mark.parametrize("pairs_per_batch", [1, 3, None])
+def test_bartlett_matches_explicit_factors(monkeypatch, n, N, pairs_per_batch):
+    # Pins the construction: the buffer layout, the chi degrees of freedom, the
+    # in-place dlauum products, the symmetrising copy and sub-batches with odd tails.
+    p = 2 * n
+    if pairs_per_batch is not None:
+        monkeypatch.setattr(nulls, "_BARTLETT_BATCH_VALUES", pairs_per_batch * p * (p + 1))
+    size = 13
+    G = nulls.bartlett_gram(np.random.default_rng(9), n, N, size)
+    ref = _bartlett_reference(np.random.default_rng(9), n, N, size, pairs_per_batch or size)
+    np.testing.assert_allclose(G, ref, rtol=1e-12, atol=1e-12 * N)
+    if p >= nulls._LAUUM_MIN_P:
+        np.testing.assert_array_equal(G, np.swapaxes(G, 1, 2))  # symmetric by construction
 
 
 @pytest.mark.parametrize("n,N", [(2, 3), (4, 4), (3, 1)])
@@ -80,9 +121,10 @@ def test_rank_one_exact_law(N):
     assert stats.kstest(s, baselines.rank_one_law(N).cdf).pvalue > 1e-3
 
 
-def test_null_gram_chunk_invariance():
+@pytest.mark.parametrize("n,N", [(3, 8), (16, 33)])
+def test_null_gram_chunk_invariance(n, N):
     def sampler(rng, size):
-        return nulls.null_gram(rng, 3, 8, size)
+        return nulls.null_gram(rng, n, N, size)
 
     samples = 3 * mc.BLOCK_SIZE + 5
     ref = mc.draw(sampler, samples, seed=2, chunk_size=mc.BLOCK_SIZE)

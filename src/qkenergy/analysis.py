@@ -21,10 +21,13 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from .baselines import symmetric_ratio
 from .checkpoint import open_model
-from .errors import QKEnergyError
+from .energies import rescale_by_power_of_two
+from .errors import ArgumentError, QKEnergyError, check_integer
 from .layouts import LayerWeights, architecture, find_prefix, read_layer
-from .nulls import NullLaw, null_law
+from .nulls import null_law
+from .safetensors_io import show_path
 from .statistics import STATISTICS, dense_statistics, head_statistics
 
 __all__ = [
@@ -104,13 +107,13 @@ def analyze_model(
       [-1, 1] (0 when nothing stands out, NaN for L = 0); d > 0 means
       column (key-side) dominance. See :func:`directionality`.
     """
-    if null and (isinstance(samples, bool) or not isinstance(samples, int | np.integer) or samples < 2):
-        raise QKEnergyError(f"--samples must be an integer >= 2, got {samples!r}")
+    if null:
+        samples = check_integer(samples, "--samples", 2)
     if not (isinstance(radius, int | float) and math.isfinite(radius) and 0 <= radius < 1):
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
     with open_model(model) as source:
-        arch = architecture(source.config)
+        arch = architecture(source.config, show_path(source.config_path))
         layer_ids = _select("--layers", layers, arch.n_layers, "layers")
         head_ids = _select("--heads", heads, arch.n_heads, "query heads")
         prefix = find_prefix(source.tensors, arch)
@@ -159,7 +162,10 @@ def analyze_model(
 
 
 def _select(option: str, chosen: Sequence[int] | None, count: int, what: str) -> list[int]:
-    """Validated, sorted, de-duplicated 0-based indices (all when ``chosen`` is None)."""
+    """Validated, sorted, de-duplicated 0-based indices (all when ``chosen`` is None).
+
+    Raises ArgumentError: the option is fine on the command line but does not fit this checkpoint.
+    """
     if chosen is None:
         return list(range(count))
     if isinstance(chosen, int | np.integer):
@@ -168,12 +174,12 @@ def _select(option: str, chosen: Sequence[int] | None, count: int, what: str) ->
     picked: set[int] = set()
     for value in chosen:
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise QKEnergyError(f"{option}: {value!r} is not an integer; {valid}")
+            raise ArgumentError(f"{option}: {value!r} is not an integer; {valid}")
         if not 0 <= value < count:
-            raise QKEnergyError(f"{option}: {int(value)} is out of range; {valid}")
+            raise ArgumentError(f"{option}: {int(value)} is out of range; {valid}")
         picked.add(int(value))
     if not picked:
-        raise QKEnergyError(f"{option}: empty selection; {valid}")
+        raise ArgumentError(f"{option}: empty selection; {valid}")
     return sorted(picked)
 
 
@@ -218,7 +224,6 @@ def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: f
     w_key = weights.w_key if identity_kv else weights.w_key[kv]  # GQA: pair each query head with its key head
     n, N = weights.w_query.shape[-2:]
     stats = head_statistics(w_query, w_key, radius=radius)
-    columns = stats.columns()
     rows: dict[str, Any] = {
         "model": model,
         "layer": weights.layer,
@@ -226,11 +231,8 @@ def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: f
         "kv_head": kv,
         "n": int(n),
         "N": int(N),
+        **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
-    for name in STATISTICS:
-        rows[name] = np.asarray(columns[name], dtype=np.float64)
-    rows["head_type"] = np.asarray(columns["head_type"], dtype=object).astype(str)
-    rows["reason"] = np.asarray(columns["reason"], dtype=object).astype(str)
     frame = pd.DataFrame(rows)
     frame["alpha"] = _trimmed(stats.alpha.reshape(len(sel), -1))
     frame["beta"] = _trimmed(stats.beta.reshape(len(sel), -1))
@@ -257,28 +259,21 @@ def _with_null_columns(
     """Insert the null columns (before the lobes) and the BH-adjusted p of symmetric energy."""
     extra = {c: np.full(len(table), np.nan) for c in _null_columns()}
     if null:
-        laws: dict[tuple[int, int], NullLaw] = {}
-        shapes = table[["n", "N"]].drop_duplicates().itertuples(index=False)
-        for n, N in shapes:
-            key = (int(n), int(N))
-            if key not in laws:
-                laws[key] = null_law(
-                    key[0], key[1], samples=samples, seed=seed, cache_dir=cache_dir,
-                    progress=progress, radius=radius,
-                )
-            law = laws[key]
+        for n, N in table[["n", "N"]].drop_duplicates().itertuples(index=False):
+            law = null_law(
+                int(n), int(N), samples=samples, seed=seed, cache_dir=cache_dir, progress=progress, radius=radius
+            )
             rows = ((table["n"] == n) & (table["N"] == N)).to_numpy()
             for x in NULL_STATISTICS:
                 values = table.loc[rows, x].to_numpy(np.float64)
+                # Undefined statistics stay NaN: the empirical p would otherwise call them 1.
                 defined = np.isfinite(values)
                 z = np.full(values.shape, np.nan)
                 p = np.full(values.shape, np.nan)
-                if defined.any():
-                    # Undefined statistics stay NaN: the empirical p would otherwise call them 1.
-                    z[defined] = np.asarray(law.z(x, values[defined]), dtype=np.float64)
-                    p[defined] = np.asarray(law.p_two_sided(x, values[defined]), dtype=np.float64)
-                extra[f"{x}_null_mean"][rows] = float(law.mean(x))
-                extra[f"{x}_null_sd"][rows] = float(law.sd(x))
+                z[defined] = law.z(x, values[defined])
+                p[defined] = law.p_two_sided(x, values[defined])
+                extra[f"{x}_null_mean"][rows] = law.mean(x)
+                extra[f"{x}_null_sd"][rows] = law.sd(x)
                 extra[f"{x}_z"][rows] = z
                 extra[f"{x}_p"][rows] = p
     extra["symmetric_energy_p_bh"] = _bh(extra["symmetric_energy_p"])
@@ -327,13 +322,6 @@ def directionality(row_norms: np.ndarray, column_norms: np.ndarray, *, gamma: fl
     return float((cols - rows) / (cols + rows))
 
 
-def _scaled64(w: np.ndarray) -> np.ndarray:
-    """float64 copy divided by its largest |entry| (normalized statistics are scale-free)."""
-    w = np.asarray(w, dtype=np.float64)
-    top = np.max(np.abs(w)) if w.size else 0.0
-    return w / top if np.isfinite(top) and top > 0 else w
-
-
 def layer_form_statistics(
     w_query: np.ndarray,
     w_key: np.ndarray,
@@ -354,7 +342,8 @@ def layer_form_statistics(
     Returns (values, route).
     """
     hn, N = w_query.shape
-    wq, wk = _scaled64(w_query), _scaled64(w_key)
+    # Each factor scaled by a power of two (exact): the products below cannot overflow.
+    wq, wk = rescale_by_power_of_two(w_query)[0], rescale_by_power_of_two(w_key)[0]
     if route is None:
         route = "gram" if 2 * hn <= N else "dense"
     if route not in ("gram", "dense"):
@@ -399,7 +388,7 @@ def _layer_row(model: str, weights: LayerWeights, radius: float) -> dict[str, An
         "route": route,
         # Proposition 6's proof permutes and flips columns only, so GQA's repeated
         # key rows keep the exact mean (N+1)/(2N).
-        "symmetric_energy_baseline": (N + 1) / (2 * N),
+        "symmetric_energy_baseline": symmetric_ratio(N),
     }
     row.update(values)
     return row

@@ -10,13 +10,11 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
 from scipy import stats
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import QKEnergyError, check_integer, check_positive
 
 __all__ = [
     "EnergyExpectations",
@@ -58,34 +56,15 @@ class RatioExpectations:
     skew: float
 
 
-def _check_dimension(value: object, name: str) -> int:
-    # bool is an Integral in Python; True as a dimension is almost surely a bug.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise QKEnergyError(f"{name} must be an integer >= 1, got {value!r}")
-    value = int(value)
-    if value < 1:
-        raise QKEnergyError(f"{name} must be an integer >= 1, got {value}")
-    return value
-
-
-def _check_variance(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0.0:
-        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
-    return value
-
-
 def symmetric_ratio(N: int) -> float:
     """(N+1)/(2N): E||S||^2/E||L||^2 (Corollaries 1, 2) and E[s] for Gaussian heads (Proposition 6)."""
-    N = _check_dimension(N, "N")
+    N = check_integer(N, "N")
     return (N + 1) / (2 * N)
 
 
 def skew_ratio(N: int) -> float:
     """(N-1)/(2N): E||T||^2/E||L||^2 (Corollaries 1, 2) and E[||T||^2/||L||^2] for Gaussian heads."""
-    N = _check_dimension(N, "N")
+    N = check_integer(N, "N")
     return (N - 1) / (2 * N)
 
 
@@ -94,14 +73,14 @@ def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
 
     L is N x N with independent centred entries of common variance ``sigma2``.
     """
-    N = _check_dimension(N, "N")
-    sigma2 = _check_variance(sigma2, "sigma2")
+    N = check_integer(N, "N")
+    sigma2 = check_positive(sigma2, "sigma2")
     return EnergyExpectations(
         total=N * N * sigma2,
         symmetric=N * (N + 1) / 2 * sigma2,
         skew=N * (N - 1) / 2 * sigma2,
-        symmetric_ratio=(N + 1) / (2 * N),
-        skew_ratio=(N - 1) / (2 * N),
+        symmetric_ratio=symmetric_ratio(N),
+        skew_ratio=skew_ratio(N),
     )
 
 
@@ -113,15 +92,15 @@ def qk_product_expectations(
     E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, E||T||^2 = n N(N-1)/2 sK2 sQ2.
     No restriction n <= N is needed here.
     """
-    n = _check_dimension(n, "n")
-    N = _check_dimension(N, "N")
-    v = _check_variance(sigma2_K, "sigma2_K") * _check_variance(sigma2_Q, "sigma2_Q")
+    n = check_integer(n, "n")
+    N = check_integer(N, "N")
+    v = check_positive(sigma2_K, "sigma2_K") * check_positive(sigma2_Q, "sigma2_Q")
     return EnergyExpectations(
         total=n * N * N * v,
         symmetric=n * N * (N + 1) / 2 * v,
         skew=n * N * (N - 1) / 2 * v,
-        symmetric_ratio=(N + 1) / (2 * N),
-        skew_ratio=(N - 1) / (2 * N),
+        symmetric_ratio=symmetric_ratio(N),
+        skew_ratio=skew_ratio(N),
     )
 
 
@@ -131,13 +110,13 @@ def gaussian_head_ratio_expectations(n: int, N: int) -> RatioExpectations:
     For Gaussian W_K, W_Q (n x N, any nonzero variances), requires 1 <= n <= N;
     independent of n.
     """
-    n = _check_dimension(n, "n")
-    N = _check_dimension(N, "N")
+    n = check_integer(n, "n")
+    N = check_integer(N, "N")
     if n > N:
         raise QKEnergyError(
             f"n must satisfy n <= N for Proposition 6, got n={n} > N={N}"
         )
-    return RatioExpectations(symmetric=(N + 1) / (2 * N), skew=(N - 1) / (2 * N))
+    return RatioExpectations(symmetric=symmetric_ratio(N), skew=skew_ratio(N))
 
 
 # Short aliases named after the spec items, for tables that cite them.
@@ -153,7 +132,7 @@ def gaussian_square_law(N: int) -> stats.rv_continuous:
     scaled chi-squares with N(N+1)/2 and N(N-1)/2 degrees of freedom.
     Its mean is (N+1)/(2N). Requires N >= 2 (for N = 1, s = 1 surely).
     """
-    N = _check_dimension(N, "N")
+    N = check_integer(N, "N")
     if N < 2:
         raise QKEnergyError("N must be >= 2 for gaussian_square_law (for N = 1, s = 1 surely)")
     return stats.beta(N * (N + 1) / 4, N * (N - 1) / 4)
@@ -166,7 +145,7 @@ def rank_one_law(N: int) -> stats.rv_continuous:
     law with loc = 1/2 and scale = 1/2. Its mean is (N+1)/(2N).
     Requires N >= 2 (for N = 1, s = 1 surely).
     """
-    N = _check_dimension(N, "N")
+    N = check_integer(N, "N")
     if N < 2:
         raise QKEnergyError("N must be >= 2 for rank_one_law (for N = 1, s = 1 surely)")
     return stats.beta(0.5, (N - 1) / 2, loc=0.5, scale=0.5)

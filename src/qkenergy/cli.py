@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 import click
 import numpy as np
 
-from .errors import QKEnergyError
+from .errors import ArgumentError, QKEnergyError
+from .formatting import format_number, json_safe, rich_table
 
 PROG = "qkenergy"
 QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -111,26 +112,29 @@ def _parse_int(text: str) -> int | None:
     return int(number)
 
 
-def _validate_entry_law(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """Reject an unknown --dist at parse time (exit 2), naming the laws on offer."""
-    from . import entry_laws
+def _validated_by(lookup: Any) -> Any:
+    """A click callback that rejects a law spec ``lookup`` refuses, at parse time (exit 2)."""
 
-    try:
-        entry_laws.entry_law(value)
-    except (QKEnergyError, ValueError, KeyError) as error:
-        raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
-    return value
+    def callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        try:
+            lookup(value)
+        except QKEnergyError as error:
+            raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
+        return value
+
+    return callback
 
 
-def _validate_lobe_law(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """Reject an unknown --law at parse time (exit 2)."""
-    from . import lobes
+def _entry_law(spec: str) -> Any:
+    from .entry_laws import entry_law
 
-    try:
-        lobes.positive_law(value)
-    except (QKEnergyError, ValueError, KeyError) as error:
-        raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
-    return value
+    return entry_law(spec)
+
+
+def _positive_law(spec: str) -> Any:
+    from .lobes import positive_law
+
+    return positive_law(spec)
 
 
 def _one_line(error: BaseException | str) -> str:
@@ -153,29 +157,6 @@ def _stdout_console() -> Any:
     from rich.console import Console
 
     return Console()
-
-
-def _json_number(value: Any) -> float | int | None:
-    """JSON has no NaN or infinity: those become null."""
-    if value is None:
-        return None
-    if isinstance(value, (bool,)):
-        return value  # type: ignore[return-value]
-    if isinstance(value, int):
-        return value
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _fmt(value: float | None, digits: int = 6) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if value == 0:
-        return "0"
-    magnitude = abs(value)
-    if magnitude >= 1e5 or magnitude < 1e-3:
-        return f"{value:.3e}"
-    return f"{value:.{digits}g}"
 
 
 # ---------------------------------------------------------------------------
@@ -206,21 +187,22 @@ def verify(ctx: click.Context, samples: int | None, seed: int, as_json: bool) ->
         options["samples"] = samples
     checks = verification.run_checks(**options)
     if as_json:
-        click.echo(json.dumps([_check_json(check) for check in checks], indent=1))
+        click.echo(json.dumps([json_safe(_check_record(check)) for check in checks], indent=1))
     else:
         _print_checks(checks)
     ctx.exit(0 if all(check.passed for check in checks) else 1)
 
 
-def _check_json(check: Any) -> dict[str, Any]:
+def _check_record(check: Any) -> dict[str, Any]:
+    """A verify.Check as a dict, with its derived z and error."""
     return {
         "claim": check.claim,
         "setting": check.setting,
-        "theory": _json_number(check.theory),
-        "estimate": _json_number(check.estimate),
-        "stderr": _json_number(check.stderr),
-        "z": _json_number(check.z),
-        "error": _json_number(check.error),
+        "theory": check.theory,
+        "estimate": check.estimate,
+        "stderr": check.stderr,
+        "z": check.z,
+        "error": check.error,
         "passed": bool(check.passed),
         "note": check.note,
     }
@@ -228,20 +210,18 @@ def _check_json(check: Any) -> dict[str, Any]:
 
 def _print_checks(checks: Sequence[Any]) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="qkenergy verify: the claims of the specification, checked numerically",
-                  caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
-                          "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
-                          "the rows marked 'expected departure' pass when the departure is significant.")
-    for column, justify in (("claim", "left"), ("setting", "left"), ("theory", "right"), ("estimate", "right"),
-                            ("stderr", "right"), ("z or error", "right"), ("status", "center")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table = rich_table("qkenergy verify: the claims of the specification, checked numerically",
+                       [("claim", "left"), ("setting", "left"), "theory", "estimate", "stderr", "z or error",
+                        ("status", "center")],
+                       caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
+                               "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
+                               "the rows marked 'expected departure' pass when the departure is significant.")
     for check in checks:
         if check.z is not None:
             deviation = f"z={check.z:+.2f}"
         elif check.error is not None:
-            deviation = f"err={_fmt(check.error, 3)}"
+            deviation = f"err={format_number(check.error, 3)}"
         else:
             deviation = ""
         status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
@@ -249,7 +229,7 @@ def _print_checks(checks: Sequence[Any]) -> None:
         if check.note and (check.theory is None or "expected departure" in check.note):
             # rows whose z or error column does not tell the whole story carry their note
             setting += f"\n[dim]{escape(check.note)}[/]"
-        table.add_row(escape(check.claim), setting, _fmt(check.theory), _fmt(check.estimate), _fmt(check.stderr, 3),
+        table.add_row(escape(check.claim), setting, format_number(check.theory), format_number(check.estimate), format_number(check.stderr, 3),
                       deviation, status)
     console = _stdout_console()
     console.print(table)
@@ -260,7 +240,7 @@ def _print_checks(checks: Sequence[Any]) -> None:
 @cli.command()
 @click.option("--n", "head_dim", type=click.IntRange(min=1), required=True, help="Head dimension n (rows of W_Q, W_K).")
 @click.option("--N", "model_dim", type=click.IntRange(min=1), required=True, help="Model (residual) dimension N.")
-@click.option("--dist", default="gaussian", show_default=True, callback=_validate_entry_law,
+@click.option("--dist", default="gaussian", show_default=True, callback=_validated_by(_entry_law),
               help="Entry law of W_Q and W_K: gaussian, rademacher, uniform, exponential, lognormal, "
                    "bernoulli:p, student_t:nu.")
 @click.option("--samples", type=click.IntRange(min=2), default=DEFAULT_BASELINE_SAMPLES, show_default=True,
@@ -340,8 +320,7 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
                                       if row["stderr"] > 0 else math.nan)
             row["sample_mean"] = sample_mean
             row["sample_stderr"] = sample_stderr
-        result[name] = {key: (_json_number(value) if isinstance(value, float) else value)
-                        for key, value in row.items()}
+        result[name] = json_safe(row)
     return result
 
 
@@ -378,41 +357,35 @@ def _head_columns(G: np.ndarray, N: int) -> np.ndarray:
     """Baseline statistics of a chunk of Gram matrices, then ||L||^2 and ||S||^2 (Gram route)."""
     from . import gram, statistics
 
-    columns = statistics.gram_statistics(G, N).columns()
-    norm_l_sq = gram.gram_norm_sq(G)
-    norm_s_sq = 0.5 * (norm_l_sq + gram.gram_trace_square(G))  # Lemma 5
-    return np.stack([*(np.asarray(columns[name], dtype=np.float64) for name in BASELINE_STATISTICS),
-                     norm_l_sq, norm_s_sq], axis=1)
+    energy = gram.gram_energies(G)
+    return np.column_stack([statistics.gram_statistics(G, N).stack(BASELINE_STATISTICS),
+                            energy.norm_l_sq, energy.norm_s_sq])
 
 
 def _print_baseline(result: dict[str, Any]) -> None:
-    from rich.table import Table
-
     how = "exact sampler" if result["dist"] == "gaussian" else "Monte Carlo"
-    table = Table(title=f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
-                        f"entries ({how}, {result['samples']} samples)")
-    table.add_column("statistic")
-    for column in ("mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)):
-        table.add_column(column, justify="right")
+    table = rich_table(f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
+                       f"entries ({how}, {result['samples']} samples)",
+                       [("statistic", "left"), "mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)])
     for name in BASELINE_STATISTICS:
         row = result[name]
-        table.add_row(name, _fmt(row["mean"]), _fmt(row["stderr"], 3), _fmt(row["sd"], 4),
-                      *(_fmt(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS))
+        table.add_row(name, format_number(row["mean"]), format_number(row["stderr"], 3), format_number(row["sd"], 4),
+                      *(format_number(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS))
     console = _stdout_console()
     console.print(table)
     energy = result["symmetric_energy"]
-    console.print(f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {_fmt(energy['ratio_of_expectations'])} "
+    console.print(f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {format_number(energy['ratio_of_expectations'])} "
                   "(Corollary 2, every entry law)")
     if result["dist"] == "gaussian":
-        console.print(f"expectation of the ratio E[||S||²/||L||²] = {_fmt(energy['expectation_of_ratio'])} exactly "
-                      f"(Proposition 6); sampled mean {_fmt(energy['sample_mean'])} ± "
-                      f"{_fmt(energy['sample_stderr'], 2)}")
+        console.print(f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} exactly "
+                      f"(Proposition 6); sampled mean {format_number(energy['sample_mean'])} ± "
+                      f"{format_number(energy['sample_stderr'], 2)}")
     else:
-        console.print(f"expectation of the ratio E[||S||²/||L||²] = {_fmt(energy['expectation_of_ratio'])} ± "
-                      f"{_fmt(energy['expectation_of_ratio_stderr'], 2)} (Monte Carlo; z = "
-                      f"{_fmt(energy['departure_z'], 3)} against (N+1)/(2N)); ratio of expectations estimated from "
-                      f"the same draws {_fmt(energy['ratio_of_expectations_estimate'])} ± "
-                      f"{_fmt(energy['ratio_of_expectations_estimate_stderr'], 2)}")
+        console.print(f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} ± "
+                      f"{format_number(energy['expectation_of_ratio_stderr'], 2)} (Monte Carlo; z = "
+                      f"{format_number(energy['departure_z'], 3)} against (N+1)/(2N)); ratio of expectations estimated from "
+                      f"the same draws {format_number(energy['ratio_of_expectations_estimate'])} ± "
+                      f"{format_number(energy['ratio_of_expectations_estimate_stderr'], 2)}")
 
 
 def _quantile_key(level: float) -> str:
@@ -420,7 +393,7 @@ def _quantile_key(level: float) -> str:
 
 
 @cli.command()
-@click.option("--law", default="exponential", show_default=True, callback=_validate_lobe_law,
+@click.option("--law", default="exponential", show_default=True, callback=_validated_by(_positive_law),
               help="Positive law of the lobe entries: exponential, half_normal, lognormal, chi, pareto:alpha.")
 @click.option("--rho", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
               help="Scale ratio rho = u/v of the two lobes.")
@@ -438,17 +411,13 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     rows = [(int(n), float(m), float(s), float(med))
             for n, m, s, med in zip(curve.ns, curve.mean, curve.stderr, curve.median)]
     if as_json:
-        click.echo(json.dumps([{"n": n, "mean": _json_number(m), "stderr": _json_number(s),
-                                "median": _json_number(med)} for n, m, s, med in rows], indent=1))
+        click.echo(json.dumps([json_safe({"n": n, "mean": m, "stderr": s, "median": med})
+                               for n, m, s, med in rows], indent=1))
         return
-    from rich.table import Table
-
     finite = lobe_module.positive_law(law).finite_second_moment
-    table = Table(title="Lemma 6: lobe departure D_n")
-    for column in ("n", "D_n mean", "stderr", "median"):
-        table.add_column(column, justify="right")
+    table = rich_table("Lemma 6: lobe departure D_n", ["n", "D_n mean", "stderr", "median"])
     for n, mean, stderr, median in rows:
-        table.add_row(f"{n:,}", _fmt(mean), _fmt(stderr, 3), _fmt(median))
+        table.add_row(f"{n:,}", format_number(mean), format_number(stderr, 3), format_number(median))
     console = _stdout_console()
     console.print(table)
     console.print(f"D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| for two sorted iid samples of the {curve.law} law "
@@ -487,17 +456,11 @@ def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_l
     options: dict[str, Any] = {}
     if samples is not None:
         options["samples"] = samples
-    try:
-        result = analysis.analyze_model(
-            model, layers=layers, heads=heads, per_layer=per_layer, fold_norm=fold_norm, seed=seed, radius=radius,
-            null=not no_null, cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
-            progress=not quiet and sys.stderr.isatty(), **options,
-        )
-    except QKEnergyError as error:
-        # --layers / --heads can only be checked against the checkpoint: still a bad argument (status 2)
-        if str(error).startswith(("--layers", "--heads")):
-            raise click.UsageError(str(error)) from None
-        raise
+    result = analysis.analyze_model(
+        model, layers=layers, heads=heads, per_layer=per_layer, fold_norm=fold_norm, seed=seed, radius=radius,
+        null=not no_null, cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        progress=not quiet and sys.stderr.isatty(), **options,
+    )
     if not quiet:
         report.print_summary(result, _stdout_console())
     written: list[Path] = []
@@ -550,17 +513,14 @@ def _fail(message: str, status: int) -> NoReturn:
     sys.exit(status)
 
 
-def _usage_message(error: click.UsageError) -> str:
-    """One line naming the argument and what was expected."""
-    return _one_line(error.format_message())
-
-
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console entry point: run the command line and exit with its status."""
     try:
         status = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
     except click.UsageError as error:  # includes BadParameter, NoSuchOption, MissingParameter
-        _fail(_usage_message(error), 2)
+        _fail(_one_line(error.format_message()), 2)
+    except ArgumentError as error:  # e.g. --layers beyond the checkpoint's layers
+        _fail(str(error), 2)
     except QKEnergyError as error:
         _fail(str(error), 1)
     except click.ClickException as error:  # e.g. FileError
@@ -572,6 +532,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         # stdout at /dev/null keeps the interpreter's final flush from complaining
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except OSError as error:
+        # A file the library does not check up front (an unwritable cache directory, a full disk):
+        # still one line, naming the file.
+        _fail(f"{error.filename}: {error.strerror}" if error.filename else str(error), 1)
     sys.exit(status if isinstance(status, int) else 0)
 
 

@@ -34,7 +34,7 @@ class Energies:
     skew_ratio: np.ndarray
 
 
-def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+def divide_or_nan(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """numerator / denominator, NaN where the denominator is 0 (no warning)."""
     numerator, denominator = np.broadcast_arrays(
         np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
@@ -58,6 +58,20 @@ def power_of_two_scale(max_abs: np.ndarray) -> np.ndarray:
     return exponent
 
 
+def rescale_by_power_of_two(x: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> tuple[np.ndarray, np.ndarray]:
+    """(x * 2**-e, e) with e = power_of_two_scale(max|x| over ``axes``), one e per matrix.
+
+    The rescaled entries have largest magnitude in [0.5, 1), so their squares
+    and products neither overflow nor underflow; ratios are unchanged exactly.
+    Non-finite matrices are returned unscaled (e = 0).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        max_abs = np.max(np.abs(x), axis=axes, initial=0.0, keepdims=True)
+    exponent = power_of_two_scale(max_abs)
+    return np.ldexp(x, -exponent), np.squeeze(exponent, axis=axes)
+
+
 def energies(L: np.ndarray) -> Energies:
     """Lemma 5 on dense L of shape (..., N, N): ||L||^2, ||S||^2, ||T||^2, tr(L^2) and ratios.
 
@@ -70,10 +84,7 @@ def energies(L: np.ndarray) -> Energies:
     L = np.asarray(L, dtype=np.float64)
     if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
         raise ValueError(f"energies: L must have shape (..., N, N), got {L.shape}")
-    with np.errstate(invalid="ignore"):
-        max_abs = np.max(np.abs(L), axis=(-2, -1), initial=0.0)
-    exponent = power_of_two_scale(max_abs)
-    L = np.ldexp(L, -exponent[..., None, None])
+    L, exponent = rescale_by_power_of_two(L)
     Lt = np.swapaxes(L, -1, -2)
     S = 0.5 * (L + Lt)
     T = 0.5 * (L - Lt)
@@ -82,8 +93,8 @@ def energies(L: np.ndarray) -> Energies:
     norm_t_sq = np.sum(T * T, axis=(-2, -1))
     # sum_ij L_ij L_ji = tr(L^2)
     trace_l_sq = np.sum(L * Lt, axis=(-2, -1))
-    symmetric_ratio = _ratio(norm_s_sq, norm_l_sq)
-    skew_ratio = _ratio(norm_t_sq, norm_l_sq)
+    symmetric_ratio = divide_or_nan(norm_s_sq, norm_l_sq)
+    skew_ratio = divide_or_nan(norm_t_sq, norm_l_sq)
     unscale = 2 * exponent
     return Energies(
         norm_l_sq=np.ldexp(norm_l_sq, unscale),
@@ -111,6 +122,6 @@ def energies_from_invariants(norm_l_sq: np.ndarray, trace_l_sq: np.ndarray) -> E
         norm_s_sq=norm_s_sq,
         norm_t_sq=norm_t_sq,
         trace_l_sq=trace_l_sq,
-        symmetric_ratio=_ratio(norm_s_sq, norm_l_sq),
-        skew_ratio=_ratio(norm_t_sq, norm_l_sq),
+        symmetric_ratio=divide_or_nan(norm_s_sq, norm_l_sq),
+        skew_ratio=divide_or_nan(norm_t_sq, norm_l_sq),
     )

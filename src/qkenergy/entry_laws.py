@@ -13,15 +13,24 @@ Specs for the command line: ``"gaussian"``, ``"bernoulli:0.1"``,
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol, TypeVar
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import QKEnergyError, check_positive
 
-__all__ = ["EntryLaw", "LawKind", "ENTRY_LAWS", "entry_law", "parse_params"]
+__all__ = [
+    "ENTRY_LAWS",
+    "EntryLaw",
+    "LawFamily",
+    "LawKind",
+    "entry_law",
+    "law_spec",
+    "parse_params",
+    "resolve_spec",
+    "sample_shape",
+]
 
 # raw(rng, shape, **params) -> centred draws; variance(**params) -> their exact variance.
 RawSampler = Callable[..., np.ndarray]
@@ -125,11 +134,31 @@ ENTRY_LAWS: Mapping[str, LawKind] = {
 }
 
 
-def _valid_names() -> str:
+class LawFamily(Protocol):
+    """What spec parsing needs of a family of laws (LawKind here, lobes' positive laws)."""
+
+    name: str
+    defaults: tuple[tuple[str, float], ...]
+    check: Callable[..., str | None]
+
+
+def law_spec(name: str, params: tuple[tuple[str, float], ...]) -> str:
+    """Round-trippable spec string of a law, e.g. ``"bernoulli:p=0.1"``."""
+    if not params:
+        return name
+    return name + ":" + ",".join(f"{k}={v:g}" for k, v in params)
+
+
+def _valid_specs(families: Mapping[str, LawFamily]) -> str:
     return ", ".join(
-        k.name + ("" if not k.defaults else ":" + ",".join(p for p, _ in k.defaults))
-        for k in ENTRY_LAWS.values()
+        f.name + ("" if not f.defaults else ":" + ",".join(p for p, _ in f.defaults))
+        for f in families.values()
     )
+
+
+def sample_shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
+    """A draw shape as a tuple (an int n means (n,))."""
+    return (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -149,9 +178,7 @@ class EntryLaw:
     @property
     def spec(self) -> str:
         """Round-trippable spec string, e.g. ``"bernoulli:p=0.1"``."""
-        if not self.params:
-            return self.kind.name
-        return self.kind.name + ":" + ",".join(f"{k}={v:g}" for k, v in self.params)
+        return law_spec(self.kind.name, self.params)
 
     @property
     def symmetric(self) -> bool:
@@ -167,12 +194,9 @@ class EntryLaw:
         self, rng: np.random.Generator, shape: int | tuple[int, ...], variance: float = 1.0
     ) -> np.ndarray:
         """Draw float64 entries with mean 0 and variance ``variance`` (exact scaling)."""
-        if (isinstance(variance, bool) or not isinstance(variance, numbers.Real)
-                or not (math.isfinite(variance) and variance > 0)):
-            raise QKEnergyError(f"variance must be a positive finite number, got {variance!r}")
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        x = self.kind.raw(rng, shape, **dict(self.params))
-        scale = math.sqrt(float(variance) / self.raw_variance)
+        variance = check_positive(variance, "variance")
+        x = self.kind.raw(rng, sample_shape(shape), **dict(self.params))
+        scale = math.sqrt(variance / self.raw_variance)
         if scale != 1.0:
             x *= scale
         return x
@@ -181,7 +205,7 @@ class EntryLaw:
         return self.spec
 
 
-def parse_params(kind: LawKind, text: str) -> dict[str, float]:
+def parse_params(kind: LawFamily, text: str, what: str = "entry law") -> dict[str, float]:
     """Parse ``"0.1"`` (positional) or ``"p=0.1"`` (named) parameter text for ``kind``."""
     names = [p for p, _ in kind.defaults]
     out: dict[str, float] = {}
@@ -195,7 +219,7 @@ def parse_params(kind: LawKind, text: str) -> dict[str, float]:
         else:
             if i >= len(names):
                 raise QKEnergyError(
-                    f"entry law {kind.name!r} takes {len(names)} parameter(s)"
+                    f"{what} {kind.name!r} takes {len(names)} parameter(s)"
                     f"{' (' + ', '.join(names) + ')' if names else ''}, got {text!r}"
                 )
             key, val = names[i], item
@@ -203,46 +227,65 @@ def parse_params(kind: LawKind, text: str) -> dict[str, float]:
             out[key] = float(val)
         except ValueError:
             raise QKEnergyError(
-                f"entry law {kind.name!r}: parameter {key!r} must be a number, got {val.strip()!r}"
+                f"{what} {kind.name!r}: parameter {key!r} must be a number, got {val.strip()!r}"
             ) from None
     return out
+
+
+F = TypeVar("F", bound=LawFamily)
+
+
+def resolve_spec(
+    spec: object,
+    families: Mapping[str, F],
+    what: str,
+    params: Mapping[str, float],
+    aliases: Mapping[str, str] | None = None,
+) -> tuple[F, tuple[tuple[str, float], ...]]:
+    """Family and checked parameter values of a spec ``"name"`` or ``"name:v1,k=v2"``.
+
+    Shared by :func:`entry_law` and ``lobes.positive_law`` (``what`` names the
+    kind of law in messages). Keyword ``params`` override those in the spec.
+    Unknown names or parameters, or invalid values, raise QKEnergyError
+    listing the valid choices.
+    """
+    if not isinstance(spec, str):
+        raise QKEnergyError(f"{what} must be a name such as {next(iter(families))!r}, got {spec!r}")
+    base, _, text = spec.strip().partition(":")
+    base = base.strip().lower().replace("-", "_")
+    family = families.get((aliases or {}).get(base, base))
+    if family is None:
+        raise QKEnergyError(f"unknown {what} {spec!r}; valid: {_valid_specs(families)}")
+    given = parse_params(family, text, what)
+    given.update({k: float(v) for k, v in params.items()})
+    names = [p for p, _ in family.defaults]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise QKEnergyError(
+            f"{what} {family.name!r} has no parameter {unknown[0]!r}; "
+            f"valid: {', '.join(names) if names else 'none'}"
+        )
+    values = tuple((p, float(given.get(p, d))) for p, d in family.defaults)
+    for p, v in values:
+        if not math.isfinite(v):
+            raise QKEnergyError(f"{what} {family.name!r}: parameter {p!r} must be finite, got {v!r}")
+    problem = family.check(**dict(values))
+    if problem is not None:
+        raise QKEnergyError(f"{what} {family.name!r}: {problem}")
+    return family, values
+
+
+_ALIASES = {"normal": "gaussian", "exp": "exponential", "t": "student_t", "student": "student_t"}
 
 
 def entry_law(name: str | EntryLaw, **params: float) -> EntryLaw:
     """Look up a centred entry law by name or spec (``"bernoulli:0.1"``, ``"student_t:nu=5"``).
 
-    Keyword ``params`` override those in the spec. Unknown names or parameters,
-    or invalid values, raise QKEnergyError listing the valid choices.
+    Keyword ``params`` override those in the spec (see :func:`resolve_spec`).
     """
     if isinstance(name, EntryLaw):
         if not params:
             return name
-        merged = dict(name.params)
-        merged.update(params)
-        return entry_law(name.name, **merged)
-    if not isinstance(name, str):
-        raise QKEnergyError(f"entry law must be a name such as 'gaussian', got {name!r}")
-    base, _, text = name.strip().partition(":")
-    base = base.strip().lower().replace("-", "_")
-    aliases = {"normal": "gaussian", "exp": "exponential", "t": "student_t", "student": "student_t"}
-    base = aliases.get(base, base)
-    kind = ENTRY_LAWS.get(base)
-    if kind is None:
-        raise QKEnergyError(f"unknown entry law {name!r}; valid: {_valid_names()}")
-    given = parse_params(kind, text)
-    given.update({k: float(v) for k, v in params.items()})
-    names = [p for p, _ in kind.defaults]
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise QKEnergyError(
-            f"entry law {kind.name!r} has no parameter {unknown[0]!r}; "
-            f"valid: {', '.join(names) if names else 'none'}"
-        )
-    values = tuple((p, float(given.get(p, d))) for p, d in kind.defaults)
-    for p, v in values:
-        if not math.isfinite(v):
-            raise QKEnergyError(f"entry law {kind.name!r}: parameter {p!r} must be finite, got {v!r}")
-    problem = kind.check(**dict(values))
-    if problem is not None:
-        raise QKEnergyError(f"entry law {kind.name!r}: {problem}")
+        name, params = name.name, {**dict(name.params), **params}
+    kind, values = resolve_spec(name, ENTRY_LAWS, "entry law", params, _ALIASES)
     return EntryLaw(kind, values)

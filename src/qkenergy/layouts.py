@@ -193,53 +193,57 @@ class Architecture:
         return np.arange(self.n_heads) // (self.n_heads // self.n_kv_heads)
 
 
-def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: str) -> int:
+def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: str, source: str) -> int:
+    """The first of ``keys`` present in the config, checked to be a positive integer."""
     for key in keys:
         value = config.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise QKEnergyError(
-                f"config.json: {key!r} is {value!r}; expected a positive integer ({model_type})"
+                f"{source}: {key!r} is {value!r}; expected a positive integer ({model_type})"
             )
         return value
     also = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
-    raise QKEnergyError(f"config.json has no {keys[0]!r}{also}, needed for a {model_type} model")
+    raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
 
 
-def architecture(config: Mapping[str, Any]) -> Architecture:
-    """Sizes and layout of the model described by a config.json dict."""
+def architecture(config: Mapping[str, Any], source: str = "config.json") -> Architecture:
+    """Sizes and layout of the model described by a config.json dict.
+
+    ``source`` names the config file in error messages (e.g. its full path).
+    """
     model_type = config.get("model_type")
     if model_type is None:
         raise QKEnergyError(
-            "config.json has no 'model_type'; supported: " + ", ".join(supported_model_types())
+            f"{source} has no 'model_type'; supported: " + ", ".join(supported_model_types())
         )
     layout = LAYOUTS.get(str(model_type))
     if layout is None:
         raise QKEnergyError(
-            f"config.json: model_type {model_type!r} is not supported; supported: "
+            f"{source}: model_type {model_type!r} is not supported; supported: "
             + ", ".join(supported_model_types())
         )
     if layout.adjust is not None:
         layout = layout.adjust(config, layout)
     mt = str(model_type)
-    n_heads = _config_int(config, layout.heads_keys, mt)
-    hidden = _config_int(config, layout.hidden_keys, mt)
-    n_layers = _config_int(config, layout.layers_keys, mt)
+    n_heads = _config_int(config, layout.heads_keys, mt, source)
+    hidden = _config_int(config, layout.hidden_keys, mt, source)
+    n_layers = _config_int(config, layout.layers_keys, mt, source)
     n_kv = n_heads
     if layout.kv_heads_key is not None and config.get(layout.kv_heads_key) is not None:
-        n_kv = _config_int(config, (layout.kv_heads_key,), mt)
+        n_kv = _config_int(config, (layout.kv_heads_key,), mt, source)
     if n_heads % n_kv:
         raise QKEnergyError(
-            f"config.json: {layout.heads_keys[0]}={n_heads} is not a multiple of "
+            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of "
             f"{layout.kv_heads_key}={n_kv}"
         )
     if layout.head_dim_key is not None and config.get(layout.head_dim_key) is not None:
-        head_dim = _config_int(config, (layout.head_dim_key,), mt)
+        head_dim = _config_int(config, (layout.head_dim_key,), mt, source)
     else:
         if hidden % n_heads:
             raise QKEnergyError(
-                f"config.json: {layout.hidden_keys[0]}={hidden} is not a multiple of "
+                f"{source}: {layout.hidden_keys[0]}={hidden} is not a multiple of "
                 f"{layout.heads_keys[0]}={n_heads}"
             )
         head_dim = hidden // n_heads
@@ -258,13 +262,8 @@ class LayerWeights:
 
 
 def _where(tensors: object) -> str:
-    """How to name the checkpoint in a message."""
-    files = getattr(tensors, "files", None)
-    if files:
-        path = getattr(files[0], "path", None)
-        if path is not None:
-            return str(path) if len(files) == 1 else f"{path.parent} ({len(files)} shards)"
-    for attr in ("path", "name"):
+    """How to name the checkpoint in a message: its ``location`` (a TensorSource), ``path`` or ``name``."""
+    for attr in ("location", "path", "name"):
         value = getattr(tensors, attr, None)
         if value:
             return str(value)

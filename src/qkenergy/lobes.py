@@ -7,13 +7,13 @@ index below 2 (infinite second moment) is the contrast case.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.entry_laws import law_spec, resolve_spec, sample_shape
+from qkenergy.errors import QKEnergyError, check_integer, check_positive
 
 __all__ = [
     "PositiveLaw",
@@ -77,9 +77,7 @@ class PositiveLaw:
 
     @property
     def spec(self) -> str:
-        if not self.params:
-            return self.family.name
-        return self.family.name + ":" + ",".join(f"{k}={v:g}" for k, v in self.params)
+        return law_spec(self.family.name, self.params)
 
     @property
     def second_moment(self) -> float:
@@ -92,18 +90,10 @@ class PositiveLaw:
 
     def sample(self, rng: np.random.Generator, shape: int | tuple[int, ...]) -> np.ndarray:
         """Draw float64 samples of X."""
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        return self.family.raw(rng, shape, **dict(self.params))
+        return self.family.raw(rng, sample_shape(shape), **dict(self.params))
 
     def __str__(self) -> str:
         return self.spec
-
-
-def _valid_names() -> str:
-    return ", ".join(
-        f.name + ("" if not f.defaults else ":" + ",".join(p for p, _ in f.defaults))
-        for f in POSITIVE_LAWS.values()
-    )
 
 
 def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
@@ -111,46 +101,8 @@ def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
     if isinstance(name, PositiveLaw):
         if not params:
             return name
-        merged = dict(name.params)
-        merged.update(params)
-        return positive_law(name.name, **merged)
-    if not isinstance(name, str):
-        raise QKEnergyError(f"positive law must be a name such as 'exponential', got {name!r}")
-    base, _, text = name.strip().partition(":")
-    base = base.strip().lower().replace("-", "_")
-    family = POSITIVE_LAWS.get(base)
-    if family is None:
-        raise QKEnergyError(f"unknown positive law {name!r}; valid: {_valid_names()}")
-    names = [p for p, _ in family.defaults]
-    given: dict[str, float] = {}
-    for i, item in enumerate(x.strip() for x in text.split(",") if x.strip()):
-        key, sep, val = item.partition("=")
-        if not sep:
-            if i >= len(names):
-                raise QKEnergyError(
-                    f"positive law {family.name!r} takes {len(names)} parameter(s), got {text!r}"
-                )
-            key, val = names[i], item
-        try:
-            given[key.strip()] = float(val)
-        except ValueError:
-            raise QKEnergyError(
-                f"positive law {family.name!r}: parameter {key.strip()!r} must be a number, got {val!r}"
-            ) from None
-    given.update({k: float(v) for k, v in params.items()})
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise QKEnergyError(
-            f"positive law {family.name!r} has no parameter {unknown[0]!r}; "
-            f"valid: {', '.join(names) if names else 'none'}"
-        )
-    values = tuple((p, float(given.get(p, d))) for p, d in family.defaults)
-    for p, v in values:
-        if not math.isfinite(v):
-            raise QKEnergyError(f"positive law {family.name!r}: parameter {p!r} must be finite, got {v!r}")
-    problem = family.check(**dict(values))
-    if problem is not None:
-        raise QKEnergyError(f"positive law {family.name!r}: {problem}")
+        name, params = name.name, {**dict(name.params), **params}
+    family, values = resolve_spec(name, POSITIVE_LAWS, "positive law", params)
     return PositiveLaw(family, values)
 
 
@@ -201,24 +153,18 @@ def lobe_departure_curve(
     E[X^2] < inf; for Pareto with alpha < 2 it does not.
     """
     law = positive_law(law)
-    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not (
-        math.isfinite(rho) and rho > 0
-    ):
-        raise QKEnergyError(f"rho must be a positive finite number, got {rho!r}")
-    rho = float(rho)
+    rho = check_positive(rho, "rho")
     ns_arr = np.asarray(ns)
     if ns_arr.ndim != 1 or ns_arr.size == 0 or not np.issubdtype(ns_arr.dtype, np.integer) \
             or np.any(ns_arr < 1):
         raise QKEnergyError(f"ns must be a non-empty list of integers >= 1, got {ns!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
-        raise QKEnergyError(f"repeats must be an integer >= 1, got {repeats!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
+    repeats = check_integer(repeats, "repeats")
+    seed = check_integer(seed, "seed", 0)
     ns_arr = ns_arr.astype(np.int64)
     n_max = int(ns_arr.max())
 
-    values = np.empty((int(repeats), ns_arr.size))
-    for r, child in enumerate(np.random.SeedSequence(int(seed)).spawn(int(repeats))):
+    values = np.empty((repeats, ns_arr.size))
+    for r, child in enumerate(np.random.SeedSequence(seed).spawn(repeats)):
         rng = np.random.Generator(np.random.PCG64(child))
         x = law.sample(rng, n_max)
         y = rho * law.sample(rng, n_max)
@@ -230,4 +176,4 @@ def lobe_departure_curve(
     mean = values.mean(axis=0)
     stderr = values.std(axis=0, ddof=1) / math.sqrt(repeats) if repeats > 1 else np.full(ns_arr.size, np.nan)
     return LobeCurve(law=law.spec, rho=rho, ns=ns_arr, values=values, mean=mean,
-                     stderr=stderr, median=np.median(values, axis=0), seed=int(seed))
+                     stderr=stderr, median=np.median(values, axis=0), seed=seed)

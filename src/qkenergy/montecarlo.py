@@ -13,7 +13,6 @@ one chunk. Results are therefore bitwise identical for every ``chunk_size``.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,8 +20,9 @@ import numpy as np
 from scipy import stats
 
 from qkenergy import baselines
+from qkenergy.energies import energies_from_invariants
 from qkenergy.entry_laws import EntryLaw, entry_law
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [
     "BLOCK_SIZE",
@@ -54,15 +54,6 @@ MODELS = ("square", "qk")
 
 Sampler = Callable[[np.random.Generator, int], np.ndarray]
 Transform = Callable[[np.ndarray], np.ndarray]
-
-
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise QKEnergyError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise QKEnergyError(f"{name} must be an integer >= {minimum}, got {value}")
-    return value
 
 
 def block_generator(seed: int, block: int) -> np.random.Generator:
@@ -111,14 +102,12 @@ def draw(
     does not depend on it. A rich progress bar is shown when ``progress`` and
     there is more than one chunk.
     """
-    samples = _check_int(samples, "samples", 1)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
+    samples = check_integer(samples, "samples")
+    seed = check_integer(seed, "seed", 0)
     if chunk_size is None:
         chunk_blocks = DEFAULT_CHUNK_BLOCKS
     else:
-        chunk_blocks = max(1, -(-_check_int(chunk_size, "chunk_size", 1) // BLOCK_SIZE))
+        chunk_blocks = max(1, -(-check_integer(chunk_size, "chunk_size") // BLOCK_SIZE))
     n_blocks = -(-samples // BLOCK_SIZE)
     n_chunks = -(-n_blocks // chunk_blocks)
 
@@ -282,13 +271,24 @@ def _qk_energies(law: EntryLaw, n: int, N: int, sigma2_K: float, sigma2_Q: float
 
 
 def _finish_energies(raw: np.ndarray) -> np.ndarray:
-    # In: ||L||^2, tr L^2. Out: ||L||^2, ||S||^2, ||T||^2, s. L = 0 has no ratio: NaN, never 1/2.
-    total, tr2 = raw[:, 0], raw[:, 1]
-    sym = 0.5 * total + 0.5 * tr2
-    skew = 0.5 * total - 0.5 * tr2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s = np.where(total > 0, sym / np.where(total > 0, total, 1.0), np.nan)
-    return np.stack([total, sym, skew, s], axis=1)
+    """(||L||^2, tr L^2) rows -> (||L||^2, ||S||^2, ||T||^2, s) rows by Lemma 5; s is NaN for L = 0."""
+    e = energies_from_invariants(raw[:, 0], raw[:, 1])
+    return np.stack([e.norm_l_sq, e.norm_s_sq, e.norm_t_sq, e.symmetric_ratio], axis=1)
+
+
+def _closed_form(
+    model: str, N: int, n: int | None, sigma2: float, sigma2_K: float, sigma2_Q: float
+) -> baselines.EnergyExpectations:
+    """Validate the model's arguments; its closed-form energies (Corollary 1 or Corollary 2)."""
+    if model not in MODELS:
+        raise QKEnergyError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if model == "square":
+        if n is not None:
+            raise QKEnergyError("n must be None for model 'square' (L is N x N)")
+        return baselines.iid_square_expectations(N, sigma2)
+    if n is None:
+        raise QKEnergyError("n (head dimension) is required for model 'qk'")
+    return baselines.qk_product_expectations(n, N, sigma2_K, sigma2_Q)
 
 
 def energy_samples(
@@ -311,20 +311,13 @@ def energy_samples(
     ``model="qk"``: L = W_K^T W_Q, n x N factors of variances ``sigma2_K``, ``sigma2_Q``
     (Corollary 2). Energies use Lemma 5, without loops over entries.
     """
-    if model not in MODELS:
-        raise QKEnergyError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    _closed_form(model, N, n, sigma2, sigma2_K, sigma2_Q)  # validates every argument
     law = entry_law(law)
-    N = _check_int(N, "N", 1)
+    N = int(N)
     if model == "square":
-        if n is not None:
-            raise QKEnergyError("n must be None for model 'square' (L is N x N)")
-        baselines.iid_square_expectations(N, sigma2)  # validates sigma2
         sampler = _square_energies(law, N, float(sigma2))
     else:
-        if n is None:
-            raise QKEnergyError("n (head dimension) is required for model 'qk'")
-        n = _check_int(n, "n", 1)
-        baselines.qk_product_expectations(n, N, sigma2_K, sigma2_Q)  # validates
+        n = int(n)  # type: ignore[arg-type]
         sampler = _qk_energies(law, n, N, float(sigma2_K), float(sigma2_Q))
     return draw(
         sampler,
@@ -363,10 +356,7 @@ def energy_expectations(
         model, law, N, n, samples=samples, seed=seed, sigma2=sigma2, sigma2_K=sigma2_K,
         sigma2_Q=sigma2_Q, chunk_size=chunk_size, progress=progress,
     )
-    if model == "square":
-        base = baselines.iid_square_expectations(N, sigma2)
-    else:
-        base = baselines.qk_product_expectations(n, N, sigma2_K, sigma2_Q)  # type: ignore[arg-type]
+    base = _closed_form(model, N, n, sigma2, sigma2_K, sigma2_Q)
     s = x[:, 3]
     return EnergyEstimates(
         model=model,

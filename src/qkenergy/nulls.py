@@ -12,6 +12,7 @@ See MATH.md, "Exact null laws".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import numbers
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from scipy.linalg.lapack import dlauum as _dlauum
+from threadpoolctl import ThreadpoolController
 
 from qkenergy import montecarlo
 from qkenergy.baselines import gaussian_head_ratio_expectations
@@ -38,13 +41,16 @@ __all__ = [
     "null_cache_path",
 ]
 
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
 """Bumped whenever the cached arrays or the sampling scheme change meaning."""
 
 # Sub-batches keep the temporary arrays near this many float64 values (32 MiB);
 # they depend only on (n, N), so seeded results never depend on memory settings.
 _MAX_BATCH_VALUES = 1 << 22
-_BARTLETT_BATCH_VALUES = 1 << 20  # 8 MiB of R: stays warm in cache across sub-batches
+_BARTLETT_BATCH_VALUES = 1 << 20  # 8 MiB of normals, reused across sub-batches
+_MIRROR_TILE = 32  # rows per strip of the symmetrising copy (32 x 8 B x 2n: in L1 cache)
+_STRICT_LOWER = np.tri(_MIRROR_TILE, k=-1, dtype=bool)
+_LAUUM_MIN_P = 32  # below this 2n, batched matmul beats per-matrix dlauum calls (measured)
 
 # Memory target for one chunk of Gram matrices handed to the statistics.
 _CHUNK_VALUES = 1 << 24
@@ -63,12 +69,45 @@ def _check_size(size: object) -> int:
     return int(size)
 
 
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    # Built once (about 0.5 ms); its limit() then costs about 20 us per call.
+    return ThreadpoolController()
+
+
+def _mirror_upper(src: np.ndarray, dst: np.ndarray) -> None:
+    """dst[:, i, j] = src[:, min(i, j), max(i, j)]: full symmetric matrices from upper triangles.
+
+    The strict lower triangle of ``src`` is never read (it belongs to another
+    sample). Works in strips of _MIRROR_TILE rows: the transposed copy of a
+    strip reads only that many source rows at a time, which stays in L1 cache
+    (a whole-matrix transposed copy is cache- and TLB-bound and slower).
+    """
+    p = src.shape[-1]
+    for a in range(0, p, _MIRROR_TILE):
+        e = min(p, a + _MIRROR_TILE)
+        dst[:, a:e, a:] = src[:, a:e, a:]  # strip of the upper triangle (diagonal block fixed below)
+        dst[:, e:, a:e] = np.swapaxes(src[:, a:e, e:], 1, 2)  # its mirror image
+        np.copyto(dst[:, a:e, a:e], np.swapaxes(src[:, a:e, a:e], 1, 2),
+                  where=_STRICT_LOWER[: e - a, : e - a])
+
+
 def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
     """Wishart_2n(N, I) samples of shape (size, 2n, 2n) by the Bartlett decomposition.
 
-    G = R^T R with R upper triangular, R_ii^2 ~ chi^2(N - i + 1) (i = 1..2n) and
-    standard normal entries above the diagonal: O(n^3) per sample, independent
-    of N. Valid for N >= 2n (MATH.md, exact null laws).
+    G = U U^T with U (p x p, p = 2n) upper triangular, U_ii^2 ~ chi^2(N - p + i)
+    (i = 1..p) and iid standard normal entries above the diagonal; equivalently
+    G = L^T L with L = U^T lower triangular. This is the textbook Bartlett
+    factor G = L L^T, L_ii^2 ~ chi^2(N - i + 1), conjugated by the index
+    reversal J (J G J ~ Wishart_p(N, I) again). O(n^3) per sample, independent
+    of N; valid for N >= 2n (MATH.md, exact null laws).
+
+    Two samples share one (p + 1) x p buffer of normals: its upper triangle
+    (diagonal included) of rows 0..p-1 holds one U, its lower triangle of rows
+    1..p holds another L, and the two regions tile the buffer exactly. So the
+    normals are drawn straight into place with no scatter, and LAPACK dlauum
+    forms U U^T (and L^T L) in place reading and writing only its own triangle,
+    with p^3/3 flops where a general product needs 2 p^3 (syrk p^3).
     """
     n, N = _check_shape(n, N)
     size = _check_size(size)
@@ -77,27 +116,52 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
         raise QKEnergyError(
             f"the Bartlett sampler needs N >= 2n, got n={n}, N={N}; use direct_gram or null_gram"
         )
-    m = p * (p - 1) // 2
-    # Row i of the strict upper triangle is z[:, offsets[i]:offsets[i + 1]] (row-major order).
-    offsets = np.concatenate([[0], np.cumsum(np.arange(p - 1, 0, -1))])
-    dof = (N - np.arange(p)).astype(np.float64)
-    diag = np.arange(p)
     out = np.empty((size, p, p))
-    step = max(1, _BARTLETT_BATCH_VALUES // (p * p))
-    # One R buffer, reused: its strict lower triangle stays zero, the rest is overwritten.
-    buffer = np.zeros((min(step, size), p, p))
-    for lo in range(0, size, step):
-        hi = min(size, lo + step)
-        R = buffer[: hi - lo]
-        z = rng.standard_normal((hi - lo, m))
-        # Row slices: contiguous copies, several times faster than a boolean-mask scatter.
-        for i in range(p - 1):
-            R[:, i, i + 1 :] = z[:, offsets[i] : offsets[i + 1]]
-        R[:, diag, diag] = np.sqrt(rng.chisquare(dof, size=(hi - lo, p)))
-        # No explicit symmetrisation (it costs as much as the product): R^T R
-        # is symmetric to rounding (bitwise with OpenBLAS) and eigh reads one triangle.
-        np.matmul(np.swapaxes(R, 1, 2), R, out=out[lo:hi])
+    # Sub-batches of pairs depend only on (n, N) and size: seeded values do not
+    # depend on memory settings or chunking (montecarlo.draw passes whole blocks).
+    step = max(1, _BARTLETT_BATCH_VALUES // (p * (p + 1)))  # pairs per sub-batch
+    buffer = np.empty((min(step, -(-size // 2)), p + 1, p))
+    # Many small products: BLAS threads only contend there (on a busy 2-core
+    # machine the dlauum loop ran over 100 times slower with 2 threads).
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        _bartlett_fill(rng, p, N, size, step, buffer, out)
     return out
+
+
+def _bartlett_fill(rng: np.random.Generator, p: int, N: int, size: int, step: int,
+                   buffer: np.ndarray, out: np.ndarray) -> None:
+    """The loop of :func:`bartlett_gram`: fills ``out`` in sub-batches of ``step`` pairs."""
+    dof = (N - p + 1 + np.arange(p)).astype(np.float64)  # chi^2(N - p + i), i = 1..p
+    diag = np.arange(p)
+    for lo in range(0, size, 2 * step):
+        hi = min(size, lo + 2 * step)
+        pairs = -(-(hi - lo) // 2)
+        X = buffer[:pairs]
+        rng.standard_normal(out=X)
+        chi = np.sqrt(rng.chisquare(dof, size=(pairs, 2, p)))
+        upper, lower = X[:, :p, :], X[:, 1:, :]  # overlapping views, disjoint triangles
+        # The diagonal draws of X are overwritten: they are independent of everything kept.
+        upper[:, diag, diag] = chi[:, 0]
+        lower[:, diag, diag] = chi[:, 1]
+        full = (hi - lo) // 2  # pairs whose L is used; an odd tail draws one L unused
+        if p < _LAUUM_MIN_P:
+            # Tiny matrices: one LAPACK call per matrix costs more than the
+            # arithmetic, so form the zero-padded factors and use batched products.
+            U, L = np.triu(upper), np.tril(lower[:full])
+            np.matmul(U, np.swapaxes(U, 1, 2), out=out[lo : lo + pairs])
+            np.matmul(np.swapaxes(L, 1, 2), L, out=out[lo + pairs : hi])
+            continue
+        # A C-ordered matrix seen by Fortran is its transpose: the Fortran lower
+        # triangle of upper[k].T is U^T, so lower=1 gives (U^T)^T U^T = U U^T; likewise
+        # lower=0 on lower[k].T gives L^T L. Both run in place (overwrite_c=1).
+        for k in range(pairs):
+            _dlauum(upper[k].T, lower=1, overwrite_c=1)
+            if k < full:
+                _dlauum(lower[k].T, lower=0, overwrite_c=1)
+        # Outputs of a sub-batch in the order U_1..U_pairs, L_1..L_full (all iid):
+        # contiguous destinations copy faster than interleaved ones.
+        _mirror_upper(upper, out[lo : lo + pairs])
+        _mirror_upper(np.swapaxes(lower[:full], 1, 2), out[lo + pairs : hi])
 
 
 def direct_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:

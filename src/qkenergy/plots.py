@@ -25,8 +25,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from .errors import QKEnergyError
-from .report import atomic_path, baseline
+from .errors import ArgumentError, QKEnergyError
+from .formatting import MISSING, format_fixed
+from .report import atomic_path, baseline, ensure_directory
 
 __all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
 
@@ -236,14 +237,14 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
             try:
                 layer, h = (int(p) for p in parts)
             except ValueError:
-                raise QKEnergyError(f"--head: expected LAYER,HEAD, got {head!r}") from None
+                raise ArgumentError(f"--head: expected LAYER,HEAD, got {head!r}") from None
         else:
             try:
                 layer, h = (int(v) for v in head)
             except (TypeError, ValueError):
-                raise QKEnergyError(f"--head: expected (layer, head), got {head!r}") from None
+                raise ArgumentError(f"--head: expected (layer, head), got {head!r}") from None
         if not ((df["layer"] == layer) & (df["head"] == h)).any():
-            raise QKEnergyError(f"--head: layer {layer}, head {h} is not in the table")
+            raise ArgumentError(f"--head: layer {layer}, head {h} is not in the table")
         return layer, h
     score = df["symmetric_energy_z"].abs() if "symmetric_energy_z" in df.columns else pd.Series(np.nan, index=df.index)
     if not np.isfinite(score.to_numpy(np.float64)).any():
@@ -288,12 +289,11 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
     ax2.legend(fontsize=7)
 
     def fmt(name: str, digits: int = 3) -> str:
-        v = row.get(name, np.nan)
-        return f"{v:.{digits}f}" if isinstance(v, float | int | np.floating) and np.isfinite(v) else "–"
+        return format_fixed(row.get(name), digits)
 
     fig.suptitle(
         f"{_title(df)}: layer {layer}, head {head} — s = {fmt('symmetric_energy', 4)} "
-        f"(z = {fmt('symmetric_energy_z', 1)}), type {row.get('head_type', '') or '–'}, "
+        f"(z = {fmt('symmetric_energy_z', 1)}), type {row.get('head_type', '') or MISSING}, "
         f"pairing = {fmt('pairing')}, lobe departure = {fmt('lobe_departure')}",
         fontsize=10,
     )
@@ -330,11 +330,7 @@ def plot_results(
         )
     if df["N"].nunique() > 1:
         raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
-    outdir = Path(outdir)
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise QKEnergyError(f"{outdir}: cannot create directory ({exc.strerror or exc})") from None
+    outdir = ensure_directory(outdir)
     chosen = choose_head(df, head)  # validate --head before any drawing
     paths: list[Path] = []
     paths += _save(_heatmap(df), outdir, "symmetric_energy_heatmap", formats)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import QKEnergyError
+from .formatting import format_fixed, format_percent, json_safe, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -27,9 +28,12 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "SIGNIFICANCE",
     "atomic_path",
+    "baseline",
+    "ensure_directory",
     "layer_summary",
     "print_summary",
     "read_table",
+    "verdict",
     "write_table",
 ]
 
@@ -51,14 +55,21 @@ def _format(path: Path) -> str:
     return fmt
 
 
+def ensure_directory(path: str | os.PathLike) -> Path:
+    """Create directory ``path`` (and its parents) if needed; one-line QKEnergyError when that fails."""
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QKEnergyError(f"{directory}: cannot create directory ({exc.strerror or exc})") from None
+    return directory
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
     target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise QKEnergyError(f"{target.parent}: cannot create directory ({exc.strerror or exc})") from None
+    ensure_directory(target.parent)
     try:
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
@@ -78,19 +89,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def _json_value(value: Any) -> Any:
-    """JSON-safe version of a cell: NaN/inf -> None, numpy scalars/arrays -> Python."""
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _list_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in LIST_COLUMNS if c in df.columns]
 
@@ -107,7 +105,7 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
         if fmt == "csv":
             out = df.copy()
             for col in _list_columns(out):
-                out[col] = [json.dumps(_json_value(v)) for v in out[col]]
+                out[col] = [json.dumps(json_safe(v)) for v in out[col]]
             out.to_csv(tmp, index=False)
         elif fmt == "parquet":
             out = df.copy()
@@ -115,9 +113,7 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
                 out[col] = [[float(x) for x in v] for v in out[col]]
             out.to_parquet(tmp, index=False)
         else:
-            records = [
-                {str(k): _json_value(v) for k, v in rec.items()} for rec in df.to_dict(orient="records")
-            ]
+            records = json_safe(df.to_dict(orient="records"))
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(records, fh, allow_nan=False)
                 fh.write("\n")
@@ -222,14 +218,6 @@ def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pct(x: float) -> str:
-    return "–" if not math.isfinite(x) else f"{100 * x:.0f}%"
-
-
-def _num(x: float, digits: int = 4) -> str:
-    return "–" if not math.isfinite(x) else f"{x:.{digits}f}"
-
-
 def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
     """One sentence on the whole model: how many heads differ from the random law, and how."""
     s = df["symmetric_energy"].to_numpy(np.float64)
@@ -239,7 +227,7 @@ def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
         return "No head has a defined symmetric energy (all forms are zero or non-finite)."
     median = float(np.median(s[defined]))
     base = baseline(df.loc[defined, "N"].to_numpy(np.float64))
-    base_text = _num(float(base[0]), 4) if np.ptp(base) == 0 else f"{_num(base.min())}–{_num(base.max())}"
+    base_text = format_fixed(base[0]) if np.ptp(base) == 0 else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     p = df.get("symmetric_energy_p_bh", pd.Series(np.nan, index=df.index)).to_numpy(np.float64)
     if not null or not np.isfinite(p).any():
         return (
@@ -261,7 +249,6 @@ def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
 def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), one-sentence verdict."""
     from rich.console import Console
-    from rich.table import Table
 
     console = console or Console()
     df = analysis.heads
@@ -275,29 +262,29 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
         f"fold-norm {fold} · {null_text}"
     )
     summary = layer_summary(df)
-    table = Table(title="Symmetric energy per layer", title_justify="left")
-    for name, justify in (
-        ("layer", "right"), ("heads", "right"), ("median s", "right"), ("IQR", "right"),
-        ("baseline", "right"), ("above", "right"), ("below", "right"),
-        ("II", "right"), ("I+", "right"), ("I-", "right"),
-    ):
-        table.add_column(name, justify=justify)
+    table = rich_table(
+        "Symmetric energy per layer",
+        ["layer", "heads", "median s", "IQR", "baseline", "above", "below", *HEAD_TYPES],
+        title_justify="left",
+    )
     for r in summary.to_dict(orient="records"):
         table.add_row(
-            str(r["layer"]), str(r["heads"]), _num(r["symmetric_energy_median"]),
-            _num(r["symmetric_energy_iqr"]), _num(r["baseline"]), _pct(r["share_above"]),
-            _pct(r["share_below"]), str(r["type_II"]), str(r["type_I+"]), str(r["type_I-"]),
+            str(r["layer"]), str(r["heads"]), format_fixed(r["symmetric_energy_median"]),
+            format_fixed(r["symmetric_energy_iqr"]), format_fixed(r["baseline"]), format_percent(r["share_above"]),
+            format_percent(r["share_below"]), str(r["type_II"]), str(r["type_I+"]), str(r["type_I-"]),
         )
     console.print(table)
     layers = analysis.layers
     if layers is not None and len(layers):
-        form = Table(title="Whole-layer forms (sum over heads)", title_justify="left")
-        for name in ("layer", "s", "2s-1", "directionality", "baseline", "type", "route"):
-            form.add_column(name, justify="right")
+        form = rich_table(
+            "Whole-layer forms (sum over heads)",
+            ["layer", "s", "2s-1", "directionality", "baseline", "type", "route"],
+            title_justify="left",
+        )
         for r in layers.to_dict(orient="records"):
             form.add_row(
-                str(r["layer"]), _num(r["symmetric_energy"]), _num(r["symmetry_score"]),
-                _num(r["directionality"], 3), _num(r["symmetric_energy_baseline"]),
+                str(r["layer"]), format_fixed(r["symmetric_energy"]), format_fixed(r["symmetry_score"]),
+                format_fixed(r["directionality"], 3), format_fixed(r["symmetric_energy_baseline"]),
                 str(r.get("head_type", "")), str(r.get("route", "")),
             )
         console.print(form)

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import ml_dtypes
 import numpy as np
 
 from .errors import QKEnergyError
 
-__all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource"]
+__all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
 
 # safetensors dtype code -> little-endian numpy dtype. Sub-byte codes (F4, F6_*)
 # pack several values per byte and are not supported.
@@ -59,7 +60,7 @@ DTYPES: dict[str, np.dtype] = {
 MAX_HEADER_BYTES = 100_000_000
 
 
-def _show(path: os.PathLike | str) -> str:
+def show_path(path: os.PathLike | str) -> str:
     """The path for a one-line message (control characters escaped)."""
     return repr(str(path))[1:-1]
 
@@ -85,7 +86,7 @@ def _is_int(x: object) -> bool:
 
 def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """Read and validate the header; returns (tensors, metadata, file size)."""
-    where = _show(path)
+    where = show_path(path)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -191,7 +192,57 @@ def _missing(name: str, names: Iterable[str], where: str) -> QKEnergyError:
     return QKEnergyError(f"{where}: no tensor {name!r}{hint}")
 
 
-class SafetensorsFile:
+class Closeable:
+    """``with`` support for anything with a ``close()``."""
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _TensorIndex(Closeable):
+    """The read-only container side shared by a file and a set of shards: names, info, dtype, shape.
+
+    Subclasses keep ``_index`` (tensor name -> where it lives) and define ``info``.
+    """
+
+    _index: dict[str, object]
+
+    @property
+    def names(self) -> list[str]:
+        """Tensor names (header order, shard by shard)."""
+        return list(self._index)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def info(self, name: str) -> TensorInfo:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def dtype(self, name: str) -> np.dtype:
+        return self.info(name).np_dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.info(name).shape
+
+
+class SafetensorsFile(_TensorIndex):
     """One ``.safetensors`` file: header validated on open, tensors mapped on demand.
 
     Arrays returned by :meth:`tensor` are read-only zero-copy views of a shared
@@ -201,34 +252,14 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self._tensors, self.metadata, self._size = _parse_header(self.path)
+        self._index, self.metadata, self._size = _parse_header(self.path)
         self._map: mmap.mmap | None = None
-
-    @property
-    def names(self) -> list[str]:
-        """Tensor names in header order."""
-        return list(self._tensors)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tensors
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
 
     def info(self, name: str) -> TensorInfo:
         try:
-            return self._tensors[name]
+            return self._index[name]
         except KeyError:
-            raise _missing(name, self._tensors, _show(self.path)) from None
-
-    def dtype(self, name: str) -> np.dtype:
-        return self.info(name).np_dtype
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.info(name).shape
+            raise _missing(name, self._index, show_path(self.path)) from None
 
     def tensor(self, name: str) -> np.ndarray:
         """Read-only array of tensor ``name``, backed by the memory map (no copy)."""
@@ -252,13 +283,13 @@ class SafetensorsFile:
                     size = os.fstat(f.fileno()).st_size
                     if size != self._size:
                         raise QKEnergyError(
-                            f"{_show(self.path)}: file changed size since it was opened "
+                            f"{show_path(self.path)}: file changed size since it was opened "
                             f"({self._size} -> {size} bytes)"
                         )
                     self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except OSError as exc:
                 raise QKEnergyError(
-                    f"{_show(self.path)}: cannot map: {exc.strerror or exc}"
+                    f"{show_path(self.path)}: cannot map: {exc.strerror or exc}"
                 ) from None
         return self._map
 
@@ -281,22 +312,11 @@ class SafetensorsFile:
                 pass  # arrays still export the buffer; it is freed with them
             self._map = None
 
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SafetensorsFile({str(self.path)!r}, {len(self)} tensors)"
 
 
-class TensorSource:
+class TensorSource(_TensorIndex):
     """Tensors of one checkpoint spread over one or more safetensors files (shards).
 
     All headers are read and validated up front (cheap); a name present in two
@@ -305,17 +325,17 @@ class TensorSource:
 
     def __init__(self, files: Iterable[str | os.PathLike | SafetensorsFile]) -> None:
         self.files: list[SafetensorsFile] = []
-        self._where: dict[str, SafetensorsFile] = {}
+        self._index: dict[str, SafetensorsFile] = {}
         try:
             for item in files:
                 sf = item if isinstance(item, SafetensorsFile) else SafetensorsFile(item)
                 self.files.append(sf)
                 for name in sf.names:
-                    other = self._where.setdefault(name, sf)
+                    other = self._index.setdefault(name, sf)
                     if other is not sf:
                         raise QKEnergyError(
                             f"tensor {name!r} appears in two shards: "
-                            f"{_show(other.path)} and {_show(sf.path)}"
+                            f"{show_path(other.path)} and {show_path(sf.path)}"
                         )
         except BaseException:
             self.close()
@@ -324,37 +344,21 @@ class TensorSource:
             raise QKEnergyError("no safetensors files given")
 
     @property
-    def names(self) -> list[str]:
-        return list(self._where)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
+    def location(self) -> str:
+        """The checkpoint in a message: its file, or its directory and shard count."""
+        first = self.files[0].path
+        if len(self.files) == 1:
+            return show_path(first)
+        return f"{show_path(first.parent)} ({len(self.files)} shards)"
 
     def file_of(self, name: str) -> SafetensorsFile:
         try:
-            return self._where[name]
+            return self._index[name]
         except KeyError:
-            where = (
-                _show(self.files[0].path)
-                if len(self.files) == 1
-                else f"{_show(self.files[0].path.parent)} ({len(self.files)} shards)"
-            )
-            raise _missing(name, self._where, where) from None
+            raise _missing(name, self._index, self.location) from None
 
     def info(self, name: str) -> TensorInfo:
         return self.file_of(name).info(name)
-
-    def dtype(self, name: str) -> np.dtype:
-        return self.info(name).np_dtype
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.info(name).shape
 
     def tensor(self, name: str) -> np.ndarray:
         """Read-only zero-copy array of tensor ``name`` from whichever shard holds it."""
@@ -368,17 +372,6 @@ class TensorSource:
     def close(self) -> None:
         for sf in self.files:
             sf.close()
-
-    def __enter__(self) -> TensorSource:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"TensorSource({len(self.files)} files, {len(self)} tensors)"

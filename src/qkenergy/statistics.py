@@ -16,12 +16,13 @@ statistic and a `reason`. A statistic undefined on its own for a fine head
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from qkenergy.energies import energies, power_of_two_scale
+from qkenergy.energies import divide_or_nan, energies, rescale_by_power_of_two
 from qkenergy.gram import (
     gram_norm_sq,
     gram_trace,
@@ -125,16 +126,14 @@ class HeadStatistics:
         names = (*STATISTICS, "head_type", "reason")
         return {name: np.asarray(getattr(self, name)).reshape(-1) for name in names}
 
-
-def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """numerator / denominator, NaN where the denominator is 0 (no warning)."""
-    numerator, denominator = np.broadcast_arrays(numerator, denominator)
-    out = np.full(numerator.shape, np.nan)
-    np.divide(numerator, denominator, out=out, where=denominator != 0)
-    return out
+    def stack(self, names: Sequence[str]) -> np.ndarray:
+        """The scalar statistics ``names`` as the columns of one float64 array (heads, len(names))."""
+        columns = [np.asarray(getattr(self, name), dtype=np.float64).reshape(-1) for name in names]
+        return np.stack(columns, axis=1)
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
+    """Euclidean norm over the last axis (of a lobe)."""
     return np.sqrt(np.sum(x * x, axis=-1))
 
 
@@ -157,8 +156,8 @@ def _statistics_from_spectra(
     trace_l: tr L; h: singular values of L, descending; reason: failures.
     """
     norm_l_sq = norm_s_sq + norm_t_sq  # Lemma 5
-    symmetric_energy = _divide(norm_s_sq, norm_l_sq)
-    a = _divide(norm_t_sq, norm_l_sq)
+    symmetric_energy = divide_or_nan(norm_s_sq, norm_l_sq)
+    a = divide_or_nan(norm_t_sq, norm_l_sq)
 
     # When ||S|| is at the rounding level of ||L|| (L antisymmetric), the
     # computed eigenvalues of S are noise: S counts as 0, as on the dense route.
@@ -169,20 +168,20 @@ def _statistics_from_spectra(
     n_pos = np.sum(eigs > tol, axis=-1).astype(np.float64)
     n_neg = np.sum(eigs < -tol, axis=-1).astype(np.float64)
     n_zero = N - n_pos - n_neg
-    balance = 1.0 - _divide(np.abs(n_pos - n_neg), n_pos + n_neg)
+    balance = 1.0 - divide_or_nan(np.abs(n_pos - n_neg), n_pos + n_neg)
 
     # Profile pi(L) = (a, b, c, d) and the symmetric profile (b, c, d)/s.
     lobe_gap = alpha - beta
     inner = np.sum(alpha * beta, axis=-1)
     excess_sq = np.sum(np.maximum(lobe_gap, 0.0) ** 2, axis=-1)
     deficit_sq = np.sum(np.minimum(lobe_gap, 0.0) ** 2, axis=-1)
-    b = _divide(2.0 * inner, norm_l_sq)
-    c = _divide(excess_sq, norm_l_sq)
-    d = _divide(deficit_sq, norm_l_sq)
+    b = divide_or_nan(2.0 * inner, norm_l_sq)
+    c = divide_or_nan(excess_sq, norm_l_sq)
+    d = divide_or_nan(deficit_sq, norm_l_sq)
     norm_s_sq_defined = np.where(symmetric_vanishes, 0.0, norm_s_sq)
-    b_sym = _divide(2.0 * inner, norm_s_sq_defined)
-    c_sym = _divide(excess_sq, norm_s_sq_defined)
-    d_sym = _divide(deficit_sq, norm_s_sq_defined)
+    b_sym = divide_or_nan(2.0 * inner, norm_s_sq_defined)
+    c_sym = divide_or_nan(excess_sq, norm_s_sq_defined)
+    d_sym = divide_or_nan(deficit_sq, norm_s_sq_defined)
 
     # rho = ||beta||/||alpha|| is +inf when S != 0 is negative semidefinite.
     # The pairing bound and the limit profile are written homogeneously in
@@ -192,30 +191,30 @@ def _statistics_from_spectra(
     lobes_sq = norm_alpha**2 + norm_beta**2
     rho = np.where(norm_alpha > 0, norm_beta / np.where(norm_alpha > 0, norm_alpha, 1.0), np.inf)
     rho = np.where(lobes_sq > 0, rho, np.nan)
-    pairing = 1.0 - _divide(_norm(lobe_gap), np.sqrt(norm_s_sq_defined))
-    pairing_bound = 1.0 - _divide(np.abs(norm_alpha - norm_beta), np.sqrt(lobes_sq))
+    pairing = 1.0 - divide_or_nan(_norm(lobe_gap), np.sqrt(norm_s_sq_defined))
+    pairing_bound = 1.0 - divide_or_nan(np.abs(norm_alpha - norm_beta), np.sqrt(lobes_sq))
     pairing_gap = pairing_bound - pairing
     both_lobes = (norm_alpha > 0) & (norm_beta > 0)
     finite_rho = np.where(both_lobes, rho, 0.0)
     lobe_departure = np.where(
-        both_lobes, _divide(_norm(beta - finite_rho[:, None] * alpha), norm_beta), np.nan
+        both_lobes, divide_or_nan(_norm(beta - finite_rho[:, None] * alpha), norm_beta), np.nan
     )
 
     # Accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2).
-    limit_b_sym = _divide(2.0 * norm_alpha * norm_beta, lobes_sq)
-    limit_c_sym = _divide(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
-    limit_d_sym = _divide(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
+    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
+    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
+    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
     limit_distance = np.sqrt(
         (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
     )
 
-    trace_ratio = _divide(np.abs(trace_l), np.sqrt(norm_l_sq))
+    trace_ratio = divide_or_nan(np.abs(trace_l), np.sqrt(norm_l_sq))
     h_sq = h * h
     sum_h_sq = np.sum(h_sq, axis=-1)
     leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
-    participation_ratio = _divide(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
-    stable_rank = _divide(sum_h_sq, leading_sq)
-    leading_share = _divide(leading_sq, sum_h_sq)
+    participation_ratio = divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
+    stable_rank = divide_or_nan(sum_h_sq, leading_sq)
+    leading_share = divide_or_nan(leading_sq, sum_h_sq)
 
     off_diagonal = c_sym + d_sym
     head_type = np.where(
@@ -300,8 +299,7 @@ def gram_statistics(
     # Failed heads are computed on a harmless stand-in and overwritten with NaN.
     stand_in = np.eye(2 * n)
     G = np.where(non_finite[:, None, None], stand_in, G)
-    exponent = power_of_two_scale(np.max(np.abs(G), axis=(-2, -1), initial=0.0))
-    G = np.ldexp(G, -exponent[:, None, None])
+    G, _ = rescale_by_power_of_two(G)
 
     weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(
         query_block(G), axis1=-2, axis2=-1
@@ -350,8 +348,7 @@ def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1
     zero_head = ~non_finite & ~np.any(L != 0, axis=(-2, -1))
     failed = non_finite | zero_head
     L = np.where(failed[:, None, None], np.eye(N), L)
-    exponent = power_of_two_scale(np.max(np.abs(L), axis=(-2, -1), initial=0.0))
-    L = np.ldexp(L, -exponent[:, None, None])
+    L, _ = rescale_by_power_of_two(L)
 
     energy = energies(L)
     values = _statistics_from_spectra(

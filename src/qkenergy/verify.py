@@ -33,6 +33,7 @@ from scipy import stats
 
 from qkenergy import baselines, energies, gram, lobes, montecarlo, nulls
 from qkenergy import statistics as head_stats
+from qkenergy.errors import check_integer
 
 DEFAULT_SAMPLES = 100_000
 """Monte Carlo draws per row: the default run takes about 15 s on 2 cores."""
@@ -196,8 +197,8 @@ def _lemma5_gram_route(rng: np.random.Generator) -> Check:
         G = gram.head_gram(w_query, w_key)
         from_gram = gram.gram_energies(G)
         # the dense reference on the same per-matrix power-of-two rescaling head_gram applies
-        wq = w_query.astype(np.float64) / np.max(np.abs(w_query.astype(np.float64)), axis=(1, 2), keepdims=True)
-        wk = w_key.astype(np.float64) / np.max(np.abs(w_key.astype(np.float64)), axis=(1, 2), keepdims=True)
+        wq, _ = energies.rescale_by_power_of_two(w_query)
+        wk, _ = energies.rescale_by_power_of_two(w_key)
         dense = energies.energies(np.swapaxes(wk, 1, 2) @ wq)
         worst = max(worst, float(np.max(np.abs(from_gram.symmetric_ratio - dense.symmetric_ratio))),
                     float(np.max(np.abs(from_gram.trace_l_sq / from_gram.norm_l_sq
@@ -416,8 +417,8 @@ def _ks_row(claim: str, setting: str, result: Any, sizes: str) -> Check:
 
 
 def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
-    columns = head_stats.gram_statistics(G, N).columns()
-    return np.stack([np.asarray(columns[name], dtype=np.float64) for name in KS_STATISTICS], axis=1)
+    """The KS_STATISTICS of each Gram matrix, one column each."""
+    return head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
 
 
 def check_samplers(samples: int, seed: int) -> list[Check]:
@@ -474,19 +475,13 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
     ``seed`` makes the run reproducible; ``progress`` shows a transient
     progress bar on stderr.
     """
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
-        from qkenergy.errors import QKEnergyError
-
-        raise QKEnergyError(f"samples must be an integer >= 2, got {samples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        from qkenergy.errors import QKEnergyError
-
-        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
+    samples = check_integer(samples, "samples", 2)
+    seed = check_integer(seed, "seed", 0)
     checks: Sequence[CheckFunction] = CHECKS
     rows: list[Check] = []
     if not progress:
         for check in checks:
-            rows.extend(check(int(samples), int(seed)))
+            rows.extend(check(samples, seed))
         return rows
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -496,6 +491,6 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
         task = bar.add_task("verify", total=len(checks), claim="")
         for check in checks:
             bar.update(task, claim=check.__name__.removeprefix("check_"))
-            rows.extend(check(int(samples), int(seed)))
+            rows.extend(check(samples, seed))
             bar.advance(task)
     return rows

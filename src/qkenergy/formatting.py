@@ -1,0 +1,83 @@
+"""Numbers for people and for JSON, and rich tables: shared by cli, report and plots.
+
+Kept free of pandas and matplotlib so that the light commands (``baseline``,
+``lobes``, ``verify``) do not pay for importing them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
+
+MISSING = "–"
+"""How an undefined (NaN, None) value is shown."""
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None for None, NaN, infinities and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def format_fixed(value: Any, digits: int = 4) -> str:
+    """Fixed-point text for values of order 1 (energies, shares, scores); MISSING when undefined."""
+    number = _finite(value)
+    return MISSING if number is None else f"{number:.{digits}f}"
+
+
+def format_percent(value: Any) -> str:
+    """A share in [0, 1] as a whole percentage; MISSING when undefined."""
+    number = _finite(value)
+    return MISSING if number is None else f"{100 * number:.0f}%"
+
+
+def format_number(value: Any, digits: int = 6) -> str:
+    """Text for a value of any magnitude: ``digits`` significant digits, scientific below 1e-3 or from 1e5."""
+    number = _finite(value)
+    if number is None:
+        return MISSING
+    if number == 0:
+        return "0"
+    if not 1e-3 <= abs(number) < 1e5:
+        return f"{number:.3e}"
+    return f"{number:.{digits}g}"
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python, NaN and infinities None.
+
+    JSON has no NaN or infinity; dicts, lists and tuples are converted item by item.
+    """
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def rich_table(
+    title: str, columns: Sequence[str | tuple[str, str]], *, caption: str | None = None, **options: Any
+) -> Table:
+    """A rich Table with these columns: a name (right-justified) or (name, justify)."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, **options)
+    for column in columns:
+        name, justify = (column, "right") if isinstance(column, str) else column
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return table
