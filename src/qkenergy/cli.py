@@ -8,6 +8,7 @@ argument errors stay fast.
 
 from __future__ import annotations
 
+
 import json
 import math
 import os
@@ -284,7 +285,7 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
         exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
         energy_rows = None
     else:
-        values = montecarlo.draw(_head_sampler(law, n, N), samples, seed=seed,
+        values = montecarlo.draw(lambda rng, size: nulls.direct_gram(rng, n, N, size, law), samples, seed=seed,
                                  chunk_size=max(montecarlo.BLOCK_SIZE, _MAX_CHUNK_VALUES // (4 * n * n)),
                                  transform=lambda G: _head_columns(G, N), progress=progress,
                                  description=f"random {law.spec} heads n={n} N={N}")
@@ -331,26 +332,8 @@ def _sampler_name(law: str, n: int, N: int) -> str:
     return f"exact Gaussian null law ({route})"
 
 
-# Draw heads a few at a time: one block of 256 heads of shape (2n, N) could be large;
-# and hand the statistics chunks of Gram matrices of bounded size (as nulls.null_law does).
-_MAX_DRAW_VALUES = 1 << 22
+# Hand the statistics chunks of Gram matrices of bounded size (as nulls.null_law does).
 _MAX_CHUNK_VALUES = 1 << 24
-
-
-def _head_sampler(law: Any, n: int, N: int) -> Any:
-    """montecarlo sampler: Gram matrices G = C C^T of heads with iid ``law`` entries, (size, 2n, 2n)."""
-
-    def sampler(rng: Any, size: int) -> np.ndarray:
-        out = np.empty((size, 2 * n, 2 * n))
-        step = max(1, _MAX_DRAW_VALUES // (2 * n * N))
-        for lo in range(0, size, step):
-            hi = min(size, lo + step)
-            # keys first, as in gram.head_gram: C = [W_K; W_Q]
-            C = law.sample(rng, (hi - lo, 2 * n, N))
-            out[lo:hi] = C @ np.swapaxes(C, 1, 2)
-        return out
-
-    return sampler
 
 
 def _head_columns(G: np.ndarray, N: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from threadpoolctl import ThreadpoolController
 
 from qkenergy import montecarlo
 from qkenergy.baselines import gaussian_head_ratio_expectations
+from qkenergy.entry_laws import EntryLaw
 from qkenergy.errors import QKEnergyError
 
 __all__ = [
@@ -164,11 +165,15 @@ def _bartlett_fill(rng: np.random.Generator, p: int, N: int, size: int, step: in
         _mirror_upper(np.swapaxes(lower[:full], 1, 2), out[lo + pairs : hi])
 
 
-def direct_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
-    """Wishart_2n(N, I) samples G = C C^T, C (2n x N) with iid N(0, 1) entries.
+def direct_gram(
+    rng: np.random.Generator, n: int, N: int, size: int, law: EntryLaw | None = None
+) -> np.ndarray:
+    """Gram matrices G = C C^T (size, 2n, 2n), C = [W_K; W_Q] (2n x N) with iid entries.
 
-    The reference route, O(n^2 N) per sample, and the route for N < 2n where G
-    is singular (rank N).
+    With the default Gaussian entries G ~ Wishart_2n(N, I): the reference
+    route, O(n^2 N) per sample, and the route for N < 2n where G is singular
+    (rank N). ``law`` (an entry_laws.EntryLaw, unit variance) gives the random
+    heads of any other entry law (the non-Gaussian baselines).
     """
     n, N = _check_shape(n, N)
     size = _check_size(size)
@@ -177,7 +182,8 @@ def direct_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarr
     step = max(1, _MAX_BATCH_VALUES // (p * N))
     for lo in range(0, size, step):
         hi = min(size, lo + step)
-        C = rng.standard_normal((hi - lo, p, N))
+        shape = (hi - lo, p, N)
+        C = rng.standard_normal(shape) if law is None else law.sample(rng, shape)
         np.matmul(C, np.swapaxes(C, 1, 2), out=out[lo:hi])
     return out
 
