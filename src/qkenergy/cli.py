@@ -415,11 +415,17 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
               help="Write the per-head table here (.csv, .parquet or .json).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the figures into this directory.")
-@click.option("--per-layer", is_flag=True, help="Also summarize each layer.")
-@click.option("--fold-norm", is_flag=True, help="Fold the input LayerNorm gain into W_Q and W_K.")
+@click.option("--per-layer", is_flag=True,
+              help="Also analyse each layer's whole form sum_h W_K^h^T W_Q^h, with the symmetry "
+                   "score 2s - 1 and a directionality score (Saponati et al. 2025); "
+                   "written to <output>.layers.<ext>.")
+@click.option("--fold-norm", is_flag=True,
+              help="Fold the gain of the norm feeding attention into the form (L -> D L D, "
+                   "as TransformerLens does).")
 @click.option("--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3.")
 @click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
-@click.option("--samples", type=click.IntRange(min=2), default=None, help="Null-law samples per head shape.")
+@click.option("--samples", type=click.IntRange(min=2), default=None,
+              help="Null-law samples per head shape (cached per shape).  [default: 2000]")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
 @click.option("--radius", type=click.FloatRange(min=0, max=1, max_open=True), default=0.02, show_default=True,

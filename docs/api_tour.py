@@ -1,0 +1,30 @@
+import numpy as np
+from qkenergy.statistics import head_statistics
+from qkenergy.baselines import qk_product_expectations, gaussian_square_law
+from qkenergy.entry_laws import entry_law
+from qkenergy.montecarlo import energy_expectations
+from qkenergy.nulls import null_law
+from qkenergy.analysis import analyze_model
+
+# Per-head statistics straight from weights (Gram route, batched over heads).
+rng = np.random.default_rng(0)
+w_query = rng.standard_normal((12, 32, 384)).astype(np.float32)
+w_key = rng.standard_normal((12, 32, 384)).astype(np.float32)
+stats = head_statistics(w_query, w_key)
+print(stats.symmetric_energy[:3], stats.head_type[:3])
+
+# Closed forms (Corollary 2) and an exact law (Corollary 1, Gaussian square L).
+print(qk_product_expectations(n=32, N=384, sigma2_K=0.02, sigma2_Q=0.05).symmetric_ratio)
+print(gaussian_square_law(2).mean(), gaussian_square_law(2).ppf([0.05, 0.95]))
+
+# Ratio of expectations against expectation of the ratio, skewed entries (MATH.md).
+est = energy_expectations("square", entry_law("exponential"), N=2, samples=200_000, seed=1)
+print(est.ratio_of_expectations, est.expectation_of_ratio)
+
+# The exact null law of a Gaussian head of shape (n, N) and where a value falls.
+law = null_law(32, 384, samples=2000, seed=0)
+print(law.mean("symmetric_energy"), law.sd("symmetric_energy"), law.p_two_sided("symmetric_energy", 0.51))
+
+# The whole job on the embedded MiniLM checkpoint, as a DataFrame.
+result = analyze_model(None, layers=[2], samples=500)
+print(result.heads[["layer", "head", "symmetric_energy", "symmetric_energy_z", "head_type"]].head(4))
