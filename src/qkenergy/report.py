@@ -256,7 +256,11 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     null = bool(settings.get("null", True))
     samples = settings.get("samples", 0)
     fold = "used" if settings.get("fold_norm") else "not used"
-    null_text = f"{samples} null samples per shape" if null else "null laws skipped"
+    # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
+    # of trained heads often lie far beyond what K null samples can resolve.
+    null_text = (
+        f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})" if null else "null laws skipped"
+    )
     console.print(
         f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
         f"fold-norm {fold} · {null_text}"
