@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import numbers
 import os
 import tempfile
 import zipfile
@@ -30,7 +29,7 @@ from threadpoolctl import ThreadpoolController
 from qkenergy import montecarlo
 from qkenergy.baselines import gaussian_head_ratio_expectations
 from qkenergy.entry_laws import EntryLaw
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [
     "CACHE_FORMAT_VERSION",
@@ -58,16 +57,7 @@ _CHUNK_VALUES = 1 << 24
 
 
 def _check_shape(n: object, N: object) -> tuple[int, int]:
-    for value, name in ((n, "n"), (N, "N")):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise QKEnergyError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(n), int(N)  # type: ignore[arg-type]
-
-
-def _check_size(size: object) -> int:
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
-        raise QKEnergyError(f"size must be a non-negative integer, got {size!r}")
-    return int(size)
+    return check_integer(n, "n"), check_integer(N, "N")
 
 
 @functools.cache
@@ -111,7 +101,7 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     with p^3/3 flops where a general product needs 2 p^3 (syrk p^3).
     """
     n, N = _check_shape(n, N)
-    size = _check_size(size)
+    size = check_integer(size, "size", minimum=0)
     p = 2 * n
     if N < p:
         raise QKEnergyError(
@@ -176,7 +166,7 @@ def direct_gram(
     heads of any other entry law (the non-Gaussian baselines).
     """
     n, N = _check_shape(n, N)
-    size = _check_size(size)
+    size = check_integer(size, "size", minimum=0)
     p = 2 * n
     out = np.empty((size, p, p))
     step = max(1, _MAX_BATCH_VALUES // (p * N))
@@ -384,11 +374,8 @@ def null_law(
     law, samples, seed, statistic names and cache format version.
     """
     n, N = _check_shape(n, N)
-    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 2:
-        raise QKEnergyError(f"samples must be an integer >= 2, got {samples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise QKEnergyError(f"seed must be a non-negative integer, got {seed!r}")
-    samples, seed = int(samples), int(seed)
+    samples = check_integer(samples, "samples", minimum=2)
+    seed = check_integer(seed, "seed", minimum=0)
     names = _statistic_names()
 
     path = null_cache_path(cache_dir, n, N, samples, seed, radius) if cache_dir is not None else None
