@@ -270,6 +270,29 @@ def test_hub_id_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: 
     assert "HF_HUB_OFFLINE" in msg
 
 
+def test_hub_id_downloads_only_config_and_safetensors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    hub = pytest.importorskip("huggingface_hub")
+    snapshot = make_dir(tmp_path / "snapshot")
+    save_file({K: np.ones((4, 4), np.float32)}, str(snapshot / "model.safetensors"))
+    calls: list[dict] = []
+
+    def fake_snapshot_download(repo_id: str, **kwargs: object) -> str:
+        calls.append({"repo_id": repo_id, **kwargs})
+        return str(snapshot)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "snapshot_download", fake_snapshot_download)
+    with open_model("org/tiny-bert") as source:
+        assert source.origin == "hub" and source.name == "org/tiny-bert"
+        assert source.config["model_type"] == "bert"
+        np.testing.assert_array_equal(source.tensors.tensor(K), np.ones((4, 4), np.float32))
+    (call,) = calls
+    assert call["repo_id"] == "org/tiny-bert"
+    # Never a pickle: only the config and safetensors files (and their index) are fetched.
+    assert set(call["allow_patterns"]) == {"config.json", "*.safetensors", "model.safetensors.index.json"}
+
+
 def test_hub_id_without_huggingface_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import now raises ImportError
