@@ -135,7 +135,7 @@ class RssSampler:
 
 def child_analyze(model: str) -> None:
     """Subprocess: analyze_model(null=False) with time and peak memory, as one JSON line."""
-    from qkenergy.analysis import analyze_model
+    from qkenergy.analysis.analyze import analyze_model
 
     # VmHWM (peak RSS of this process image) rather than ru_maxrss, which on Linux
     # keeps the parent's size at fork time.
@@ -154,7 +154,7 @@ def child_analyze(model: str) -> None:
 
 def time_read(model: Path) -> tuple[float, int, int]:
     """Seconds to copy every q/k tensor into memory; total bytes; largest layer's Q+K bytes."""
-    from qkenergy.checkpoint import open_model
+    from qkenergy.weights.checkpoint import open_model
 
     with open_model(model) as source:
         names = [n for n in source.tensors.names if n.endswith(("q_proj.weight", "k_proj.weight"))]
@@ -185,8 +185,8 @@ def main() -> None:
         child_analyze(args.child_analyze)
         return
 
-    from qkenergy.nulls import null_law
-    from qkenergy.statistics import dense_statistics, head_statistics
+    from qkenergy.math.nulls import null_law
+    from qkenergy.math.statistics import dense_statistics, head_statistics
 
     print("command:", shlex.join([Path(sys.executable).name, *sys.argv]))
     print(f"cpus: {os.cpu_count()}, load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}, "
@@ -222,8 +222,8 @@ def main() -> None:
             warm = time.perf_counter() - t0
         print(f"null law n={n}, N={N}, {args.samples} samples: cold {cold:.2f} s, warm (disk cache) {warm:.3f} s")
 
-        from qkenergy.checkpoint import open_model
-        from qkenergy.layouts import architecture, read_layer
+        from qkenergy.weights.checkpoint import open_model
+        from qkenergy.weights.layouts import architecture, read_layer
 
         with open_model(model) as source:
             arch = architecture(source.config)

@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from qkenergy.nulls import bartlett_gram, direct_gram  # noqa: E402
+from qkenergy.math.nulls import bartlett_gram, direct_gram  # noqa: E402
 
 
 def symmetric_energy(G: np.ndarray, n: int) -> np.ndarray:

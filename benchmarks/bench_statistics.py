@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from qkenergy.statistics import STATISTICS, dense_statistics, head_statistics
+from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 
 
 def dense_route(w_query: np.ndarray, w_key: np.ndarray):

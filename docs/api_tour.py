@@ -1,10 +1,10 @@
 import numpy as np
-from qkenergy.statistics import head_statistics
-from qkenergy.baselines import qk_product_expectations, gaussian_square_law
-from qkenergy.entry_laws import entry_law
-from qkenergy.montecarlo import energy_expectations
-from qkenergy.nulls import null_law
-from qkenergy.analysis import analyze_model
+from qkenergy.math.statistics import head_statistics
+from qkenergy.math.baselines import qk_product_expectations, gaussian_square_law
+from qkenergy.math.entry_laws import entry_law
+from qkenergy.math.montecarlo import energy_expectations
+from qkenergy.math.nulls import null_law
+from qkenergy.analysis.analyze import analyze_model
 
 # Per-head statistics straight from weights (Gram route, batched over heads).
 rng = np.random.default_rng(0)

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkenergy.analysis import (
+from qkenergy.analysis.analyze import (
     NULL_STATISTICS,
     analyze_model,
     directionality,
     layer_form_statistics,
 )
 from qkenergy.errors import QKEnergyError
-from qkenergy.statistics import STATISTICS, dense_statistics, head_statistics
+from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 
 SAMPLES = 300
 
@@ -59,7 +59,7 @@ def test_statistics_match_direct_call(minilm) -> None:
     """The table row of layer 2, head 5 equals head_statistics on the raw tensors."""
     from safetensors.numpy import load_file
 
-    from qkenergy.checkpoint import open_model
+    from qkenergy.weights.checkpoint import open_model
 
     with open_model(None) as source:
         root = source.root

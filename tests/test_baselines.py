@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy import baselines
+from qkenergy.math import baselines
 from qkenergy.errors import QKEnergyError
 
 

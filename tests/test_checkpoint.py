@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from qkenergy.checkpoint import DEFAULT_MODEL_NAME, open_model
+from qkenergy.weights.checkpoint import DEFAULT_MODEL_NAME, open_model
 from qkenergy.errors import QKEnergyError
 
 CONFIG = {"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 4,

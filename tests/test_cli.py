@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkenergy import cli, lobes, verify
+from qkenergy import cli
+from qkenergy.math import lobes
+from qkenergy.analysis import verify
 from qkenergy.errors import QKEnergyError
 
 QUANTILE_KEYS = {"0.01", "0.05", "0.5", "0.95", "0.99"}

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkenergy import gram
-from qkenergy.energies import energies, energies_from_invariants
-from qkenergy.gram import (
+from qkenergy.math import gram
+from qkenergy.math.energies import energies, energies_from_invariants
+from qkenergy.math.gram import (
     accumulator_dtype,
     gram_energies,
     gram_norm_sq,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy.entry_laws import ENTRY_LAWS, EntryLaw, entry_law
+from qkenergy.math.entry_laws import ENTRY_LAWS, EntryLaw, entry_law
 from qkenergy.errors import QKEnergyError
 
 SPECS = [

@@ -1,4 +1,4 @@
-"""Unit tests of qkenergy.layouts on small synthetic, dict-backed checkpoints."""
+"""Unit tests of qkenergy.weights.layouts on small synthetic, dict-backed checkpoints."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from qkenergy.errors import QKEnergyError
-from qkenergy.layouts import (
+from qkenergy.weights.layouts import (
     LAYOUTS,
     Architecture,
     architecture,

@@ -25,8 +25,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from qkenergy.checkpoint import open_model  # noqa: E402
-from qkenergy.layouts import architecture, find_prefix, read_layer  # noqa: E402
+from qkenergy.weights.checkpoint import open_model  # noqa: E402
+from qkenergy.weights.layouts import architecture, find_prefix, read_layer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from qkenergy import lobes
+from qkenergy.math import lobes
 from qkenergy.errors import QKEnergyError
 
 NS = [100, 1_000, 10_000, 100_000]

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from qkenergy import baselines
-from qkenergy import montecarlo as mc
-from qkenergy.entry_laws import entry_law
+from qkenergy.math import baselines
+from qkenergy.math import montecarlo as mc
+from qkenergy.math.entry_laws import entry_law
 from qkenergy.errors import QKEnergyError
 
 B = mc.BLOCK_SIZE

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy import baselines
-from qkenergy import montecarlo as mc
-from qkenergy import nulls
+from qkenergy.math import baselines
+from qkenergy.math import montecarlo as mc
+from qkenergy.math import nulls
 from qkenergy.errors import QKEnergyError
 
 
 def _summaries(G: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    """Statistics of G computed here, independently of qkenergy.statistics (MATH.md Gram route)."""
+    """Statistics of G computed here, independently of qkenergy.math.statistics (MATH.md Gram route)."""
     gkk, gqq, gqk = G[:, :n, :n], G[:, n:, n:], G[:, n:, :n]
     norm_l = np.einsum("bij,bij->b", gkk, gqq)
     tr_l2 = np.einsum("bij,bji->b", gqk, gqk)
@@ -196,7 +196,7 @@ def test_summaries_of_synthetic_law():
         law.samples("rho")[0] = 1.0  # read-only
 
 
-statistics = pytest.importorskip("qkenergy.statistics")
+statistics = pytest.importorskip("qkenergy.math.statistics")
 
 
 @pytest.fixture(scope="module")

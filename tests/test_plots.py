@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qkenergy.analysis import analyze_model
+from qkenergy.analysis.analyze import analyze_model
 from qkenergy.errors import QKEnergyError
-from qkenergy.plots import accumulation_limit, choose_head, plot_results, ternary_xy
+from qkenergy.analysis.plots import accumulation_limit, choose_head, plot_results, ternary_xy
 
 SAMPLES = 300
 

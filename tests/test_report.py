@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from qkenergy.analysis import analyze_model
+from qkenergy.analysis.analyze import analyze_model
 from qkenergy.errors import QKEnergyError
-from qkenergy.report import layer_summary, print_summary, read_table, verdict, write_table
+from qkenergy.analysis.report import layer_summary, print_summary, read_table, verdict, write_table
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from qkenergy.errors import QKEnergyError
-from qkenergy.safetensors_io import SafetensorsFile, TensorSource
+from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource
 
 NAME = "encoder.layer.0.attention.self.query.weight"
 

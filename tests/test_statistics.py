@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkenergy.gram import head_gram
-from qkenergy.spectrum import (
+from qkenergy.math.gram import head_gram
+from qkenergy.math.spectrum import (
     dense_singular_values,
     dense_skew_singular_values,
     dense_symmetric_eigenvalues,
@@ -26,7 +26,7 @@ from qkenergy.spectrum import (
     skew_singular_values,
     symmetric_eigenvalues,
 )
-from qkenergy.statistics import (
+from qkenergy.math.statistics import (
     REASON_NON_FINITE,
     REASON_ZERO_HEAD,
     STATISTICS,

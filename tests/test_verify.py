@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from qkenergy import baselines, energies, verify
+from qkenergy.math import baselines, energies
+from qkenergy.analysis import verify
 from qkenergy.errors import QKEnergyError
 
 CLAIMS = {"Lemma 5", "Corollary 1", "Corollary 2", "Proposition 6", "Lemma 6", "E[ratio] vs ratio of E",

@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 import click
 import numpy as np
 
-from .errors import ArgumentError, QKEnergyError
-from .formatting import format_number, json_safe, rich_table
+from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.formatting import format_number, json_safe, rich_table
 
 PROG = "qkenergy"
 QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -127,13 +127,13 @@ def _validated_by(lookup: Any) -> Any:
 
 
 def _entry_law(spec: str) -> Any:
-    from .entry_laws import entry_law
+    from qkenergy.math.entry_laws import entry_law
 
     return entry_law(spec)
 
 
 def _positive_law(spec: str) -> Any:
-    from .lobes import positive_law
+    from qkenergy.math.lobes import positive_law
 
     return positive_law(spec)
 
@@ -181,7 +181,7 @@ def cli(ctx: click.Context) -> None:
 @click.pass_context
 def verify(ctx: click.Context, samples: int | None, seed: int, as_json: bool) -> None:
     """Check every claim of the specification numerically (exit 0 exactly when all pass)."""
-    from . import verify as verification
+    from qkenergy.analysis import verify as verification
 
     options: dict[str, Any] = {"seed": seed, "progress": not as_json and sys.stderr.isatty()}
     if samples is not None:
@@ -275,7 +275,7 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
     Monte Carlo estimate that may differ from the ratio of expectations
     (N+1)/(2N) of Corollary 2, and both are reported.
     """
-    from . import baselines, entry_laws, montecarlo, nulls
+    from qkenergy.math import baselines, entry_laws, montecarlo, nulls
 
     law = entry_laws.entry_law(dist)
     ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
@@ -338,7 +338,7 @@ _MAX_CHUNK_VALUES = 1 << 24
 
 def _head_columns(G: np.ndarray, N: int) -> np.ndarray:
     """Baseline statistics of a chunk of Gram matrices, then ||L||^2 and ||S||^2 (Gram route)."""
-    from . import gram, statistics
+    from qkenergy.math import gram, statistics
 
     energy = gram.gram_energies(G)
     return np.column_stack([statistics.gram_statistics(G, N).stack(BASELINE_STATISTICS),
@@ -388,7 +388,7 @@ def _quantile_key(level: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as_json: bool) -> None:
     """Lemma 6: the departure D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| of two sorted iid lobes."""
-    from . import lobes as lobe_module
+    from qkenergy.math import lobes as lobe_module
 
     curve = lobe_module.lobe_departure_curve(law, rho, list(ns), seed=seed, repeats=repeats)
     rows = [(int(n), float(m), float(s), float(med))
@@ -437,7 +437,7 @@ def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_l
             layers: tuple[int, ...] | None, heads: tuple[int, ...] | None, samples: int | None, seed: int,
             no_null: bool, radius: float, cache_dir: Path | None, quiet: bool) -> None:
     """Analyze every head of MODEL (file, directory, shards or hub id; default: the embedded MiniLM)."""
-    from . import analysis, report
+    from qkenergy.analysis import analyze as analysis, report
 
     if output is not None and output.suffix.lower() not in report.FORMATS:
         raise click.BadParameter(f"expected a file ending in {', '.join(report.FORMATS)}, got {str(output)!r}",
@@ -477,7 +477,7 @@ def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_l
 def plot(results: Path, outdir: Path, head: tuple[int, int] | None, samples: int | None, seed: int,
          cache_dir: Path | None) -> None:
     """Plot a results table written by ``qkenergy analyze -o``."""
-    from . import report
+    from qkenergy.analysis import report
 
     table = report.read_table(results)
     for path in _plot(table, outdir, head=head, samples=samples, seed=seed, cache_dir=cache_dir):
@@ -486,7 +486,7 @@ def plot(results: Path, outdir: Path, head: tuple[int, int] | None, samples: int
 
 def _plot(table: Any, outdir: Path, *, head: tuple[int, int] | None, samples: int | None, seed: int,
           cache_dir: Path | None) -> list[Path]:
-    from . import plots
+    from qkenergy.analysis import plots
 
     options: dict[str, Any] = {} if samples is None else {"null_samples": samples}
     return plots.plot_results(table, outdir, head=head, seed=seed,

@@ -19,9 +19,9 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from qkenergy import baselines
-from qkenergy.energies import energies_from_invariants
-from qkenergy.entry_laws import EntryLaw, entry_law
+from qkenergy.math import baselines
+from qkenergy.math.energies import energies_from_invariants
+from qkenergy.math.entry_laws import EntryLaw, entry_law
 from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [

@@ -6,7 +6,7 @@ rescaling; unequal variances of W_K and W_Q change no normalized statistic, so
 one standard Wishart serves every head of shape (n, N). For N >= 2n it is
 sampled by the Bartlett decomposition in O(n^3) per sample, independent of N;
 for N < 2n (G singular) by forming C C^T. Feeding these G to
-``qkenergy.statistics.gram_statistics`` gives the null law of every statistic.
+``qkenergy.math.statistics.gram_statistics`` gives the null law of every statistic.
 See MATH.md, "Exact null laws".
 """
 
@@ -26,9 +26,9 @@ import numpy as np
 from scipy.linalg.lapack import dlauum as _dlauum
 from threadpoolctl import ThreadpoolController
 
-from qkenergy import montecarlo
-from qkenergy.baselines import gaussian_head_ratio_expectations
-from qkenergy.entry_laws import EntryLaw
+from qkenergy.math import montecarlo
+from qkenergy.math.baselines import gaussian_head_ratio_expectations
+from qkenergy.math.entry_laws import EntryLaw
 from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [
@@ -188,9 +188,9 @@ def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray
 
 def _statistics_module():
     try:
-        from qkenergy import statistics
+        from qkenergy.math import statistics
     except ImportError as exc:  # pragma: no cover - only while statistics.py is missing
-        raise QKEnergyError(f"qkenergy.statistics is unavailable: {exc}") from exc
+        raise QKEnergyError(f"qkenergy.math.statistics is unavailable: {exc}") from exc
     return statistics
 
 

@@ -25,9 +25,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from .errors import ArgumentError, QKEnergyError
-from .formatting import MISSING, format_fixed
-from .report import atomic_path, baseline, ensure_directory
+from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.formatting import MISSING, format_fixed
+from qkenergy.analysis.report import atomic_path, baseline, ensure_directory
 
 __all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
 
@@ -128,7 +128,7 @@ def _heatmap(df: pd.DataFrame) -> Figure:
 def _null_histogram(
     df: pd.DataFrame, *, null_samples: int, seed: int, cache_dir: str | os.PathLike | None
 ) -> Figure:
-    from .nulls import null_law
+    from qkenergy.math.nulls import null_law
 
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]

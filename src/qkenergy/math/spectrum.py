@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkenergy.gram import head_dim, key_block, query_block
+from qkenergy.math.gram import head_dim, key_block, query_block
 
 
 # A Cholesky pivot below this multiple of m * eps * max diag(G) is at the

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .errors import QKEnergyError
-from .formatting import format_fixed, format_percent, json_safe, rich_table
+from qkenergy.errors import QKEnergyError
+from qkenergy.formatting import format_fixed, format_percent, json_safe, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-    from .analysis import Analysis
+    from qkenergy.analysis.analyze import Analysis
 
 __all__ = [
     "FORMATS",

@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from qkenergy.entry_laws import law_spec, resolve_spec, sample_shape
+from qkenergy.math.entry_laws import law_spec, resolve_spec, sample_shape
 from qkenergy.errors import QKEnergyError, check_integer, check_positive
 
 __all__ = [

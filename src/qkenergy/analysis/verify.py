@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from qkenergy import baselines, energies, gram, lobes, montecarlo, nulls
-from qkenergy import statistics as head_stats
+from qkenergy.math import baselines, energies, gram, lobes, montecarlo, nulls
+from qkenergy.math import statistics as head_stats
 from qkenergy.errors import check_integer
 
 DEFAULT_SAMPLES = 100_000

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from .errors import QKEnergyError
+from qkenergy.errors import QKEnergyError
 
 __all__ = [
     "LAYOUTS",

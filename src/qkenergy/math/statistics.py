@@ -22,8 +22,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from qkenergy.energies import divide_or_nan, energies, rescale_by_power_of_two
-from qkenergy.gram import (
+from qkenergy.math.energies import divide_or_nan, energies, rescale_by_power_of_two
+from qkenergy.math.gram import (
     gram_norm_sq,
     gram_trace,
     head_dim,
@@ -31,7 +31,7 @@ from qkenergy.gram import (
     key_block,
     query_block,
 )
-from qkenergy.spectrum import (
+from qkenergy.math.spectrum import (
     dense_singular_values,
     dense_symmetric_eigenvalues,
     eigenvalue_tolerance,

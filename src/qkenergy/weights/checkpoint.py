@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import QKEnergyError
-from .safetensors_io import TensorSource, Closeable, show_path
+from qkenergy.errors import QKEnergyError
+from qkenergy.weights.safetensors_io import TensorSource, Closeable, show_path
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
 

@@ -31,7 +31,7 @@ from typing import Self
 import ml_dtypes
 import numpy as np
 
-from .errors import QKEnergyError
+from qkenergy.errors import QKEnergyError
 
 __all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
 

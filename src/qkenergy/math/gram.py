@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkenergy.energies import Energies, energies_from_invariants, power_of_two_scale
+from qkenergy.math.energies import Energies, energies_from_invariants, power_of_two_scale
 
 # Heads are converted a few at a time: a llama layer holds 32 x 128 x 4096
 # entries per matrix, 128 MiB per matrix in float64.

@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import __version__
-from .baselines import symmetric_ratio
-from .checkpoint import open_model
-from .energies import rescale_by_power_of_two
-from .errors import ArgumentError, QKEnergyError, check_integer
-from .layouts import LayerWeights, architecture, find_prefix, read_layer
-from .nulls import null_law
-from .safetensors_io import show_path
-from .statistics import STATISTICS, dense_statistics, head_statistics
+from qkenergy import __version__
+from qkenergy.math.baselines import symmetric_ratio
+from qkenergy.weights.checkpoint import open_model
+from qkenergy.math.energies import rescale_by_power_of_two
+from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.weights.layouts import LayerWeights, architecture, find_prefix, read_layer
+from qkenergy.math.nulls import null_law
+from qkenergy.weights.safetensors_io import show_path
+from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
@@ -71,7 +71,7 @@ def analyze_model(
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
-    ``model``: as for :func:`qkenergy.checkpoint.open_model` (None = embedded
+    ``model``: as for :func:`qkenergy.weights.checkpoint.open_model` (None = embedded
     all-MiniLM-L6-v2). ``layers`` / ``heads``: 0-based indices as in the
     checkpoint (query heads; None = all). ``per_layer`` adds a table of the
     layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``

@@ -1,0 +1,1 @@
+"""Analysis of checkpoints against the null laws, reports, plots and verification."""

@@ -1,0 +1,1 @@
+"""The pure mathematics: functions on numpy arrays, free of I/O."""

@@ -1,0 +1,1 @@
+"""Reading weights: safetensors files, checkpoints and architecture layouts."""
