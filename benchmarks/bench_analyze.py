@@ -47,7 +47,11 @@ def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     offset = 0
     for name, array in tensors.items():
         size = array.nbytes
-        header[name] = {"dtype": codes[array.dtype], "shape": list(array.shape), "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": codes[array.dtype],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
@@ -58,14 +62,28 @@ def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
             fh.write(np.ascontiguousarray(array).tobytes())
 
 
-def make_checkpoint(root: Path, *, layers: int, N: int, heads: int, kv_heads: int, head_dim: int,
-                    layers_per_shard: int = 2, seed: int = 0) -> None:
+def make_checkpoint(
+    root: Path,
+    *,
+    layers: int,
+    N: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    layers_per_shard: int = 2,
+    seed: int = 0,
+) -> None:
     """A llama-shaped bf16 checkpoint, sharded with model.safetensors.index.json."""
     rng = np.random.default_rng(seed)
     config = {
-        "model_type": "llama", "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "hidden_size": N, "head_dim": head_dim,
-        "intermediate_size": 4 * N, "torch_dtype": "bfloat16",
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "hidden_size": N,
+        "head_dim": head_dim,
+        "intermediate_size": 4 * N,
+        "torch_dtype": "bfloat16",
     }
     (root / "config.json").write_text(json.dumps(config, indent=1))
     bf16 = ml_dtypes.bfloat16
@@ -91,8 +109,10 @@ def make_checkpoint(root: Path, *, layers: int, N: int, heads: int, kv_heads: in
             tensors["model.norm.weight"] = np.ones(N, dtype=bf16)
         write_bf16_safetensors(root / name, tensors)
         weight_map.update({t: name for t in tensors})
-    index = {"metadata": {"total_size": sum((root / f).stat().st_size for f in set(weight_map.values()))},
-             "weight_map": weight_map}
+    index = {
+        "metadata": {"total_size": sum((root / f).stat().st_size for f in set(weight_map.values()))},
+        "weight_map": weight_map,
+    }
     (root / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
 
 
@@ -145,11 +165,19 @@ def child_analyze(model: str) -> None:
         analysis = analyze_model(model, null=False)
         seconds = time.perf_counter() - t0
     peak = _status_kb("VmHWM") * 1024
-    print(json.dumps({
-        "seconds": seconds, "rows": len(analysis.heads), "rss_after_imports": before, "peak_rss": peak,
-        "peak_anon": sampler.peak_anon * 1024, "peak_file": sampler.peak_file * 1024,
-        "median_s": float(analysis.heads["symmetric_energy"].median()),
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "rows": len(analysis.heads),
+                "rss_after_imports": before,
+                "peak_rss": peak,
+                "peak_anon": sampler.peak_anon * 1024,
+                "peak_file": sampler.peak_file * 1024,
+                "median_s": float(analysis.heads["symmetric_energy"].median()),
+            }
+        )
+    )
 
 
 def time_read(model: Path) -> tuple[float, int, int]:
@@ -177,7 +205,9 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--samples", type=int, default=2000, help="null-law samples (default: analyze's default)")
+    parser.add_argument(
+        "--samples", type=int, default=2000, help="null-law samples (default: analyze's default)"
+    )
     parser.add_argument("--dense-heads", type=int, default=2, help="heads timed on the dense route")
     parser.add_argument("--child-analyze", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,8 +219,10 @@ def main() -> None:
     from qkenergy.math.statistics import dense_statistics, head_statistics
 
     print("command:", shlex.join([Path(sys.executable).name, *sys.argv]))
-    print(f"cpus: {os.cpu_count()}, load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}, "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
+    print(
+        f"cpus: {os.cpu_count()}, load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}, "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}"
+    )
     L, N, H, Hkv, n = args.layers, args.hidden, args.heads, args.kv_heads, args.head_dim
     with tempfile.TemporaryDirectory(prefix="qkenergy-bench-") as tmp:
         model = Path(tmp) / "model"
@@ -198,20 +230,28 @@ def main() -> None:
         t0 = time.perf_counter()
         make_checkpoint(model, layers=L, N=N, heads=H, kv_heads=Hkv, head_dim=n)
         size = sum(p.stat().st_size for p in model.iterdir())
-        print(f"checkpoint: llama bf16, {L} layers, N={N}, {H} query / {Hkv} kv heads, head_dim {n}; "
-              f"{size / MB:.0f} MB in {len(list(model.glob('*.safetensors')))} shards "
-              f"(written in {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"checkpoint: llama bf16, {L} layers, N={N}, {H} query / {Hkv} kv heads, head_dim {n}; "
+            f"{size / MB:.0f} MB in {len(list(model.glob('*.safetensors')))} shards "
+            f"(written in {time.perf_counter() - t0:.1f} s)"
+        )
 
         time_read(model)  # warm the page cache: both sides then read from memory
         read_s, qk_bytes, layer_qk = min((time_read(model) for _ in range(3)), key=lambda r: r[0])
         print(f"read q/k tensors (np.array copies, {qk_bytes / MB:.0f} MB): {read_s:.3f} s")
 
-        out = subprocess.run([sys.executable, __file__, "--child-analyze", str(model)],
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child-analyze", str(model)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         child = json.loads(out.stdout.strip().splitlines()[-1])
         heads_total = child["rows"]
-        print(f"analyze_model(null=False), {heads_total} heads: {child['seconds']:.2f} s "
-              f"({1e3 * child['seconds'] / heads_total:.1f} ms/head)")
+        print(
+            f"analyze_model(null=False), {heads_total} heads: {child['seconds']:.2f} s "
+            f"({1e3 * child['seconds'] / heads_total:.1f} ms/head)"
+        )
 
         with tempfile.TemporaryDirectory(prefix="qkenergy-null-") as cache:
             t0 = time.perf_counter()
@@ -220,7 +260,9 @@ def main() -> None:
             t0 = time.perf_counter()
             null_law(n, N, samples=args.samples, seed=0, cache_dir=cache)
             warm = time.perf_counter() - t0
-        print(f"null law n={n}, N={N}, {args.samples} samples: cold {cold:.2f} s, warm (disk cache) {warm:.3f} s")
+        print(
+            f"null law n={n}, N={N}, {args.samples} samples: cold {cold:.2f} s, warm (disk cache) {warm:.3f} s"
+        )
 
         from qkenergy.weights.checkpoint import open_model
         from qkenergy.weights.layouts import architecture, read_layer
@@ -239,21 +281,29 @@ def main() -> None:
                 form = wk[h].astype(np.float64).T @ wq[h].astype(np.float64)
                 dense_statistics(form)
             dense_per_head = (time.perf_counter() - t0) / k
-        print(f"gram route: {1e3 * gram_per_head:.1f} ms/head (one layer, {H} heads batched); "
-              f"dense route: {dense_per_head:.2f} s/head ({k} heads) -> "
-              f"{dense_per_head * heads_total / 60:.1f} min extrapolated to all {heads_total} heads")
+        print(
+            f"gram route: {1e3 * gram_per_head:.1f} ms/head (one layer, {H} heads batched); "
+            f"dense route: {dense_per_head:.2f} s/head ({k} heads) -> "
+            f"{dense_per_head * heads_total / 60:.1f} min extrapolated to all {heads_total} heads"
+        )
 
         target = 2 * layer_qk + 300 * MB
         print()
         print(f"analyze/read     = {child['seconds'] / read_s:8.1f}   (target <= 2)")
         print(f"dense/gram       = {dense_per_head / gram_per_head:8.1f}   (target >= 10)")
-        print(f"peak RSS         = {child['peak_rss'] / MB:8.0f} MB (VmHWM; {child['rss_after_imports'] / MB:.0f} MB "
-              f"after imports; sampled peaks: anonymous {child['peak_anon'] / MB:.0f} MB, "
-              f"file-backed {child['peak_file'] / MB:.0f} MB)")
-        print(f"  vs 2 x layer Q/K + 300 MB = {target / MB:.0f} MB (largest layer Q+K {layer_qk / MB:.1f} MB): "
-              f"ratio {child['peak_rss'] / target:.2f}")
-        print(f"  increment over imports = {(child['peak_rss'] - child['rss_after_imports']) / MB:.0f} MB "
-              f"= {(child['peak_rss'] - child['rss_after_imports']) / layer_qk:.1f} x layer Q/K")
+        print(
+            f"peak RSS         = {child['peak_rss'] / MB:8.0f} MB (VmHWM; {child['rss_after_imports'] / MB:.0f} MB "
+            f"after imports; sampled peaks: anonymous {child['peak_anon'] / MB:.0f} MB, "
+            f"file-backed {child['peak_file'] / MB:.0f} MB)"
+        )
+        print(
+            f"  vs 2 x layer Q/K + 300 MB = {target / MB:.0f} MB (largest layer Q+K {layer_qk / MB:.1f} MB): "
+            f"ratio {child['peak_rss'] / target:.2f}"
+        )
+        print(
+            f"  increment over imports = {(child['peak_rss'] - child['rss_after_imports']) / MB:.0f} MB "
+            f"= {(child['peak_rss'] - child['rss_after_imports']) / layer_qk:.1f} x layer Q/K"
+        )
 
 
 if __name__ == "__main__":

@@ -98,22 +98,28 @@ def main() -> None:
     args = parser.parse_args()
     min_time = 2.0 if args.quick else 8.0
 
-    print("command:", shlex.join([os.path.basename(sys.executable)] + sys.argv))
+    print("command:", shlex.join([os.path.basename(sys.executable), *sys.argv]))
     threads = "library default" if args.threads <= 0 else str(args.threads)
-    print(f"numpy {np.__version__}, scipy {scipy.__version__}, python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, BLAS threads: {threads}, "
-          f"load average {os.getloadavg()[0]:.1f} (start)")
-    print(f"{'(n, N)':>12} {'bartlett/s':>11} {'direct/s':>9} {'ratio':>6} "
-          f"{'normals-only/s':>14} {'cap':>6} {'K bart':>7} {'K dir':>6} {'KS p (s)':>9}  "
-          f"mean s (exact (N+1)/2N)")
+    print(
+        f"numpy {np.__version__}, scipy {scipy.__version__}, python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, BLAS threads: {threads}, "
+        f"load average {os.getloadavg()[0]:.1f} (start)"
+    )
+    print(
+        f"{'(n, N)':>12} {'bartlett/s':>11} {'direct/s':>9} {'ratio':>6} "
+        f"{'normals-only/s':>14} {'cap':>6} {'K bart':>7} {'K dir':>6} {'KS p (s)':>9}  "
+        f"mean s (exact (N+1)/2N)"
+    )
     for n, N, bsize, dsize in [(64, 768, 256, 16), (128, 4096, 64, 4)]:
         rate_b, s_b = timed(bartlett_gram, n, N, bsize, seed=1, min_time=min_time)
         rate_d, s_d = timed(direct_gram, n, N, dsize, seed=2, min_time=min_time)
         ceiling = normals_ceiling(n, bsize, seed=3, min_time=min_time / 4)
         p = stats.ks_2samp(s_b, s_d).pvalue
-        print(f"{str((n, N)):>12} {rate_b:11.1f} {rate_d:9.2f} {rate_b / rate_d:5.1f}x "
-              f"{ceiling:14.1f} {ceiling / rate_d:5.1f}x {s_b.size:7d} {s_d.size:6d} {p:9.3f}  "
-              f"{s_b.mean():.6f} / {s_d.mean():.6f} ({(N + 1) / (2 * N):.6f})")
+        print(
+            f"{(n, N)!s:>12} {rate_b:11.1f} {rate_d:9.2f} {rate_b / rate_d:5.1f}x "
+            f"{ceiling:14.1f} {ceiling / rate_d:5.1f}x {s_b.size:7d} {s_d.size:6d} {p:9.3f}  "
+            f"{s_b.mean():.6f} / {s_d.mean():.6f} ({(N + 1) / (2 * N):.6f})"
+        )
     print(f"load average {os.getloadavg()[0]:.1f} (end)")
 
 

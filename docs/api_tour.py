@@ -1,10 +1,11 @@
 import numpy as np
-from qkenergy.math.statistics import head_statistics
-from qkenergy.math.baselines import qk_product_expectations, gaussian_square_law
+
+from qkenergy.analysis.analyze import analyze_model
+from qkenergy.math.baselines import gaussian_square_law, qk_product_expectations
 from qkenergy.math.entry_laws import entry_law
 from qkenergy.math.montecarlo import energy_expectations
 from qkenergy.math.nulls import null_law
-from qkenergy.analysis.analyze import analyze_model
+from qkenergy.math.statistics import head_statistics
 
 # Per-head statistics straight from weights (Gram route, batched over heads).
 rng = np.random.default_rng(0)

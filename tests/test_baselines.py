@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy.math import baselines
 from qkenergy.errors import QKEnergyError
+from qkenergy.math import baselines
 
 
 @pytest.mark.parametrize("N", [1, 2, 3, 10, 768])

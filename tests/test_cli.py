@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from qkenergy import cli
-from qkenergy.math import lobes
 from qkenergy.analysis import verify
 from qkenergy.errors import QKEnergyError
+from qkenergy.math import lobes
 
 QUANTILE_KEYS = {"0.01", "0.05", "0.5", "0.95", "0.99"}
 
@@ -30,6 +30,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 def strict_json(text: str) -> object:
     """JSON without NaN or Infinity (which the standard forbids)."""
+
     def reject(constant: str) -> None:
         raise ValueError(f"non-standard JSON constant {constant}")
 
@@ -49,7 +50,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_verify_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "verify", "--samples", "400", "--seed", "3", "--json")
+    code, out, _err = run(capsys, "verify", "--samples", "400", "--seed", "3", "--json")
     rows = strict_json(out)
     assert code == 0, [r for r in rows if not r["passed"]]
     assert isinstance(rows, list) and len(rows) > 50
@@ -60,15 +61,22 @@ def test_verify_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert isinstance(row["estimate"], (int, float))
         assert row["stderr"] is None or isinstance(row["stderr"], (int, float))
         assert isinstance(row["passed"], bool)
-    assert {row["claim"] for row in rows} >= {"Lemma 5", "Corollary 1", "Corollary 2", "Proposition 6", "Lemma 6"}
+    assert {row["claim"] for row in rows} >= {
+        "Lemma 5",
+        "Corollary 1",
+        "Corollary 2",
+        "Proposition 6",
+        "Lemma 6",
+    }
 
 
 def _broken_check(samples: int, seed: int) -> list[verify.Check]:
     return [verify.Check("Broken", "a deliberately failing row", 1.0, 2.0, 0.01, False, "tolerance 5 SE")]
 
 
-def test_verify_exit_status_is_one_when_a_check_fails(capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_exit_status_is_one_when_a_check_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(verify, "CHECKS", (verify.check_lemma5, _broken_check))
     code, out, _ = run(capsys, "verify", "--samples", "100", "--json")
     rows = strict_json(out)
@@ -113,15 +121,31 @@ def test_baseline_gaussian_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_baseline_skewed_law_reports_both_expectations(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "baseline", "--n", "2", "--N", "2", "--dist", "bernoulli:0.1", "--samples", "3000",
-                         "--seed", "1", "--json")
+    code, out, err = run(
+        capsys,
+        "baseline",
+        "--n",
+        "2",
+        "--N",
+        "2",
+        "--dist",
+        "bernoulli:0.1",
+        "--samples",
+        "3000",
+        "--seed",
+        "1",
+        "--json",
+    )
     assert code == 0, err
     energy = strict_json(out)["symmetric_energy"]
     assert energy["ratio_of_expectations"] == 0.75  # Corollary 2, every law
     assert energy["expectation_of_ratio_stderr"] > 0
     # sparse Bernoulli heads are far more symmetric on average than the ratio of expectations says
     assert energy["expectation_of_ratio"] - 0.75 > 5 * energy["expectation_of_ratio_stderr"]
-    assert abs(energy["ratio_of_expectations_estimate"] - 0.75) < 5 * energy["ratio_of_expectations_estimate_stderr"]
+    assert (
+        abs(energy["ratio_of_expectations_estimate"] - 0.75)
+        < 5 * energy["ratio_of_expectations_estimate_stderr"]
+    )
     assert set(energy["quantiles"]) == QUANTILE_KEYS
 
 
@@ -136,8 +160,19 @@ def test_baseline_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_lobes_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "lobes", "--law", "exponential", "--rho", "0.5", "--n", "10,100,1e4", "--repeats",
-                       "5", "--json")
+    code, out, _ = run(
+        capsys,
+        "lobes",
+        "--law",
+        "exponential",
+        "--rho",
+        "0.5",
+        "--n",
+        "10,100,1e4",
+        "--repeats",
+        "5",
+        "--json",
+    )
     assert code == 0
     rows = strict_json(out)
     assert [row["n"] for row in rows] == [10, 100, 10_000]
@@ -177,9 +212,10 @@ def test_lobes_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         (("plot", "results.csv"), "-o"),
     ],
 )
-def test_bad_arguments_give_one_line_and_status_2(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
-                                                   names: str) -> None:
-    code, out, err = run(capsys, *args)
+def test_bad_arguments_give_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], names: str
+) -> None:
+    code, _out, err = run(capsys, *args)
     assert code == 2
     lines = err.splitlines()
     assert len(lines) == 1, err
@@ -194,7 +230,9 @@ def test_analyze_selection_out_of_range_is_a_usage_error(capsys: pytest.CaptureF
     assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: --layers")
 
 
-def test_plot_head_not_in_the_table_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_plot_head_not_in_the_table_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """--head can only be checked against the table, yet it is still a bad argument: status 2."""
     table = tmp_path / "heads.csv"
     table.write_text("model,layer,head,n,N,symmetric_energy\nm,0,0,2,8,0.6\n")
@@ -203,8 +241,9 @@ def test_plot_head_not_in_the_table_is_a_usage_error(capsys: pytest.CaptureFixtu
     assert err == "qkenergy: error: --head: layer 3, head 1 is not in the table\n"
 
 
-def test_library_errors_give_one_line_and_status_1(capsys: pytest.CaptureFixture[str],
-                                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_library_errors_give_one_line_and_status_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         raise QKEnergyError("lobes: something the user can fix\nsecond line")
 
@@ -224,12 +263,19 @@ def test_library_errors_give_one_line_and_status_1(capsys: pytest.CaptureFixture
 _H, _N_HEAD, _N = 2, 4, 16  # heads, head_dim, hidden size of the small llama checkpoints below
 _Q = "model.layers.0.self_attn.q_proj.weight"
 _K = "model.layers.0.self_attn.k_proj.weight"
-_LLAMA = {"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": _H, "num_key_value_heads": _H,
-          "hidden_size": _N, "head_dim": _N_HEAD}
+_LLAMA = {
+    "model_type": "llama",
+    "num_hidden_layers": 1,
+    "num_attention_heads": _H,
+    "num_key_value_heads": _H,
+    "hidden_size": _N,
+    "head_dim": _N_HEAD,
+}
 
 
-def _checkpoint(root: Path, tensors: dict[str, tuple[int, int]] | None = None,
-                config: dict[str, object] | None = None) -> Path:
+def _checkpoint(
+    root: Path, tensors: dict[str, tuple[int, int]] | None = None, config: dict[str, object] | None = None
+) -> Path:
     """A directory with config.json and a model.safetensors holding float32 tensors of these shapes."""
     from safetensors.numpy import save_file
 
@@ -237,8 +283,10 @@ def _checkpoint(root: Path, tensors: dict[str, tuple[int, int]] | None = None,
     (root / "config.json").write_text(json.dumps(_LLAMA if config is None else config))
     shapes = {_Q: (_H * _N_HEAD, _N), _K: (_H * _N_HEAD, _N)} if tensors is None else tensors
     rng = np.random.default_rng(0)
-    save_file({name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()},
-              str(root / "model.safetensors"))
+    save_file(
+        {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()},
+        str(root / "model.safetensors"),
+    )
     return root
 
 
@@ -265,33 +313,44 @@ BAD_CHECKPOINTS = {
     "missing path": (lambda tmp: tmp / "no-such-model", "no-such-model: no such file or directory"),
     "truncated file": (
         lambda tmp: _file_checkpoint(tmp / "m", "model.safetensors", b"abc"),
-        "model.safetensors: file has 3 bytes, too short"),
+        "model.safetensors: file has 3 bytes, too short",
+    ),
     "header length beyond the file": (
         lambda tmp: _raw_checkpoint(tmp / "m", b"{}", length=10**6),
-        "model.safetensors: header length 1000000 is larger than the rest of the file"),
+        "model.safetensors: header length 1000000 is larger than the rest of the file",
+    ),
     "header not JSON": (
         lambda tmp: _raw_checkpoint(tmp / "m", b"{not json"),
-        "model.safetensors: header is not valid UTF-8 JSON"),
+        "model.safetensors: header is not valid UTF-8 JSON",
+    ),
     "offsets outside the file": (
-        lambda tmp: _raw_checkpoint(tmp / "m", _header({_Q: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}),
-                                    b"\0" * 4),
-        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] beyond the 4-byte data section"),
+        lambda tmp: _raw_checkpoint(
+            tmp / "m", _header({_Q: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}), b"\0" * 4
+        ),
+        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] beyond the 4-byte data section",
+    ),
     "dtype and shape inconsistent with the byte range": (
-        lambda tmp: _raw_checkpoint(tmp / "m", _header({_Q: {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}),
-                                    b"\0" * 8),
-        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] (8 bytes) but F32 [3] needs 12 bytes"),
+        lambda tmp: _raw_checkpoint(
+            tmp / "m", _header({_Q: {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}), b"\0" * 8
+        ),
+        f"model.safetensors: tensor '{_Q}' has data_offsets [0, 8] (8 bytes) but F32 [3] needs 12 bytes",
+    ),
     "missing tensor": (
         lambda tmp: _checkpoint(tmp / "m", {_Q: (_H * _N_HEAD, _N)}),
-        f"model.safetensors: missing tensor '{_K}'"),
+        f"model.safetensors: missing tensor '{_K}'",
+    ),
     "shape inconsistent with config.json": (
         lambda tmp: _checkpoint(tmp / "m", {_Q: (_H * _N_HEAD, _N), _K: (_H * _N_HEAD, _N + 1)}),
-        f"model.safetensors: tensor '{_K}' has shape [8, 17], expected [8, 16]"),
+        f"model.safetensors: tensor '{_K}' has shape [8, 17], expected [8, 16]",
+    ),
     "unsupported architecture": (
         lambda tmp: _checkpoint(tmp / "m", config={**_LLAMA, "model_type": "t5"}),
-        "config.json: model_type 't5' is not supported"),
+        "config.json: model_type 't5' is not supported",
+    ),
     "pickled weights only": (
         lambda tmp: _file_checkpoint(tmp / "m", "pytorch_model.bin", b"never unpickled"),
-        "pytorch_model.bin: pickled PyTorch checkpoints are not loaded"),
+        "pytorch_model.bin: pickled PyTorch checkpoints are not loaded",
+    ),
 }
 
 
@@ -313,7 +372,9 @@ def test_analyze_bad_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 def test_analyze_good_checkpoint_writes_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The control case for the checkpoints above: the same small llama, intact."""
     output = tmp_path / "heads.csv"
-    code, _, err = run(capsys, "analyze", str(_checkpoint(tmp_path / "m")), "--no-null", "--quiet", "-o", str(output))
+    code, _, err = run(
+        capsys, "analyze", str(_checkpoint(tmp_path / "m")), "--no-null", "--quiet", "-o", str(output)
+    )
     assert code == 0, err
     assert output.is_file()
 
@@ -321,8 +382,18 @@ def test_analyze_good_checkpoint_writes_the_table(capsys: pytest.CaptureFixture[
 def test_unwritable_cache_directory_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     output = tmp_path / "heads.csv"
-    code, _, err = run(capsys, "analyze", str(_checkpoint(tmp_path / "m")), "--samples", "50", "--quiet",
-                       "--cache-dir", str(tmp_path / "a-file" / "cache"), "-o", str(output))
+    code, _, err = run(
+        capsys,
+        "analyze",
+        str(_checkpoint(tmp_path / "m")),
+        "--samples",
+        "50",
+        "--quiet",
+        "--cache-dir",
+        str(tmp_path / "a-file" / "cache"),
+        "-o",
+        str(output),
+    )
     assert code == 1
     assert len(err.splitlines()) == 1 and err.startswith("qkenergy: error: ") and "a-file" in err
     assert not output.exists()
@@ -330,11 +401,17 @@ def test_unwritable_cache_directory_is_one_line(capsys: pytest.CaptureFixture[st
 
 def test_console_script_one_line_error() -> None:
     """The real process: stderr holds exactly one line, status 2."""
-    done = subprocess.run([sys.executable, "-m", "qkenergy.cli", "baseline", "--n", "0", "--N", "3"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "qkenergy.cli", "baseline", "--n", "0", "--N", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("qkenergy: error: ") and "--n" in done.stderr
+    assert (
+        done.stderr.count("\n") == 1 and done.stderr.startswith("qkenergy: error: ") and "--n" in done.stderr
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy.math.entry_laws import ENTRY_LAWS, EntryLaw, entry_law
 from qkenergy.errors import QKEnergyError
+from qkenergy.math.entry_laws import ENTRY_LAWS, EntryLaw, entry_law
 
 SPECS = [
     "gaussian",
@@ -28,7 +28,13 @@ SPECS = [
 
 def test_registry_names():
     assert set(ENTRY_LAWS) == {
-        "gaussian", "rademacher", "uniform", "exponential", "lognormal", "bernoulli", "student_t"
+        "gaussian",
+        "rademacher",
+        "uniform",
+        "exponential",
+        "lognormal",
+        "bernoulli",
+        "student_t",
     }
 
 

@@ -46,20 +46,31 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[int, int, int, int, int]]] = {
     "distilbert": (dict(n_heads=4, dim=32, n_layers=2), (2, 4, 4, 8, 32)),
     "gpt2": (dict(n_head=4, n_embd=32, n_layer=2), (2, 4, 4, 8, 32)),
     # gpt_neox ignores head_dim (its modeling code uses hidden / heads)
-    "gpt_neox": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=2),
-                 (2, 4, 4, 8, 32)),
+    "gpt_neox": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=2), (2, 4, 4, 8, 32)),
     "bloom": (dict(n_head=4, hidden_size=32, n_layer=2), (2, 4, 4, 8, 32)),
     "opt": (dict(num_attention_heads=4, hidden_size=32, num_hidden_layers=2), (2, 4, 4, 8, 32)),
-    "llama": (dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=32,
-                   num_hidden_layers=2), (2, 8, 2, 4, 32)),
-    "mistral": (dict(num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-                     num_hidden_layers=2, head_dim=None), (2, 4, 2, 8, 32)),
-    "qwen2": (dict(num_attention_heads=4, num_key_value_heads=4, hidden_size=32,
-                   num_hidden_layers=2), (2, 4, 4, 8, 32)),
-    "gemma": (dict(num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=16,
-                   num_hidden_layers=2), (2, 4, 1, 16, 32)),
-    "phi3": (dict(num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-                  num_hidden_layers=2), (2, 4, 2, 8, 32)),
+    "llama": (
+        dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=32, num_hidden_layers=2),
+        (2, 8, 2, 4, 32),
+    ),
+    "mistral": (
+        dict(
+            num_attention_heads=4, num_key_value_heads=2, hidden_size=32, num_hidden_layers=2, head_dim=None
+        ),
+        (2, 4, 2, 8, 32),
+    ),
+    "qwen2": (
+        dict(num_attention_heads=4, num_key_value_heads=4, hidden_size=32, num_hidden_layers=2),
+        (2, 4, 4, 8, 32),
+    ),
+    "gemma": (
+        dict(num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=16, num_hidden_layers=2),
+        (2, 4, 1, 16, 32),
+    ),
+    "phi3": (
+        dict(num_attention_heads=4, num_key_value_heads=2, hidden_size=32, num_hidden_layers=2),
+        (2, 4, 2, 8, 32),
+    ),
 }
 
 
@@ -130,8 +141,16 @@ def test_bloom_legacy_n_embed_and_gemma_head_dim() -> None:
     arch = architecture({"model_type": "bloom", "n_head": 2, "n_embed": 16, "n_layer": 1})
     assert (arch.hidden_size, arch.head_dim) == (16, 8)
     # gemma-7b: head_dim 256 although hidden / heads = 192
-    arch = architecture({"model_type": "gemma", "num_attention_heads": 16, "hidden_size": 3072,
-                         "head_dim": 256, "num_hidden_layers": 28, "num_key_value_heads": 16})
+    arch = architecture(
+        {
+            "model_type": "gemma",
+            "num_attention_heads": 16,
+            "hidden_size": 3072,
+            "head_dim": 256,
+            "num_hidden_layers": 28,
+            "num_key_value_heads": 16,
+        }
+    )
     assert arch.head_dim == 256
 
 
@@ -194,9 +213,19 @@ def test_bad_config_values(change: dict[str, Any], pattern: str) -> None:
 
 @pytest.mark.parametrize(
     ("model_type", "prefix"),
-    [("bert", ""), ("bert", "bert."), ("roberta", "roberta."), ("gpt2", "transformer."),
-     ("gpt_neox", "gpt_neox."), ("opt", "model.decoder."), ("opt", "decoder."),
-     ("llama", "model."), ("mistral", ""), ("phi3", "model."), ("bloom", "transformer.")],
+    [
+        ("bert", ""),
+        ("bert", "bert."),
+        ("roberta", "roberta."),
+        ("gpt2", "transformer."),
+        ("gpt_neox", "gpt_neox."),
+        ("opt", "model.decoder."),
+        ("opt", "decoder."),
+        ("llama", "model."),
+        ("mistral", ""),
+        ("phi3", "model."),
+        ("bloom", "transformer."),
+    ],
 )
 def test_prefix_detection(model_type: str, prefix: str) -> None:
     arch = architecture(make_config(model_type))
@@ -284,9 +313,7 @@ def test_reads_only_that_layer(model_type: str) -> None:
     src, _, _ = make_checkpoint(arch, "m.")
     read_layer(src, arch, 1)
     lay = arch.layout
-    expected = {"m." + lay.query.format(i=1)} | (
-        {"m." + lay.key.format(i=1)} if lay.key else set()
-    )
+    expected = {"m." + lay.query.format(i=1)} | ({"m." + lay.key.format(i=1)} if lay.key else set())
     assert set(src.reads) == expected
     src.reads.clear()
     read_layer(src, arch, 1, fold_norm=True)
@@ -340,7 +367,7 @@ def test_gemma_gain_is_one_plus_weight() -> None:
 
 def test_legacy_gamma_names() -> None:
     arch = architecture(make_config("bert"))
-    src, _, norms = make_checkpoint(arch, "bert.")
+    src, _, _norms = make_checkpoint(arch, "bert.")
     g = src.arrays.pop("bert.encoder.layer.0.output.LayerNorm.weight")
     src.arrays["bert.encoder.layer.0.output.LayerNorm.gamma"] = g
     np.testing.assert_allclose(read_layer(src, arch, 1, fold_norm=True).norm_gain, g)

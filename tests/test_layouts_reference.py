@@ -39,19 +39,26 @@ _QPROJ = re.compile(
     r"attention\.query_key_value|self_attention\.query_key_value|"
     r"self_attn\.q_proj|self_attn\.qkv_proj)$"
 )
-_QK_BIAS = re.compile(
-    r"(query|key|q_lin|k_lin|c_attn|query_key_value|q_proj|k_proj|qkv_proj)\.bias$"
-)
+_QK_BIAS = re.compile(r"(query|key|q_lin|k_lin|c_attn|query_key_value|q_proj|k_proj|qkv_proj)\.bias$")
 
 _COMMON: dict[str, Any] = dict(vocab_size=VOCAB, attention_dropout=0.0)
 _ENCODER = dict(
-    hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS,
-    intermediate_size=64, max_position_embeddings=32, vocab_size=VOCAB,
-    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    hidden_size=HIDDEN,
+    num_attention_heads=HEADS,
+    num_hidden_layers=LAYERS,
+    intermediate_size=64,
+    max_position_embeddings=32,
+    vocab_size=VOCAB,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
 )
 _DECODER = dict(
-    hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS,
-    intermediate_size=64, max_position_embeddings=64, vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    num_attention_heads=HEADS,
+    num_hidden_layers=LAYERS,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    vocab_size=VOCAB,
 )
 _GQA = dict(_DECODER, num_key_value_heads=KV_HEADS)
 
@@ -69,57 +76,174 @@ def _norm_module(model: Any, path: str, layer: int) -> Any:
 # case id -> (config class, model class, config kwargs, causal,
 #             norm feeding layer 0, norm feeding layer i >= 1, expected prefix)
 CASES: dict[str, tuple[str, str, dict[str, Any], bool, str, str, str]] = {
-    "bert": ("BertConfig", "BertForMaskedLM", _ENCODER, False,
-             "bert.embeddings.LayerNorm", "bert.encoder.layer.{j}.output.LayerNorm", "bert."),
-    "bert-noprefix": ("BertConfig", "BertModel", _ENCODER, False,
-                      "embeddings.LayerNorm", "encoder.layer.{j}.output.LayerNorm", ""),
-    "roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(_ENCODER, pad_token_id=1), False,
-                "roberta.embeddings.LayerNorm", "roberta.encoder.layer.{j}.output.LayerNorm",
-                "roberta."),
-    "distilbert": ("DistilBertConfig", "DistilBertModel",
-                   dict(dim=HIDDEN, n_heads=HEADS, n_layers=LAYERS, hidden_dim=64,
-                        max_position_embeddings=32, vocab_size=VOCAB, dropout=0.0,
-                        attention_dropout=0.0),
-                   False, "embeddings.LayerNorm", "transformer.layer.{j}.output_layer_norm", ""),
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
-             dict(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=32, vocab_size=VOCAB,
-                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-             True, "transformer.h.{i}.ln_1", "transformer.h.{i}.ln_1", "transformer."),
-    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(_DECODER, rotary_pct=0.25),
-                 True, "gpt_neox.layers.{i}.input_layernorm", "gpt_neox.layers.{i}.input_layernorm",
-                 "gpt_neox."),
-    "bloom": ("BloomConfig", "BloomForCausalLM",
-              dict(hidden_size=HIDDEN, n_head=HEADS, n_layer=LAYERS, vocab_size=VOCAB),
-              True, "transformer.h.{i}.input_layernorm", "transformer.h.{i}.input_layernorm",
-              "transformer."),
-    "opt": ("OPTConfig", "OPTForCausalLM",
-            dict(hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS,
-                 ffn_dim=64, max_position_embeddings=32, vocab_size=VOCAB,
-                 word_embed_proj_dim=HIDDEN, dropout=0.0, attention_dropout=0.0),
-            True, "model.decoder.layers.{i}.self_attn_layer_norm",
-            "model.decoder.layers.{i}.self_attn_layer_norm", "model.decoder."),
+    "bert": (
+        "BertConfig",
+        "BertForMaskedLM",
+        _ENCODER,
+        False,
+        "bert.embeddings.LayerNorm",
+        "bert.encoder.layer.{j}.output.LayerNorm",
+        "bert.",
+    ),
+    "bert-noprefix": (
+        "BertConfig",
+        "BertModel",
+        _ENCODER,
+        False,
+        "embeddings.LayerNorm",
+        "encoder.layer.{j}.output.LayerNorm",
+        "",
+    ),
+    "roberta": (
+        "RobertaConfig",
+        "RobertaForMaskedLM",
+        dict(_ENCODER, pad_token_id=1),
+        False,
+        "roberta.embeddings.LayerNorm",
+        "roberta.encoder.layer.{j}.output.LayerNorm",
+        "roberta.",
+    ),
+    "distilbert": (
+        "DistilBertConfig",
+        "DistilBertModel",
+        dict(
+            dim=HIDDEN,
+            n_heads=HEADS,
+            n_layers=LAYERS,
+            hidden_dim=64,
+            max_position_embeddings=32,
+            vocab_size=VOCAB,
+            dropout=0.0,
+            attention_dropout=0.0,
+        ),
+        False,
+        "embeddings.LayerNorm",
+        "transformer.layer.{j}.output_layer_norm",
+        "",
+    ),
+    "gpt2": (
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        dict(
+            n_embd=HIDDEN,
+            n_head=HEADS,
+            n_layer=LAYERS,
+            n_positions=32,
+            vocab_size=VOCAB,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        ),
+        True,
+        "transformer.h.{i}.ln_1",
+        "transformer.h.{i}.ln_1",
+        "transformer.",
+    ),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        dict(_DECODER, rotary_pct=0.25),
+        True,
+        "gpt_neox.layers.{i}.input_layernorm",
+        "gpt_neox.layers.{i}.input_layernorm",
+        "gpt_neox.",
+    ),
+    "bloom": (
+        "BloomConfig",
+        "BloomForCausalLM",
+        dict(hidden_size=HIDDEN, n_head=HEADS, n_layer=LAYERS, vocab_size=VOCAB),
+        True,
+        "transformer.h.{i}.input_layernorm",
+        "transformer.h.{i}.input_layernorm",
+        "transformer.",
+    ),
+    "opt": (
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(
+            hidden_size=HIDDEN,
+            num_attention_heads=HEADS,
+            num_hidden_layers=LAYERS,
+            ffn_dim=64,
+            max_position_embeddings=32,
+            vocab_size=VOCAB,
+            word_embed_proj_dim=HIDDEN,
+            dropout=0.0,
+            attention_dropout=0.0,
+        ),
+        True,
+        "model.decoder.layers.{i}.self_attn_layer_norm",
+        "model.decoder.layers.{i}.self_attn_layer_norm",
+        "model.decoder.",
+    ),
     # Post-norm OPT (opt-350m): layer i >= 1 is fed by layer i-1's final_layer_norm,
     # layer 0 by the unnormed embeddings.
-    "opt-postnorm": ("OPTConfig", "OPTModel",
-                     dict(hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS,
-                          ffn_dim=64, max_position_embeddings=32, vocab_size=VOCAB,
-                          word_embed_proj_dim=HIDDEN, dropout=0.0, attention_dropout=0.0,
-                          do_layer_norm_before=False),
-                     True, "", "decoder.layers.{j}.final_layer_norm", "decoder."),
-    "llama": ("LlamaConfig", "LlamaForCausalLM", _GQA, True,
-              "model.layers.{i}.input_layernorm", "model.layers.{i}.input_layernorm", "model."),
-    "mistral": ("MistralConfig", "MistralModel", dict(_GQA, sliding_window=None), True,
-                "layers.{i}.input_layernorm", "layers.{i}.input_layernorm", ""),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _GQA, True,
-              "model.layers.{i}.input_layernorm", "model.layers.{i}.input_layernorm", "model."),
+    "opt-postnorm": (
+        "OPTConfig",
+        "OPTModel",
+        dict(
+            hidden_size=HIDDEN,
+            num_attention_heads=HEADS,
+            num_hidden_layers=LAYERS,
+            ffn_dim=64,
+            max_position_embeddings=32,
+            vocab_size=VOCAB,
+            word_embed_proj_dim=HIDDEN,
+            dropout=0.0,
+            attention_dropout=0.0,
+            do_layer_norm_before=False,
+        ),
+        True,
+        "",
+        "decoder.layers.{j}.final_layer_norm",
+        "decoder.",
+    ),
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        _GQA,
+        True,
+        "model.layers.{i}.input_layernorm",
+        "model.layers.{i}.input_layernorm",
+        "model.",
+    ),
+    "mistral": (
+        "MistralConfig",
+        "MistralModel",
+        dict(_GQA, sliding_window=None),
+        True,
+        "layers.{i}.input_layernorm",
+        "layers.{i}.input_layernorm",
+        "",
+    ),
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        _GQA,
+        True,
+        "model.layers.{i}.input_layernorm",
+        "model.layers.{i}.input_layernorm",
+        "model.",
+    ),
     # head_dim != hidden / heads, as in gemma-7b.
-    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(_GQA, head_dim=16), True,
-              "model.layers.{i}.input_layernorm", "model.layers.{i}.input_layernorm", "model."),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM",
-             dict(_GQA, partial_rotary_factor=0.5, pad_token_id=0, bos_token_id=1,
-                  eos_token_id=2),
-             True, "model.layers.{i}.input_layernorm", "model.layers.{i}.input_layernorm",
-             "model."),
+    "gemma": (
+        "GemmaConfig",
+        "GemmaForCausalLM",
+        dict(_GQA, head_dim=16),
+        True,
+        "model.layers.{i}.input_layernorm",
+        "model.layers.{i}.input_layernorm",
+        "model.",
+    ),
+    "phi3": (
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        dict(_GQA, partial_rotary_factor=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        True,
+        "model.layers.{i}.input_layernorm",
+        "model.layers.{i}.input_layernorm",
+        "model.",
+    ),
 }
 
 
@@ -129,7 +253,9 @@ def _randomise(model: Any, zero_norm_bias: bool) -> None:
     # Gemma stores w for a gain of 1 + w: shift so its gains land in (0.5, 1.5) too.
     offset = 1.0 if isinstance(model, transformers.GemmaPreTrainedModel) else 0.0
     norms = {
-        f"{name}.{p}" for name, m in model.named_modules() if "Norm" in type(m).__name__
+        f"{name}.{p}"
+        for name, m in model.named_modules()
+        if "Norm" in type(m).__name__
         for p in ("weight", "bias")
     }
     with torch.no_grad():
@@ -167,9 +293,7 @@ def _scores(x: np.ndarray, wq: np.ndarray, wk: np.ndarray, scale: float) -> np.n
     return scale * (q @ k.T)
 
 
-def _check_scores(
-    log_p: np.ndarray, scores: np.ndarray, causal: bool, what: str
-) -> float:
+def _check_scores(log_p: np.ndarray, scores: np.ndarray, causal: bool, what: str) -> float:
     """Compare within-row differences against column 0 (always allowed); returns their spread."""
     T = log_p.shape[0]
     spread = 0.0
@@ -200,16 +324,23 @@ def test_layout_reproduces_attention_scores(case: str, tmp_path: Path) -> None:
         m = _QPROJ.search(name)
         if m:
             layer = int(m.group(1))
-            hooks.append(module.register_forward_pre_hook(
-                lambda mod, args, layer=layer: captured.__setitem__(
-                    layer, args[0].detach().double().numpy()[0])))
+            hooks.append(
+                module.register_forward_pre_hook(
+                    lambda mod, args, layer=layer: captured.__setitem__(
+                        layer, args[0].detach().double().numpy()[0]
+                    )
+                )
+            )
     for layer in range(LAYERS):
         nm = _norm_module(model, first_norm if layer == 0 else norm, layer)
         if nm is not None:
-            hooks.append(nm.register_forward_hook(
-                lambda mod, args, out, layer=layer: norm_io.__setitem__(
-                    layer, (args[0].detach().double().numpy()[0],
-                            out.detach().double().numpy()[0]))))
+            hooks.append(
+                nm.register_forward_hook(
+                    lambda mod, args, out, layer=layer: norm_io.__setitem__(
+                        layer, (args[0].detach().double().numpy()[0], out.detach().double().numpy()[0])
+                    )
+                )
+            )
 
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(3, VOCAB, (1, SEQ), generator=gen)
@@ -240,8 +371,9 @@ def test_layout_reproduces_attention_scores(case: str, tmp_path: Path) -> None:
         x = captured[layer]
         if layer in norm_io:
             h_in, h_out = norm_io[layer]
-            np.testing.assert_allclose(h_out, x, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{case}: norm of layer {layer} must feed attention")
+            np.testing.assert_allclose(
+                h_out, x, rtol=1e-5, atol=1e-5, err_msg=f"{case}: norm of layer {layer} must feed attention"
+            )
             z = _normalise(_norm_module(model, first_norm if layer == 0 else norm, layer), h_in)
             assert folded.norm_gain is not None
         else:
@@ -271,7 +403,8 @@ def test_trained_minilm_checkpoint() -> None:
     captured: dict[int, np.ndarray] = {}
     hooks = [
         layer.attention.self.query.register_forward_pre_hook(
-            lambda mod, args, i=i: captured.__setitem__(i, args[0].detach().double().numpy()[0]))
+            lambda mod, args, i=i: captured.__setitem__(i, args[0].detach().double().numpy()[0])
+        )
         for i, layer in enumerate(model.encoder.layer)
     ]
     ids = torch.tensor([[101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 102]])

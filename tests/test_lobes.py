@@ -9,16 +9,23 @@ import math
 import numpy as np
 import pytest
 
-from qkenergy.math import lobes
 from qkenergy.errors import QKEnergyError
+from qkenergy.math import lobes
 
 NS = [100, 1_000, 10_000, 100_000]
 
 
 @pytest.mark.parametrize(
     "spec,second",
-    [("exponential", 2.0), ("half_normal", 1.0), ("lognormal", math.e**2), ("chi:3", 3.0),
-     ("pareto:3", 3.0), ("pareto:1.5", math.inf), ("pareto:2", math.inf)],
+    [
+        ("exponential", 2.0),
+        ("half_normal", 1.0),
+        ("lognormal", math.e**2),
+        ("chi:3", 3.0),
+        ("pareto:3", 3.0),
+        ("pareto:1.5", math.inf),
+        ("pareto:2", math.inf),
+    ],
 )
 def test_positive_laws(spec, second):
     law = lobes.positive_law(spec)

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from qkenergy.errors import QKEnergyError
 from qkenergy.math import baselines
 from qkenergy.math import montecarlo as mc
 from qkenergy.math.entry_laws import entry_law
-from qkenergy.errors import QKEnergyError
 
 B = mc.BLOCK_SIZE
 
@@ -45,8 +45,7 @@ def test_draw_prefix_property_and_seeds():
 
 
 def test_draw_transform_per_chunk():
-    out = mc.draw(_normal_rows, 3 * B + 1, seed=0, chunk_size=2 * B,
-                  transform=lambda x: np.sum(x, axis=1))
+    out = mc.draw(_normal_rows, 3 * B + 1, seed=0, chunk_size=2 * B, transform=lambda x: np.sum(x, axis=1))
     ref = mc.draw(_normal_rows, 3 * B + 1, seed=0).sum(axis=1)
     assert out.shape == (3 * B + 1,)
     np.testing.assert_array_equal(out, ref)

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy.math import baselines
-from qkenergy.math import montecarlo as mc
-from qkenergy.math import nulls
 from qkenergy.errors import QKEnergyError
+from qkenergy.math import baselines, nulls
+from qkenergy.math import montecarlo as mc
 
 
 def _summaries(G: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -268,7 +267,9 @@ def test_null_law_cache(tmp_path):
     planted = law.values.copy()
     planted[0, 0] = 0.123
     nulls._save_atomic(path, planted, law.names)
-    np.testing.assert_array_equal(nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path).values, planted)
+    np.testing.assert_array_equal(
+        nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path).values, planted
+    )
     # Other keys get other files.
     nulls.null_law(2, 5, samples=400, seed=5, cache_dir=tmp_path)
     assert len(os.listdir(tmp_path)) == 2
@@ -278,9 +279,13 @@ def test_null_law_cache_rejects_pickles_and_garbage(tmp_path):
     law = nulls.null_law(1, 3, samples=300, seed=0)
     path = nulls.null_cache_path(tmp_path, 1, 3, 300, 0)
     path.write_bytes(b"not an npz")
-    np.testing.assert_array_equal(nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values)
+    np.testing.assert_array_equal(
+        nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values
+    )
     # An object array would need unpickling: it is never loaded, the law is recomputed.
     np.savez(path, values=np.array([object()], dtype=object), names=np.array(law.names), version=np.int64(1))
-    np.testing.assert_array_equal(nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values)
+    np.testing.assert_array_equal(
+        nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values
+    )
     with np.load(path, allow_pickle=False) as data:
         assert data["values"].dtype == np.float64

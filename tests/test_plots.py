@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from qkenergy.analysis.analyze import analyze_model
-from qkenergy.errors import QKEnergyError
 from qkenergy.analysis.plots import accumulation_limit, choose_head, plot_results, ternary_xy
+from qkenergy.errors import QKEnergyError
 
 SAMPLES = 300
 
@@ -32,7 +32,12 @@ def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
     layer, head = choose_head(table)
     z = table["symmetric_energy_z"].abs()
     assert (layer, head) == tuple(table.loc[z.idxmax(), ["layer", "head"]])
-    stems = ["symmetric_energy_heatmap", "symmetric_energy_null", "symmetric_profiles", f"lobes_layer{layer}_head{head}"]
+    stems = [
+        "symmetric_energy_heatmap",
+        "symmetric_energy_null",
+        "symmetric_profiles",
+        f"lobes_layer{layer}_head{head}",
+    ]
     assert [p.name for p in paths] == [f"{s}.{fmt}" for s in stems for fmt in ("png", "svg")]
     for path in paths:
         data = path.read_bytes()

@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from qkenergy.analysis.analyze import analyze_model
-from qkenergy.errors import QKEnergyError
 from qkenergy.analysis.report import layer_summary, print_summary, read_table, verdict, write_table
+from qkenergy.errors import QKEnergyError
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,9 @@ def test_read_errors(tmp_path: Path) -> None:
     with pytest.raises(QKEnergyError, match="no such file"):
         read_table(tmp_path / "missing.csv")
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(QKEnergyError, match=r"other\.csv: not a qkenergy head table; missing column\(s\) model"):
+    with pytest.raises(
+        QKEnergyError, match=r"other\.csv: not a qkenergy head table; missing column\(s\) model"
+    ):
         read_table(tmp_path / "other.csv")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(QKEnergyError, match=r"bad\.json: cannot read as json"):

@@ -43,8 +43,9 @@ def one_line_error(path: Path, *needles: str) -> str:
 # --- round trips -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int64, np.int32,
-                                   np.int16, np.int8, np.uint8, np.bool_])
+@pytest.mark.parametrize(
+    "dtype", [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_]
+)
 def test_round_trip_numpy_dtypes(tmp_path: Path, dtype: type) -> None:
     rng = np.random.default_rng(0)
     arrays = {
@@ -86,8 +87,10 @@ def test_bf16_written_by_torch(tmp_path: Path) -> None:
 
 def test_float8_and_own_writer_with_padding(tmp_path: Path) -> None:
     x = np.array([0.5, -2.0, 448.0], dtype=ml_dtypes.float8_e4m3fn)
-    header = {"__metadata__": {"format": "pt"},
-              "f8": {"dtype": "F8_E4M3", "shape": [3], "data_offsets": [0, 3]}}
+    header = {
+        "__metadata__": {"format": "pt"},
+        "f8": {"dtype": "F8_E4M3", "shape": [3], "data_offsets": [0, 3]},
+    }
     raw = json.dumps(header).encode() + b"    "  # the format allows trailing spaces
     write_raw(tmp_path / "f8.safetensors", raw, x.tobytes())
     with SafetensorsFile(tmp_path / "f8.safetensors") as f:
@@ -120,10 +123,13 @@ def test_huge_tensor_opens_instantly(tmp_path: Path) -> None:
     # 16 GiB declared tensor in a sparse file: only the header and one page are read.
     n = 1 << 16
     nbytes = n * n * 4
-    path = write_raw(tmp_path / "huge.safetensors",
-                     {"big": {"dtype": "F32", "shape": [n, n], "data_offsets": [0, nbytes]},
-                      "small": {"dtype": "F32", "shape": [2],
-                                "data_offsets": [nbytes, nbytes + 8]}})
+    path = write_raw(
+        tmp_path / "huge.safetensors",
+        {
+            "big": {"dtype": "F32", "shape": [n, n], "data_offsets": [0, nbytes]},
+            "small": {"dtype": "F32", "shape": [2], "data_offsets": [nbytes, nbytes + 8]},
+        },
+    )
     with open(path, "r+b") as fh:
         fh.truncate(path.stat().st_size + nbytes + 8)
     start = time.perf_counter()
@@ -219,22 +225,24 @@ def test_byte_range_inconsistent_with_dtype_and_shape(tmp_path: Path) -> None:
     path = write_raw(tmp_path / "model.safetensors", header, bytes(100))
     msg = one_line_error(path, repr(NAME))
     assert msg.endswith(
-        f"tensor '{NAME}' has data_offsets [0, 100] (100 bytes) but F32 [384, 384] "
-        "needs 589824 bytes"
+        f"tensor '{NAME}' has data_offsets [0, 100] (100 bytes) but F32 [384, 384] needs 589824 bytes"
     )
 
 
 def test_truncated_file(tmp_path: Path) -> None:
-    save_file({"a": np.ones((8, 8), np.float32), "b": np.ones(4, np.float32)},
-              str(tmp_path / "m.safetensors"))
+    save_file(
+        {"a": np.ones((8, 8), np.float32), "b": np.ones(4, np.float32)}, str(tmp_path / "m.safetensors")
+    )
     path = tmp_path / "m.safetensors"
     path.write_bytes(path.read_bytes()[:-5])
     one_line_error(path, "beyond", "truncated")
 
 
 def test_overlapping_tensors(tmp_path: Path) -> None:
-    header = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-              "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}
+    header = {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+    }
     path = write_raw(tmp_path / "m.safetensors", header, bytes(24))
     one_line_error(path, "'a'", "'b'", "overlap")
 

@@ -7,12 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from qkenergy.math import baselines, energies
 from qkenergy.analysis import verify
 from qkenergy.errors import QKEnergyError
+from qkenergy.math import baselines, energies
 
-CLAIMS = {"Lemma 5", "Corollary 1", "Corollary 2", "Proposition 6", "Lemma 6", "E[ratio] vs ratio of E",
-          "Exact samplers"}
+CLAIMS = {
+    "Lemma 5",
+    "Corollary 1",
+    "Corollary 2",
+    "Proposition 6",
+    "Lemma 6",
+    "E[ratio] vs ratio of E",
+    "Exact samplers",
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +47,9 @@ def test_rows_are_well_formed(quick_checks: list[verify.Check]) -> None:
 
 
 def test_monte_carlo_rows_use_five_standard_errors(quick_checks: list[verify.Check]) -> None:
-    rows = [c for c in quick_checks if c.claim in {"Corollary 1", "Corollary 2", "Proposition 6"} and c.stderr]
+    rows = [
+        c for c in quick_checks if c.claim in {"Corollary 1", "Corollary 2", "Proposition 6"} and c.stderr
+    ]
     assert len(rows) >= 40
     for check in rows:
         assert "5 SE" in check.note
@@ -49,10 +58,24 @@ def test_monte_carlo_rows_use_five_standard_errors(quick_checks: list[verify.Che
 
 def test_settings_cover_the_brief(quick_checks: list[verify.Check]) -> None:
     settings = " | ".join(c.setting for c in quick_checks)
-    for needle in ("symmetric", "antisymmetric", "rank-one", "nilpotent", "1e-30", "1e+30",
-                   "n = 1, N = 12", "n = 12, N = 12", "sigma_K^2 = 0.5, sigma_Q^2 = 2",
-                   "pareto", "exponential entries", "lognormal entries", "bernoulli:0.1 entries",
-                   "Bartlett-Wishart G vs direct", "Beta(N(N+1)/4", "rank-one law"):
+    for needle in (
+        "symmetric",
+        "antisymmetric",
+        "rank-one",
+        "nilpotent",
+        "1e-30",
+        "1e+30",
+        "n = 1, N = 12",
+        "n = 12, N = 12",
+        "sigma_K^2 = 0.5, sigma_Q^2 = 2",
+        "pareto",
+        "exponential entries",
+        "lognormal entries",
+        "bernoulli:0.1 entries",
+        "Bartlett-Wishart G vs direct",
+        "Beta(N(N+1)/4",
+        "rank-one law",
+    ):
         assert needle in settings, needle
     lemma6 = [c for c in quick_checks if c.claim == "Lemma 6"]
     assert any("does NOT decrease" in c.setting for c in lemma6)
@@ -107,8 +130,9 @@ def test_broken_energies_fail_lemma5(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(L: np.ndarray) -> energies.Energies:
         e = real(L)
         # an off-by-a-little symmetric energy, as a sign or factor slip would give
-        return energies.Energies(e.norm_l_sq, e.norm_s_sq * (1 + 1e-6), e.norm_t_sq, e.trace_l_sq,
-                                 e.symmetric_ratio, e.skew_ratio)
+        return energies.Energies(
+            e.norm_l_sq, e.norm_s_sq * (1 + 1e-6), e.norm_t_sq, e.trace_l_sq, e.symmetric_ratio, e.skew_ratio
+        )
 
     monkeypatch.setattr(energies, "energies", broken)
     rows = verify.check_lemma5(100, 0)

@@ -8,7 +8,6 @@ argument errors stay fast.
 
 from __future__ import annotations
 
-
 import json
 import math
 import os
@@ -39,7 +38,9 @@ class IntListType(click.ParamType):
 
     name = "integers"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
         items = [part.strip() for part in str(value).split(",") if part.strip()]
@@ -59,7 +60,9 @@ class IndexSelectionType(click.ParamType):
 
     name = "indices"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
         out: list[int] = []
@@ -87,13 +90,17 @@ class HeadType(click.ParamType):
 
     name = "layer,head"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, int]:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, int]:
         if isinstance(value, tuple):
             return value
         parts = [part.strip() for part in str(value).split(",")]
         numbers = [_parse_int(part) for part in parts]
         if len(numbers) != 2 or any(x is None or x < 0 for x in numbers):
-            self.fail(f"expected LAYER,HEAD as two non-negative integers, e.g. 3,7, got {value!r}", param, ctx)
+            self.fail(
+                f"expected LAYER,HEAD as two non-negative integers, e.g. 3,7, got {value!r}", param, ctx
+            )
         return numbers[0], numbers[1]  # type: ignore[return-value]
 
 
@@ -174,8 +181,12 @@ def cli(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.option("--samples", type=click.IntRange(min=50), default=None,
-              help="Monte Carlo draws per row.  [default: 100000, verify.DEFAULT_SAMPLES]")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=50),
+    default=None,
+    help="Monte Carlo draws per row.  [default: 100000, verify.DEFAULT_SAMPLES]",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of the checks instead of a table.")
 @click.pass_context
@@ -212,12 +223,21 @@ def _check_record(check: Any) -> dict[str, Any]:
 def _print_checks(checks: Sequence[Any]) -> None:
     from rich.markup import escape
 
-    table = rich_table("qkenergy verify: the claims of the specification, checked numerically",
-                       [("claim", "left"), ("setting", "left"), "theory", "estimate", "stderr", "z or error",
-                        ("status", "center")],
-                       caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
-                               "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
-                               "the rows marked 'expected departure' pass when the departure is significant.")
+    table = rich_table(
+        "qkenergy verify: the claims of the specification, checked numerically",
+        [
+            ("claim", "left"),
+            ("setting", "left"),
+            "theory",
+            "estimate",
+            "stderr",
+            "z or error",
+            ("status", "center"),
+        ],
+        caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
+        "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
+        "the rows marked 'expected departure' pass when the departure is significant.",
+    )
     for check in checks:
         if check.z is not None:
             deviation = f"z={check.z:+.2f}"
@@ -230,43 +250,86 @@ def _print_checks(checks: Sequence[Any]) -> None:
         if check.note and (check.theory is None or "expected departure" in check.note):
             # rows whose z or error column does not tell the whole story carry their note
             setting += f"\n[dim]{escape(check.note)}[/]"
-        table.add_row(escape(check.claim), setting, format_number(check.theory), format_number(check.estimate), format_number(check.stderr, 3),
-                      deviation, status)
+        table.add_row(
+            escape(check.claim),
+            setting,
+            format_number(check.theory),
+            format_number(check.estimate),
+            format_number(check.stderr, 3),
+            deviation,
+            status,
+        )
     console = _stdout_console()
     console.print(table)
     failed = sum(not check.passed for check in checks)
-    console.print(f"{len(checks) - failed} of {len(checks)} checks passed" + (f", {failed} FAILED" if failed else ""))
+    console.print(
+        f"{len(checks) - failed} of {len(checks)} checks passed" + (f", {failed} FAILED" if failed else "")
+    )
 
 
 @cli.command()
-@click.option("--n", "head_dim", type=click.IntRange(min=1), required=True, help="Head dimension n (rows of W_Q, W_K).")
-@click.option("--N", "model_dim", type=click.IntRange(min=1), required=True, help="Model (residual) dimension N.")
-@click.option("--dist", default="gaussian", show_default=True, callback=_validated_by(_entry_law),
-              help="Entry law of W_Q and W_K: gaussian, rademacher, uniform, exponential, lognormal, "
-                   "bernoulli:p, student_t:nu.")
-@click.option("--samples", type=click.IntRange(min=2), default=DEFAULT_BASELINE_SAMPLES, show_default=True,
-              help="Random heads drawn.")
+@click.option(
+    "--n", "head_dim", type=click.IntRange(min=1), required=True, help="Head dimension n (rows of W_Q, W_K)."
+)
+@click.option(
+    "--N", "model_dim", type=click.IntRange(min=1), required=True, help="Model (residual) dimension N."
+)
+@click.option(
+    "--dist",
+    default="gaussian",
+    show_default=True,
+    callback=_validated_by(_entry_law),
+    help="Entry law of W_Q and W_K: gaussian, rademacher, uniform, exponential, lognormal, "
+    "bernoulli:p, student_t:nu.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=DEFAULT_BASELINE_SAMPLES,
+    show_default=True,
+    help="Random heads drawn.",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Gaussian null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Gaussian null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of a table.")
-def baseline(head_dim: int, model_dim: int, dist: str, samples: int, seed: int, cache_dir: Path | None,
-             as_json: bool) -> None:
+def baseline(
+    head_dim: int, model_dim: int, dist: str, samples: int, seed: int, cache_dir: Path | None, as_json: bool
+) -> None:
     """The random baseline of a head of shape (n, N) (Corollary 2, Proposition 6)."""
     if head_dim > model_dim:
-        raise click.BadParameter(f"expected n <= N (Proposition 6), got n = {head_dim} > N = {model_dim}",
-                                 param_hint="'--n'")
-    result = random_head_baseline(head_dim, model_dim, dist=dist, samples=samples, seed=seed,
-                                  cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
-                                  progress=not as_json and sys.stderr.isatty())
+        raise click.BadParameter(
+            f"expected n <= N (Proposition 6), got n = {head_dim} > N = {model_dim}", param_hint="'--n'"
+        )
+    result = random_head_baseline(
+        head_dim,
+        model_dim,
+        dist=dist,
+        samples=samples,
+        seed=seed,
+        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        progress=not as_json and sys.stderr.isatty(),
+    )
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:
         _print_baseline(result)
 
 
-def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int = DEFAULT_BASELINE_SAMPLES,
-                         seed: int = 0, cache_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
+def random_head_baseline(
+    n: int,
+    N: int,
+    *,
+    dist: str = "gaussian",
+    samples: int = DEFAULT_BASELINE_SAMPLES,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Baseline of a random head of shape (n, N) as a JSON-ready dict (Corollary 2, Proposition 6).
 
     Gaussian entries: the exact null sampler (nulls.null_law) and the exact mean
@@ -285,15 +348,26 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
         exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
         energy_rows = None
     else:
-        values = montecarlo.draw(lambda rng, size: nulls.direct_gram(rng, n, N, size, law), samples, seed=seed,
-                                 chunk_size=max(montecarlo.BLOCK_SIZE, _MAX_CHUNK_VALUES // (4 * n * n)),
-                                 transform=lambda G: _head_columns(G, N), progress=progress,
-                                 description=f"random {law.spec} heads n={n} N={N}")
+        values = montecarlo.draw(
+            lambda rng, size: nulls.direct_gram(rng, n, N, size, law),
+            samples,
+            seed=seed,
+            chunk_size=max(montecarlo.BLOCK_SIZE, _MAX_CHUNK_VALUES // (4 * n * n)),
+            transform=lambda G: _head_columns(G, N),
+            progress=progress,
+            description=f"random {law.spec} heads n={n} N={N}",
+        )
         columns = {name: values[:, i] for i, name in enumerate(BASELINE_STATISTICS)}
         exact = {}
-        energy_rows = values[:, len(BASELINE_STATISTICS):]
-    result: dict[str, Any] = {"n": n, "N": N, "dist": law.spec, "samples": samples, "seed": seed,
-                              "sampler": _sampler_name(law.name, n, N)}
+        energy_rows = values[:, len(BASELINE_STATISTICS) :]
+    result: dict[str, Any] = {
+        "n": n,
+        "N": N,
+        "dist": law.spec,
+        "samples": samples,
+        "seed": seed,
+        "sampler": _sampler_name(law.name, n, N),
+    }
     for name in BASELINE_STATISTICS:
         x = np.asarray(columns[name], dtype=np.float64)
         x = x[np.isfinite(x)]  # undefined statistics (NaN) are left out, as in nulls.NullLaw
@@ -303,9 +377,13 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
             "mean": exact.get(name, sample_mean),
             "stderr": 0.0 if name in exact else sample_stderr,
             "sd": float(np.std(x, ddof=1)) if x.size > 1 else math.nan,
-            "quantiles": {_quantile_key(q): float(v) for q, v in
-                          zip(QUANTILE_LEVELS, np.quantile(x, QUANTILE_LEVELS) if x.size else
-                              [math.nan] * len(QUANTILE_LEVELS))},
+            "quantiles": {
+                _quantile_key(q): float(v)
+                for q, v in zip(
+                    QUANTILE_LEVELS,
+                    np.quantile(x, QUANTILE_LEVELS) if x.size else [math.nan] * len(QUANTILE_LEVELS),
+                )
+            },
             "defined_samples": int(x.size),
         }
         if name == "symmetric_energy":
@@ -317,8 +395,9 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
                 estimate = montecarlo.estimate_ratio(energy_rows[:, 1], energy_rows[:, 0])
                 row["ratio_of_expectations_estimate"] = estimate.value
                 row["ratio_of_expectations_estimate_stderr"] = estimate.stderr
-                row["departure_z"] = ((row["mean"] - ratio_of_expectations) / row["stderr"]
-                                      if row["stderr"] > 0 else math.nan)
+                row["departure_z"] = (
+                    (row["mean"] - ratio_of_expectations) / row["stderr"] if row["stderr"] > 0 else math.nan
+                )
             row["sample_mean"] = sample_mean
             row["sample_stderr"] = sample_stderr
         result[name] = json_safe(row)
@@ -328,7 +407,7 @@ def random_head_baseline(n: int, N: int, *, dist: str = "gaussian", samples: int
 def _sampler_name(law: str, n: int, N: int) -> str:
     if law != "gaussian":
         return "direct simulation of W_K, W_Q (Monte Carlo)"
-    route = "Bartlett-Wishart" if N >= 2 * n else "C C^T, since N < 2n"
+    route = "Bartlett-Wishart" if 2 * n <= N else "C C^T, since N < 2n"
     return f"exact Gaussian null law ({route})"
 
 
@@ -341,34 +420,48 @@ def _head_columns(G: np.ndarray, N: int) -> np.ndarray:
     from qkenergy.math import gram, statistics
 
     energy = gram.gram_energies(G)
-    return np.column_stack([statistics.gram_statistics(G, N).stack(BASELINE_STATISTICS),
-                            energy.norm_l_sq, energy.norm_s_sq])
+    return np.column_stack(
+        [statistics.gram_statistics(G, N).stack(BASELINE_STATISTICS), energy.norm_l_sq, energy.norm_s_sq]
+    )
 
 
 def _print_baseline(result: dict[str, Any]) -> None:
     how = "exact sampler" if result["dist"] == "gaussian" else "Monte Carlo"
-    table = rich_table(f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
-                       f"entries ({how}, {result['samples']} samples)",
-                       [("statistic", "left"), "mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)])
+    table = rich_table(
+        f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
+        f"entries ({how}, {result['samples']} samples)",
+        [("statistic", "left"), "mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)],
+    )
     for name in BASELINE_STATISTICS:
         row = result[name]
-        table.add_row(name, format_number(row["mean"]), format_number(row["stderr"], 3), format_number(row["sd"], 4),
-                      *(format_number(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS))
+        table.add_row(
+            name,
+            format_number(row["mean"]),
+            format_number(row["stderr"], 3),
+            format_number(row["sd"], 4),
+            *(format_number(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS),
+        )
     console = _stdout_console()
     console.print(table)
     energy = result["symmetric_energy"]
-    console.print(f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {format_number(energy['ratio_of_expectations'])} "
-                  "(Corollary 2, every entry law)")
+    console.print(
+        f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {format_number(energy['ratio_of_expectations'])} "
+        "(Corollary 2, every entry law)"
+    )
     if result["dist"] == "gaussian":
-        console.print(f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} exactly "
-                      f"(Proposition 6); sampled mean {format_number(energy['sample_mean'])} ± "
-                      f"{format_number(energy['sample_stderr'], 2)}")
+        console.print(
+            f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} exactly "
+            f"(Proposition 6); sampled mean {format_number(energy['sample_mean'])} ± "
+            f"{format_number(energy['sample_stderr'], 2)}"
+        )
     else:
-        console.print(f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} ± "
-                      f"{format_number(energy['expectation_of_ratio_stderr'], 2)} (Monte Carlo; z = "
-                      f"{format_number(energy['departure_z'], 3)} against (N+1)/(2N)); ratio of expectations estimated from "
-                      f"the same draws {format_number(energy['ratio_of_expectations_estimate'])} ± "
-                      f"{format_number(energy['ratio_of_expectations_estimate_stderr'], 2)}")
+        console.print(
+            f"expectation of the ratio E[||S||²/||L||²] = {format_number(energy['expectation_of_ratio'])} ± "
+            f"{format_number(energy['expectation_of_ratio_stderr'], 2)} (Monte Carlo; z = "
+            f"{format_number(energy['departure_z'], 3)} against (N+1)/(2N)); ratio of expectations estimated from "
+            f"the same draws {format_number(energy['ratio_of_expectations_estimate'])} ± "
+            f"{format_number(energy['ratio_of_expectations_estimate_stderr'], 2)}"
+        )
 
 
 def _quantile_key(level: float) -> str:
@@ -376,26 +469,53 @@ def _quantile_key(level: float) -> str:
 
 
 @cli.command()
-@click.option("--law", default="exponential", show_default=True, callback=_validated_by(_positive_law),
-              help="Positive law of the lobe entries: exponential, half_normal, lognormal, chi, pareto:alpha.")
-@click.option("--rho", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
-              help="Scale ratio rho = u/v of the two lobes.")
-@click.option("--n", "ns", type=IntListType(), default="10,100,1000,100000", show_default=True,
-              help="Lobe lengths, comma-separated.")
+@click.option(
+    "--law",
+    default="exponential",
+    show_default=True,
+    callback=_validated_by(_positive_law),
+    help="Positive law of the lobe entries: exponential, half_normal, lognormal, chi, pareto:alpha.",
+)
+@click.option(
+    "--rho",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Scale ratio rho = u/v of the two lobes.",
+)
+@click.option(
+    "--n",
+    "ns",
+    type=IntListType(),
+    default="10,100,1000,100000",
+    show_default=True,
+    help="Lobe lengths, comma-separated.",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option("--repeats", type=click.IntRange(min=2), default=DEFAULT_LOBE_REPEATS, show_default=True,
-              help="Independent pairs of lobes per length.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=2),
+    default=DEFAULT_LOBE_REPEATS,
+    show_default=True,
+    help="Independent pairs of lobes per length.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as_json: bool) -> None:
     """Lemma 6: the departure D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| of two sorted iid lobes."""
     from qkenergy.math import lobes as lobe_module
 
     curve = lobe_module.lobe_departure_curve(law, rho, list(ns), seed=seed, repeats=repeats)
-    rows = [(int(n), float(m), float(s), float(med))
-            for n, m, s, med in zip(curve.ns, curve.mean, curve.stderr, curve.median)]
+    rows = [
+        (int(n), float(m), float(s), float(med))
+        for n, m, s, med in zip(curve.ns, curve.mean, curve.stderr, curve.median)
+    ]
     if as_json:
-        click.echo(json.dumps([json_safe({"n": n, "mean": m, "stderr": s, "median": med})
-                               for n, m, s, med in rows], indent=1))
+        click.echo(
+            json.dumps(
+                [json_safe({"n": n, "mean": m, "stderr": s, "median": med}) for n, m, s, med in rows],
+                indent=1,
+            )
+        )
         return
     finite = lobe_module.positive_law(law).finite_second_moment
     table = rich_table("Lemma 6: lobe departure D_n", ["n", "D_n mean", "stderr", "median"])
@@ -403,52 +523,110 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
         table.add_row(f"{n:,}", format_number(mean), format_number(stderr, 3), format_number(median))
     console = _stdout_console()
     console.print(table)
-    console.print(f"D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| for two sorted iid samples of the {curve.law} law "
-                  f"at scales 1 and rho = {rho:g}, {repeats} repeats; "
-                  + ("finite second moment: D_n -> 0 almost surely." if finite else
-                     "infinite second moment: Lemma 6 does not apply, D_n need not tend to 0."))
+    console.print(
+        f"D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| for two sorted iid samples of the {curve.law} law "
+        f"at scales 1 and rho = {rho:g}, {repeats} repeats; "
+        + (
+            "finite second moment: D_n -> 0 almost surely."
+            if finite
+            else "infinite second moment: Lemma 6 does not apply, D_n need not tend to 0."
+        )
+    )
 
 
 @cli.command()
 @click.argument("model", required=False)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the per-head table here (.csv, .parquet or .json).")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the figures into this directory.")
-@click.option("--per-layer", is_flag=True,
-              help="Also analyse each layer's whole form sum_h W_K^h^T W_Q^h, with the symmetry "
-                   "score 2s - 1 and a directionality score (Saponati et al. 2025); "
-                   "written to <output>.layers.<ext>.")
-@click.option("--fold-norm", is_flag=True,
-              help="Fold the gain of the norm feeding attention into the form (L -> D L D, "
-                   "as TransformerLens does).")
-@click.option("--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the per-head table here (.csv, .parquet or .json).",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the figures into this directory.",
+)
+@click.option(
+    "--per-layer",
+    is_flag=True,
+    help="Also analyse each layer's whole form sum_h W_K^h^T W_Q^h, with the symmetry "
+    "score 2s - 1 and a directionality score (Saponati et al. 2025); "
+    "written to <output>.layers.<ext>.",
+)
+@click.option(
+    "--fold-norm",
+    is_flag=True,
+    help="Fold the gain of the norm feeding attention into the form (L -> D L D, as TransformerLens does).",
+)
+@click.option(
+    "--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3."
+)
 @click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
-@click.option("--samples", type=click.IntRange(min=2), default=None,
-              help="Null-law samples per head shape (cached per shape).  [default: 2000]")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Null-law samples per head shape (cached per shape).  [default: 2000]",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
-@click.option("--radius", type=click.FloatRange(min=0, max=1, max_open=True), default=0.02, show_default=True,
-              help="Type II radius: c_sym + d_sym at most this.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
+@click.option(
+    "--radius",
+    type=click.FloatRange(min=0, max=1, max_open=True),
+    default=0.02,
+    show_default=True,
+    help="Type II radius: c_sym + d_sym at most this.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
-def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_layer: bool, fold_norm: bool,
-            layers: tuple[int, ...] | None, heads: tuple[int, ...] | None, samples: int | None, seed: int,
-            no_null: bool, radius: float, cache_dir: Path | None, quiet: bool) -> None:
+def analyze(
+    model: str | None,
+    output: Path | None,
+    plot_dir: Path | None,
+    per_layer: bool,
+    fold_norm: bool,
+    layers: tuple[int, ...] | None,
+    heads: tuple[int, ...] | None,
+    samples: int | None,
+    seed: int,
+    no_null: bool,
+    radius: float,
+    cache_dir: Path | None,
+    quiet: bool,
+) -> None:
     """Analyze every head of MODEL (file, directory, shards or hub id; default: the embedded MiniLM)."""
-    from qkenergy.analysis import analyze as analysis, report
+    from qkenergy.analysis import analyze as analysis
+    from qkenergy.analysis import report
 
     if output is not None and output.suffix.lower() not in report.FORMATS:
-        raise click.BadParameter(f"expected a file ending in {', '.join(report.FORMATS)}, got {str(output)!r}",
-                                 param_hint="'-o' / '--output'")
+        raise click.BadParameter(
+            f"expected a file ending in {', '.join(report.FORMATS)}, got {str(output)!r}",
+            param_hint="'-o' / '--output'",
+        )
     options: dict[str, Any] = {}
     if samples is not None:
         options["samples"] = samples
     result = analysis.analyze_model(
-        model, layers=layers, heads=heads, per_layer=per_layer, fold_norm=fold_norm, seed=seed, radius=radius,
-        null=not no_null, cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
-        progress=not quiet and sys.stderr.isatty(), **options,
+        model,
+        layers=layers,
+        heads=heads,
+        per_layer=per_layer,
+        fold_norm=fold_norm,
+        seed=seed,
+        radius=radius,
+        null=not no_null,
+        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        progress=not quiet and sys.stderr.isatty(),
+        **options,
     )
     if not quiet:
         report.print_summary(result, _stdout_console())
@@ -457,9 +635,13 @@ def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_l
         written.append(report.write_table(result.heads, output))
         if result.layers is not None:
             # the whole-layer forms go next to the head table: results.csv -> results.layers.csv
-            written.append(report.write_table(result.layers, output.with_name(f"{output.stem}.layers{output.suffix}")))
+            written.append(
+                report.write_table(result.layers, output.with_name(f"{output.stem}.layers{output.suffix}"))
+            )
     if plot_dir is not None:
-        written.extend(_plot(result.heads, plot_dir, head=None, samples=samples, seed=seed, cache_dir=cache_dir))
+        written.extend(
+            _plot(result.heads, plot_dir, head=None, samples=samples, seed=seed, cache_dir=cache_dir)
+        )
     if not quiet:
         for path in written:
             click.echo(f"wrote {path}", err=True)
@@ -467,15 +649,33 @@ def analyze(model: str | None, output: Path | None, plot_dir: Path | None, per_l
 
 @cli.command()
 @click.argument("results", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory for the figures.")
+@click.option(
+    "-o",
+    "--output",
+    "outdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the figures.",
+)
 @click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
-@click.option("--samples", type=click.IntRange(min=2), default=None, help="Null-law samples for the overlays.")
+@click.option(
+    "--samples", type=click.IntRange(min=2), default=None, help="Null-law samples for the overlays."
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).")
-def plot(results: Path, outdir: Path, head: tuple[int, int] | None, samples: int | None, seed: int,
-         cache_dir: Path | None) -> None:
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
+def plot(
+    results: Path,
+    outdir: Path,
+    head: tuple[int, int] | None,
+    samples: int | None,
+    seed: int,
+    cache_dir: Path | None,
+) -> None:
     """Plot a results table written by ``qkenergy analyze -o``."""
     from qkenergy.analysis import report
 
@@ -484,13 +684,26 @@ def plot(results: Path, outdir: Path, head: tuple[int, int] | None, samples: int
         click.echo(f"wrote {path}")
 
 
-def _plot(table: Any, outdir: Path, *, head: tuple[int, int] | None, samples: int | None, seed: int,
-          cache_dir: Path | None) -> list[Path]:
+def _plot(
+    table: Any,
+    outdir: Path,
+    *,
+    head: tuple[int, int] | None,
+    samples: int | None,
+    seed: int,
+    cache_dir: Path | None,
+) -> list[Path]:
     from qkenergy.analysis import plots
 
     options: dict[str, Any] = {} if samples is None else {"null_samples": samples}
-    return plots.plot_results(table, outdir, head=head, seed=seed,
-                              cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), **options)
+    return plots.plot_results(
+        table,
+        outdir,
+        head=head,
+        seed=seed,
+        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        **options,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -505,7 +718,9 @@ def _fail(message: str, status: int) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console entry point: run the command line and exit with its status."""
     try:
-        status = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
+        status = cli.main(
+            args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False
+        )
     except click.UsageError as error:  # includes BadParameter, NoSuchOption, MissingParameter
         _fail(_one_line(error.format_message()), 2)
     except ArgumentError as error:  # e.g. --layers beyond the checkpoint's layers

@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 
 from qkenergy import __version__
-from qkenergy.math.baselines import symmetric_ratio
-from qkenergy.weights.checkpoint import open_model
-from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
-from qkenergy.weights.layouts import LayerWeights, architecture, find_prefix, read_layer
+from qkenergy.math.baselines import symmetric_ratio
+from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.nulls import null_law
-from qkenergy.weights.safetensors_io import show_path
 from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
+from qkenergy.weights.checkpoint import open_model
+from qkenergy.weights.layouts import LayerWeights, architecture, find_prefix, read_layer
+from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
@@ -261,7 +261,13 @@ def _with_null_columns(
     if null:
         for n, N in table[["n", "N"]].drop_duplicates().itertuples(index=False):
             law = null_law(
-                int(n), int(N), samples=samples, seed=seed, cache_dir=cache_dir, progress=progress, radius=radius
+                int(n),
+                int(N),
+                samples=samples,
+                seed=seed,
+                cache_dir=cache_dir,
+                progress=progress,
+                radius=radius,
             )
             rows = ((table["n"] == n) & (table["N"] == N)).to_numpy()
             for x in NULL_STATISTICS:
@@ -296,7 +302,9 @@ def _bh(p: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- layer forms
 
 
-def directionality(row_norms: np.ndarray, column_norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA) -> float:
+def directionality(
+    row_norms: np.ndarray, column_norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA
+) -> float:
     """Column-versus-row outlier asymmetry of M = W_Q^T W_K, in [-1, 1].
 
     ``row_norms[i]`` = ||M_{i,:}|| (query-side feature i), ``column_norms[j]`` =
@@ -392,4 +400,3 @@ def _layer_row(model: str, weights: LayerWeights, radius: float) -> dict[str, An
     }
     row.update(values)
     return row
-

@@ -25,9 +25,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
+from qkenergy.analysis.report import atomic_path, baseline, ensure_directory
 from qkenergy.errors import ArgumentError, QKEnergyError
 from qkenergy.formatting import MISSING, format_fixed
-from qkenergy.analysis.report import atomic_path, baseline, ensure_directory
 
 __all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
 
@@ -74,7 +74,9 @@ def _title(df: pd.DataFrame) -> str:
 
 
 def _heatmap(df: pd.DataFrame) -> Figure:
-    grid = df.pivot_table(index="layer", columns="head", values="symmetric_energy", aggfunc="first", dropna=False)
+    grid = df.pivot_table(
+        index="layer", columns="head", values="symmetric_energy", aggfunc="first", dropna=False
+    )
     values = grid.to_numpy(np.float64)
     Ns = df["N"].unique()
     centre = float(baseline(float(Ns[0])))
@@ -90,14 +92,18 @@ def _heatmap(df: pd.DataFrame) -> Figure:
     import matplotlib
 
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    image = ax.imshow(
+        np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"
+    )
     ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
     ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     # Mark heads whose symmetric energy differs significantly from the random law.
     if {"symmetric_energy_p_bh"} <= set(df.columns):
-        sig = df.pivot_table(index="layer", columns="head", values="symmetric_energy_p_bh", aggfunc="first", dropna=False)
+        sig = df.pivot_table(
+            index="layer", columns="head", values="symmetric_energy_p_bh", aggfunc="first", dropna=False
+        )
         sig = sig.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
         annotate = rows * cols <= 400
         for i in range(rows):
@@ -108,8 +114,15 @@ def _heatmap(df: pd.DataFrame) -> Figure:
                 star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
                 if annotate:
                     dark = abs(norm(v) - 0.5) > 0.3
-                    ax.text(j, i, f"{v:.2f}{star}", ha="center", va="center", fontsize=6,
-                            color="white" if dark else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.2f}{star}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if dark else "black",
+                    )
                 elif star:
                     ax.text(j, i, star, ha="center", va="center", fontsize=6)
     bar = fig.colorbar(image, ax=ax)
@@ -143,8 +156,15 @@ def _null_histogram(
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]
-        axn.hist(draws, bins=60, density=True, histtype="stepfilled", alpha=0.35, color=colour,
-                 label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples)")
+        axn.hist(
+            draws,
+            bins=60,
+            density=True,
+            histtype="stepfilled",
+            alpha=0.35,
+            color=colour,
+            label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples)",
+        )
         base = float(baseline(float(N)))
         axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
         lo, hi = min(lo, draws.min(), base), max(hi, draws.max(), base)
@@ -201,18 +221,33 @@ def _simplex(df: pd.DataFrame, *, radius: float = 0.02) -> Figure:
     theta = np.linspace(0, np.pi / 2, 400)
     limit = accumulation_limit(np.tan(theta[:-1]))
     limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
-    ax.plot(*ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]), color="tab:orange", lw=1.5,
-            label="accumulation limit, ρ from 0 (c) to ∞ (d)")
+    ax.plot(
+        *ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]),
+        color="tab:orange",
+        lw=1.5,
+        label="accumulation limit, ρ from 0 (c) to ∞ (d)",
+    )
     ok = df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)
     sub = df[ok]
     x, y = ternary_xy(sub["b_sym"], sub["c_sym"], sub["d_sym"])
-    points = ax.scatter(x, y, c=sub["layer"], cmap="viridis", s=18, edgecolor="k", linewidth=0.3,
-                        zorder=3, label=f"heads ({len(sub)})")
+    points = ax.scatter(
+        x,
+        y,
+        c=sub["layer"],
+        cmap="viridis",
+        s=18,
+        edgecolor="k",
+        linewidth=0.3,
+        zorder=3,
+        label=f"heads ({len(sub)})",
+    )
     if len(sub):
         bar = fig.colorbar(points, ax=ax, shrink=0.7)
         bar.set_label("layer")
     pad = 0.04
-    ax.text(0.5, _SQRT3_2 + pad, "b_sym (paired lobes)\nType II near here", ha="center", va="bottom", fontsize=8)
+    ax.text(
+        0.5, _SQRT3_2 + pad, "b_sym (paired lobes)\nType II near here", ha="center", va="bottom", fontsize=8
+    )
     ax.text(-pad, -pad, "c_sym\n(α excess, I+)", ha="right", va="top", fontsize=8)
     ax.text(1 + pad, -pad, "d_sym\n(β excess, I−)", ha="left", va="top", fontsize=8)
     ax.set_xlim(-0.25, 1.25)
@@ -246,7 +281,11 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
         if not ((df["layer"] == layer) & (df["head"] == h)).any():
             raise ArgumentError(f"--head: layer {layer}, head {h} is not in the table")
         return layer, h
-    score = df["symmetric_energy_z"].abs() if "symmetric_energy_z" in df.columns else pd.Series(np.nan, index=df.index)
+    score = (
+        df["symmetric_energy_z"].abs()
+        if "symmetric_energy_z" in df.columns
+        else pd.Series(np.nan, index=df.index)
+    )
     if not np.isfinite(score.to_numpy(np.float64)).any():
         score = (df["symmetric_energy"] - baseline(df["N"].astype(float))).abs()
     if not np.isfinite(score.to_numpy(np.float64)).any():
@@ -262,8 +301,11 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
     m = max(alpha.size, beta.size)
     alpha = np.pad(alpha, (0, m - alpha.size))
     beta = np.pad(beta, (0, m - beta.size))
-    rho = float(row["rho"]) if "rho" in row and np.isfinite(row["rho"]) else (
-        float(np.linalg.norm(beta) / np.linalg.norm(alpha)) if np.any(alpha) else float("nan"))
+    rho = (
+        float(row["rho"])
+        if "rho" in row and np.isfinite(row["rho"])
+        else (float(np.linalg.norm(beta) / np.linalg.norm(alpha)) if np.any(alpha) else float("nan"))
+    )
 
     fig = Figure(figsize=(10.0, 4.2))
     ax, ax2 = fig.subplots(1, 2)
@@ -271,8 +313,16 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
     ax.plot([0, top], [0, top], color="0.7", ls=":", lw=1, label="β = α")
     if math.isfinite(rho):
         ax.plot([0, top], [0, rho * top], color="tab:orange", lw=1.5, label=f"β = ρα, ρ = {rho:.3f}")
-    ax.scatter(alpha, beta, s=14, color="tab:blue", edgecolor="k", linewidth=0.3, zorder=3,
-               label="sorted pairs (α_i, β_i)")
+    ax.scatter(
+        alpha,
+        beta,
+        s=14,
+        color="tab:blue",
+        edgecolor="k",
+        linewidth=0.3,
+        zorder=3,
+        label="sorted pairs (α_i, β_i)",
+    )
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
     ax.set_aspect("equal")
@@ -336,7 +386,9 @@ def plot_results(
     paths += _save(_heatmap(df), outdir, "symmetric_energy_heatmap", formats)
     paths += _save(
         _null_histogram(df, null_samples=null_samples, seed=seed, cache_dir=cache_dir),
-        outdir, "symmetric_energy_null", formats,
+        outdir,
+        "symmetric_energy_null",
+        formats,
     )
     _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
     paths += _save(_simplex(df), outdir, "symmetric_profiles", formats)

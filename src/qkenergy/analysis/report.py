@@ -210,7 +210,9 @@ def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
                 above = float(np.mean(significant & (z > 0)))
                 below = float(np.mean(significant & (z < 0)))
         row.update(share_above=above, share_below=below)
-        types = group["head_type"].fillna("").astype(str) if "head_type" in group else pd.Series([], dtype=str)
+        types = (
+            group["head_type"].fillna("").astype(str) if "head_type" in group else pd.Series([], dtype=str)
+        )
         for t in HEAD_TYPES:
             row[f"type_{t}"] = int((types == t).sum())
         row["undefined"] = int((~np.isfinite(s)).sum())
@@ -227,7 +229,11 @@ def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
         return "No head has a defined symmetric energy (all forms are zero or non-finite)."
     median = float(np.median(s[defined]))
     base = baseline(df.loc[defined, "N"].to_numpy(np.float64))
-    base_text = format_fixed(base[0]) if np.ptp(base) == 0 else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
+    base_text = (
+        format_fixed(base[0])
+        if np.ptp(base) == 0
+        else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
+    )
     p = df.get("symmetric_energy_p_bh", pd.Series(np.nan, index=df.index)).to_numpy(np.float64)
     if not null or not np.isfinite(p).any():
         return (
@@ -259,7 +265,9 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
     # of trained heads often lie far beyond what K null samples can resolve.
     null_text = (
-        f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})" if null else "null laws skipped"
+        f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})"
+        if null
+        else "null laws skipped"
     )
     console.print(
         f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
@@ -273,9 +281,16 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     )
     for r in summary.to_dict(orient="records"):
         table.add_row(
-            str(r["layer"]), str(r["heads"]), format_fixed(r["symmetric_energy_median"]),
-            format_fixed(r["symmetric_energy_iqr"]), format_fixed(r["baseline"]), format_percent(r["share_above"]),
-            format_percent(r["share_below"]), str(r["type_II"]), str(r["type_I+"]), str(r["type_I-"]),
+            str(r["layer"]),
+            str(r["heads"]),
+            format_fixed(r["symmetric_energy_median"]),
+            format_fixed(r["symmetric_energy_iqr"]),
+            format_fixed(r["baseline"]),
+            format_percent(r["share_above"]),
+            format_percent(r["share_below"]),
+            str(r["type_II"]),
+            str(r["type_I+"]),
+            str(r["type_I-"]),
         )
     console.print(table)
     layers = analysis.layers
@@ -287,9 +302,13 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
         )
         for r in layers.to_dict(orient="records"):
             form.add_row(
-                str(r["layer"]), format_fixed(r["symmetric_energy"]), format_fixed(r["symmetry_score"]),
-                format_fixed(r["directionality"], 3), format_fixed(r["symmetric_energy_baseline"]),
-                str(r.get("head_type", "")), str(r.get("route", "")),
+                str(r["layer"]),
+                format_fixed(r["symmetric_energy"]),
+                format_fixed(r["symmetry_score"]),
+                format_fixed(r["directionality"], 3),
+                format_fixed(r["symmetric_energy_baseline"]),
+                str(r.get("head_type", "")),
+                str(r.get("route", "")),
             )
         console.print(form)
     console.print(verdict(df, null=null))

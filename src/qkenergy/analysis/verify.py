@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from qkenergy.errors import check_integer
 from qkenergy.math import baselines, energies, gram, lobes, montecarlo, nulls
 from qkenergy.math import statistics as head_stats
-from qkenergy.errors import check_integer
 
 DEFAULT_SAMPLES = 100_000
 """Monte Carlo draws per row: the default run takes about 15 s on 2 cores."""
@@ -94,10 +94,19 @@ def _subseed(seed: int, name: str) -> int:
 
 def _within(claim: str, setting: str, theory: float, estimate: montecarlo.Estimate, note: str = "") -> Check:
     """A Monte Carlo row: passes within TOLERANCE_SE standard errors."""
-    passed = bool(np.isfinite(estimate.value) and abs(estimate.value - theory) <= TOLERANCE_SE * estimate.stderr)
+    passed = bool(
+        np.isfinite(estimate.value) and abs(estimate.value - theory) <= TOLERANCE_SE * estimate.stderr
+    )
     tolerance = f"tolerance {TOLERANCE_SE:g} SE"
-    return Check(claim, setting, theory, float(estimate.value), float(estimate.stderr), passed,
-                 f"{tolerance}; {note}" if note else tolerance)
+    return Check(
+        claim,
+        setting,
+        theory,
+        float(estimate.value),
+        float(estimate.stderr),
+        passed,
+        f"{tolerance}; {note}" if note else tolerance,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -140,15 +149,21 @@ def _lemma5_families(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np
     families.append(("antisymmetric L = A - A^T, N = 24: s = 0", A - np.swapaxes(A, 1, 2), 0.0))
     u, v = rng.standard_normal((2, 64, 24))
     cos2 = np.einsum("bi,bi->b", u, v) ** 2 / (np.einsum("bi,bi->b", u, u) * np.einsum("bi,bi->b", v, v))
-    families.append(("rank-one L = u v^T, N = 24: s = (1 + cos^2)/2", u[:, :, None] * v[:, None, :],
-                     0.5 * (1 + cos2)))
+    families.append(
+        ("rank-one L = u v^T, N = 24: s = (1 + cos^2)/2", u[:, :, None] * v[:, None, :], 0.5 * (1 + cos2))
+    )
     families.append(("nilpotent L (strictly upper triangular), N = 24: s = 1/2", np.triu(A, 1), 0.5))
     single = np.zeros((1, 7, 7))
     single[0, 2, 5] = 3.0
     families.append(("one off-diagonal entry (S and T share the energy): s = 1/2", single, 0.5))
     big = rng.standard_normal((32, 48, 48))
-    families.append(("heavy cancellation L = I + 1e8 (A - A^T), N = 48",
-                     np.eye(48) + 1e8 * (big - np.swapaxes(big, 1, 2)), None))
+    families.append(
+        (
+            "heavy cancellation L = I + 1e8 (A - A^T), N = 48",
+            np.eye(48) + 1e8 * (big - np.swapaxes(big, 1, 2)),
+            None,
+        )
+    )
     for scale in (1e-30, 1e30):
         L32 = (scale * rng.standard_normal((64, 32, 32))).astype(np.float32)
         families.append((f"float32 entries of size {scale:g}, N = 32", L32, None))
@@ -163,9 +178,18 @@ def check_lemma5(samples: int, seed: int) -> list[Check]:
     rows = []
     for setting, L, expected_s in _lemma5_families(rng):
         worst = _lemma5_errors(L, expected_s)
-        rows.append(Check("Lemma 5", setting, 0.0, worst, None, worst <= LEMMA5_TOLERANCE,
-                          f"largest relative error of the identities (energies.py, float64); pass below "
-                          f"{LEMMA5_TOLERANCE:g}"))
+        rows.append(
+            Check(
+                "Lemma 5",
+                setting,
+                0.0,
+                worst,
+                None,
+                worst <= LEMMA5_TOLERANCE,
+                f"largest relative error of the identities (energies.py, float64); pass below "
+                f"{LEMMA5_TOLERANCE:g}",
+            )
+        )
     rows.append(_lemma5_extreme_float64(rng))
     rows.append(_lemma5_gram_route(rng))
     return rows
@@ -177,21 +201,37 @@ def _lemma5_extreme_float64(rng: np.random.Generator) -> Check:
     for exponent in (-200, 200):
         base = rng.standard_normal((16, 20, 20))
         reference = energies.energies(base)
-        with np.errstate(over="ignore", under="ignore"):  # the energies themselves may leave float64: expected
+        with np.errstate(
+            over="ignore", under="ignore"
+        ):  # the energies themselves may leave float64: expected
             e = energies.energies(base * 10.0**exponent)
-        worst = max(worst, float(np.max(np.abs(e.symmetric_ratio - reference.symmetric_ratio))),
-                    float(np.max(np.abs(e.symmetric_ratio + e.skew_ratio - 1))))
+        worst = max(
+            worst,
+            float(np.max(np.abs(e.symmetric_ratio - reference.symmetric_ratio))),
+            float(np.max(np.abs(e.symmetric_ratio + e.skew_ratio - 1))),
+        )
     worst = worst if math.isfinite(worst) else math.inf
-    return Check("Lemma 5", "ratios at float64 scales 1e-200 and 1e200 (||L||^2 under/overflows)", 0.0, worst,
-                 None, worst <= LEMMA5_TOLERANCE,
-                 f"s + t = 1 and s equal to the unscaled s; pass below {LEMMA5_TOLERANCE:g}")
+    return Check(
+        "Lemma 5",
+        "ratios at float64 scales 1e-200 and 1e200 (||L||^2 under/overflows)",
+        0.0,
+        worst,
+        None,
+        worst <= LEMMA5_TOLERANCE,
+        f"s + t = 1 and s equal to the unscaled s; pass below {LEMMA5_TOLERANCE:g}",
+    )
 
 
 def _lemma5_gram_route(rng: np.random.Generator) -> Check:
     """The Gram route (MATH.md) gives the same ||L||^2, tr(L^2) and s as the dense L = W_K^T W_Q."""
     worst = 0.0
-    for n, N, scale, dtype in ((1, 9, 1.0, np.float64), (4, 16, 1.0, np.float64), (16, 8, 1.0, np.float64),
-                               (8, 64, 1e-30, np.float32), (8, 64, 1e30, np.float32)):
+    for n, N, scale, dtype in (
+        (1, 9, 1.0, np.float64),
+        (4, 16, 1.0, np.float64),
+        (16, 8, 1.0, np.float64),
+        (8, 64, 1e-30, np.float32),
+        (8, 64, 1e30, np.float32),
+    ):
         w_query = (scale * rng.standard_normal((8, n, N))).astype(dtype)
         w_key = (scale * rng.standard_normal((8, n, N))).astype(dtype)
         G = gram.head_gram(w_query, w_key)
@@ -200,14 +240,25 @@ def _lemma5_gram_route(rng: np.random.Generator) -> Check:
         wq, _ = energies.rescale_by_power_of_two(w_query)
         wk, _ = energies.rescale_by_power_of_two(w_key)
         dense = energies.energies(np.swapaxes(wk, 1, 2) @ wq)
-        worst = max(worst, float(np.max(np.abs(from_gram.symmetric_ratio - dense.symmetric_ratio))),
-                    float(np.max(np.abs(from_gram.trace_l_sq / from_gram.norm_l_sq
-                                        - dense.trace_l_sq / dense.norm_l_sq))))
+        worst = max(
+            worst,
+            float(np.max(np.abs(from_gram.symmetric_ratio - dense.symmetric_ratio))),
+            float(
+                np.max(
+                    np.abs(from_gram.trace_l_sq / from_gram.norm_l_sq - dense.trace_l_sq / dense.norm_l_sq)
+                )
+            ),
+        )
     worst = worst if math.isfinite(worst) else math.inf
-    return Check("Lemma 5", "Gram route vs dense L = W_K^T W_Q, (n, N) up to (16, 64), float32 at 1e+-30", 0.0,
-                 worst, None, worst <= LEMMA5_TOLERANCE,
-                 f"largest error of s and tr(L^2)/||L||^2 (gram.py vs energies.py); pass below "
-                 f"{LEMMA5_TOLERANCE:g}")
+    return Check(
+        "Lemma 5",
+        "Gram route vs dense L = W_K^T W_Q, (n, N) up to (16, 64), float32 at 1e+-30",
+        0.0,
+        worst,
+        None,
+        worst <= LEMMA5_TOLERANCE,
+        f"largest error of s and tr(L^2)/||L||^2 (gram.py vs energies.py); pass below {LEMMA5_TOLERANCE:g}",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -241,8 +292,13 @@ def _energy_rows(claim: str, setting: str, result: montecarlo.EnergyEstimates) -
         _within(claim, f"{setting}: E||L||^2", base.total, result.total),
         _within(claim, f"{setting}: E||S||^2", base.symmetric, result.symmetric),
         _within(claim, f"{setting}: E||T||^2", base.skew, result.skew),
-        _within(claim, f"{setting}: E||S||^2 / E||L||^2 = (N+1)/(2N)", base.symmetric_ratio,
-                result.ratio_of_expectations, "ratio of expectations, delta-method SE"),
+        _within(
+            claim,
+            f"{setting}: E||S||^2 / E||L||^2 = (N+1)/(2N)",
+            base.symmetric_ratio,
+            result.ratio_of_expectations,
+            "ratio of expectations, delta-method SE",
+        ),
     ]
 
 
@@ -251,19 +307,37 @@ def check_corollary1(samples: int, seed: int) -> list[Check]:
     rows: list[Check] = []
     for N, law, sigma2 in COROLLARY1_SETTINGS:
         setting = f"N = {N}, {law} entries, variance {sigma2:g}, K = {samples}"
-        result = montecarlo.energy_expectations("square", law, N, samples=samples, sigma2=sigma2,
-                                                seed=_subseed(seed, f"corollary1 {N} {law}"))
+        result = montecarlo.energy_expectations(
+            "square", law, N, samples=samples, sigma2=sigma2, seed=_subseed(seed, f"corollary1 {N} {law}")
+        )
         rows.extend(_energy_rows("Corollary 1", setting, result))
     for N in (2, 16):
         theory = baselines.symmetric_ratio(N)
-        result = montecarlo.energy_expectations("square", "gaussian", N, samples=samples,
-                                                seed=_subseed(seed, f"corollary1 ratio {N}"))
-        rows.append(_within("Corollary 1", f"N = {N}, Gaussian entries, K = {samples}: E[||S||^2/||L||^2] by Monte "
-                            "Carlo", theory, result.expectation_of_ratio, "expectation of the ratio"))
+        result = montecarlo.energy_expectations(
+            "square", "gaussian", N, samples=samples, seed=_subseed(seed, f"corollary1 ratio {N}")
+        )
+        rows.append(
+            _within(
+                "Corollary 1",
+                f"N = {N}, Gaussian entries, K = {samples}: E[||S||^2/||L||^2] by Monte Carlo",
+                theory,
+                result.expectation_of_ratio,
+                "expectation of the ratio",
+            )
+        )
         beta_mean = float(baselines.gaussian_square_law(N).mean())
-        rows.append(Check("Corollary 1", f"N = {N}, Gaussian entries: E[||S||^2/||L||^2] as the mean of the exact "
-                          f"law Beta(N(N+1)/4, N(N-1)/4)", theory, beta_mean, None,
-                          abs(beta_mean - theory) <= 1e-12, "exact; pass when equal to 1e-12"))
+        rows.append(
+            Check(
+                "Corollary 1",
+                f"N = {N}, Gaussian entries: E[||S||^2/||L||^2] as the mean of the exact "
+                f"law Beta(N(N+1)/4, N(N-1)/4)",
+                theory,
+                beta_mean,
+                None,
+                abs(beta_mean - theory) <= 1e-12,
+                "exact; pass when equal to 1e-12",
+            )
+        )
     return rows
 
 
@@ -272,8 +346,16 @@ def check_corollary2(samples: int, seed: int) -> list[Check]:
     rows: list[Check] = []
     for n, N, law, var_k, var_q in COROLLARY2_SETTINGS:
         setting = f"n = {n}, N = {N}, {law}, sigma_K^2 = {var_k:g}, sigma_Q^2 = {var_q:g}, K = {samples}"
-        result = montecarlo.energy_expectations("qk", law, N, n, samples=samples, sigma2_K=var_k, sigma2_Q=var_q,
-                                                seed=_subseed(seed, f"corollary2 {n} {N} {law}"))
+        result = montecarlo.energy_expectations(
+            "qk",
+            law,
+            N,
+            n,
+            samples=samples,
+            sigma2_K=var_k,
+            sigma2_Q=var_q,
+            seed=_subseed(seed, f"corollary2 {n} {N} {law}"),
+        )
         rows.extend(_energy_rows("Corollary 2", setting, result))
     return rows
 
@@ -296,15 +378,35 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
     theory = baselines.gaussian_head_ratio_expectations(1, N).symmetric
     rows: list[Check] = []
     for n in PROPOSITION6_NS:
-        route = "Bartlett-Wishart" if N >= 2 * n else "C C^T (N < 2n)"
-        s = montecarlo.draw(lambda rng, size, n=n: nulls.null_gram(rng, n, N, size), samples,
-                            seed=_subseed(seed, f"proposition6 null {n}"), transform=_gram_symmetric_energy)
-        rows.append(_within("Proposition 6", f"n = {n}, N = {N}: exact sampler nulls.null_gram ({route}), "
-                            f"K = {samples}", theory, montecarlo.estimate_mean(s)))
-        s = montecarlo.draw(lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size), samples,
-                            seed=_subseed(seed, f"proposition6 direct {n}"))
-        rows.append(_within("Proposition 6", f"n = {n}, N = {N}: direct W_K, W_Q with sigma_K^2 = 0.3, "
-                            f"sigma_Q^2 = 5, dense L, K = {samples}", theory, montecarlo.estimate_mean(s)))
+        route = "Bartlett-Wishart" if 2 * n <= N else "C C^T (N < 2n)"
+        s = montecarlo.draw(
+            lambda rng, size, n=n: nulls.null_gram(rng, n, N, size),
+            samples,
+            seed=_subseed(seed, f"proposition6 null {n}"),
+            transform=_gram_symmetric_energy,
+        )
+        rows.append(
+            _within(
+                "Proposition 6",
+                f"n = {n}, N = {N}: exact sampler nulls.null_gram ({route}), K = {samples}",
+                theory,
+                montecarlo.estimate_mean(s),
+            )
+        )
+        s = montecarlo.draw(
+            lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size),
+            samples,
+            seed=_subseed(seed, f"proposition6 direct {n}"),
+        )
+        rows.append(
+            _within(
+                "Proposition 6",
+                f"n = {n}, N = {N}: direct W_K, W_Q with sigma_K^2 = 0.3, "
+                f"sigma_Q^2 = 5, dense L, K = {samples}",
+                theory,
+                montecarlo.estimate_mean(s),
+            )
+        )
     return rows
 
 
@@ -335,28 +437,36 @@ def check_lemma6(samples: int, seed: int) -> list[Check]:
     """Lemma 6: D_n = ||beta_n - rho alpha_n||/||alpha_n|| -> 0 iff (here) the second moment is finite."""
     rows = []
     for law, rho in LEMMA6_SETTINGS:
-        curve = lobes.lobe_departure_curve(law, rho, LOBE_SIZES, seed=_subseed(seed, f"lemma6 {law} {rho}"),
-                                           repeats=LOBE_REPEATS)
+        curve = lobes.lobe_departure_curve(
+            law, rho, LOBE_SIZES, seed=_subseed(seed, f"lemma6 {law} {rho}"), repeats=LOBE_REPEATS
+        )
         finite = lobes.positive_law(law).finite_second_moment
         trail = ", ".join(f"{m:.3g}" for m in curve.mean)
         sizes = f"n = {LOBE_SIZES[0]:,} .. {LOBE_SIZES[-1]:,}"
         if finite:
             passed = _decreases_to_zero(curve.mean)
             setting = f"{curve.law}, rho = {rho:g}, {sizes}, {LOBE_REPEATS} repeats: D_n decreases towards 0"
-            note = (f"mean D_n = {trail}; pass when it falls at every step and D at the largest n is at most "
-                    "1/10 of D at the smallest")
-            rows.append(Check("Lemma 6", setting, None, float(curve.mean[-1]), float(curve.stderr[-1]), passed,
-                              note))
+            note = (
+                f"mean D_n = {trail}; pass when it falls at every step and D at the largest n is at most "
+                "1/10 of D at the smallest"
+            )
+            rows.append(
+                Check("Lemma 6", setting, None, float(curve.mean[-1]), float(curve.stderr[-1]), passed, note)
+            )
         else:
             # Infinite second moment: the few largest entries dominate both lobes, so D_n does not settle.
             # D_n is then heavy-tailed across repeats too, so judge by the median over repeats.
             medians = ", ".join(f"{m:.3g}" for m in curve.median)
             passed = bool(curve.median[-1] >= curve.median[0] / 2)
-            setting = (f"{curve.law}, rho = {rho:g}, {sizes}, {LOBE_REPEATS} repeats (infinite second moment, "
-                       "contrast): D_n does NOT decrease")
-            note = (f"median D_n = {medians} (means {trail}); pass when the median at the largest n is at least "
-                    "1/2 of that at the smallest: the lemma's hypothesis fails and so does its conclusion, as "
-                    "expected")
+            setting = (
+                f"{curve.law}, rho = {rho:g}, {sizes}, {LOBE_REPEATS} repeats (infinite second moment, "
+                "contrast): D_n does NOT decrease"
+            )
+            note = (
+                f"median D_n = {medians} (means {trail}); pass when the median at the largest n is at least "
+                "1/2 of that at the smallest: the lemma's hypothesis fails and so does its conclusion, as "
+                "expected"
+            )
             rows.append(Check("Lemma 6", setting, None, float(curve.median[-1]), None, passed, note))
     return rows
 
@@ -381,23 +491,34 @@ def check_departures(samples: int, seed: int) -> list[Check]:
     theory = baselines.symmetric_ratio(N)
     rows = []
     for law, departs in DEPARTURE_SETTINGS:
-        result = montecarlo.energy_expectations("square", law, N, samples=samples,
-                                                seed=_subseed(seed, f"departure {law}"))
+        result = montecarlo.energy_expectations(
+            "square", law, N, samples=samples, seed=_subseed(seed, f"departure {law}")
+        )
         estimate = result.expectation_of_ratio
         z = (estimate.value - theory) / estimate.stderr
         ratio = result.ratio_of_expectations
         ratio_z = (ratio.value - theory) / ratio.stderr
         if departs:
             passed = abs(z) > TOLERANCE_SE
-            setting = (f"N = {N}, {law} entries, K = {samples}: E[s] departs from (N+1)/(2N) "
-                       f"(expected, significant beyond {TOLERANCE_SE:g} SE)")
-            note = (f"expected departure, not a failure: E[s] = {estimate.value:.4f}, z = {z:+.1f}; the ratio of "
-                    f"expectations still matches (N+1)/(2N): {ratio.value:.4f}, z = {ratio_z:+.1f}")
+            setting = (
+                f"N = {N}, {law} entries, K = {samples}: E[s] departs from (N+1)/(2N) "
+                f"(expected, significant beyond {TOLERANCE_SE:g} SE)"
+            )
+            note = (
+                f"expected departure, not a failure: E[s] = {estimate.value:.4f}, z = {z:+.1f}; the ratio of "
+                f"expectations still matches (N+1)/(2N): {ratio.value:.4f}, z = {ratio_z:+.1f}"
+            )
         else:
             passed = abs(z) <= TOLERANCE_SE
-            setting = (f"N = {N}, {law} entries, K = {samples}: control, ||L||^2 is constant so E[s] = (N+1)/(2N)")
-            note = f"tolerance {TOLERANCE_SE:g} SE; ratio of expectations {ratio.value:.4f}, z = {ratio_z:+.1f}"
-        rows.append(Check("E[ratio] vs ratio of E", setting, theory, estimate.value, estimate.stderr, passed, note))
+            setting = (
+                f"N = {N}, {law} entries, K = {samples}: control, ||L||^2 is constant so E[s] = (N+1)/(2N)"
+            )
+            note = (
+                f"tolerance {TOLERANCE_SE:g} SE; ratio of expectations {ratio.value:.4f}, z = {ratio_z:+.1f}"
+            )
+        rows.append(
+            Check("E[ratio] vs ratio of E", setting, theory, estimate.value, estimate.stderr, passed, note)
+        )
     return rows
 
 
@@ -412,8 +533,15 @@ def _ks_row(claim: str, setting: str, result: Any, sizes: str) -> Check:
     """A KS row from scipy's result (statistic, pvalue): passes when p > KS_ALPHA."""
     statistic = float(result.statistic)
     p = float(result.pvalue)
-    return Check(claim, setting, None, p, None, bool(p > KS_ALPHA),
-                 f"KS p-value, D = {statistic:.4f}, {sizes}; pass when p > {KS_ALPHA:g}")
+    return Check(
+        claim,
+        setting,
+        None,
+        p,
+        None,
+        bool(p > KS_ALPHA),
+        f"KS p-value, D = {statistic:.4f}, {sizes}; pass when p > {KS_ALPHA:g}",
+    )
 
 
 def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
@@ -426,30 +554,57 @@ def check_samplers(samples: int, seed: int) -> list[Check]:
     size = max(200, samples // 4)
     rows = []
     for n, N in KS_SHAPES:
-        exact = montecarlo.draw(lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k), size,
-                                seed=_subseed(seed, f"ks bartlett {n} {N}"),
-                                transform=lambda G, N=N: _statistic_columns(G, N))
-        direct = montecarlo.draw(lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k), size,
-                                 seed=_subseed(seed, f"ks direct {n} {N}"),
-                                 transform=lambda G, N=N: _statistic_columns(G, N))
+        exact = montecarlo.draw(
+            lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k),
+            size,
+            seed=_subseed(seed, f"ks bartlett {n} {N}"),
+            transform=lambda G, N=N: _statistic_columns(G, N),
+        )
+        direct = montecarlo.draw(
+            lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k),
+            size,
+            seed=_subseed(seed, f"ks direct {n} {N}"),
+            transform=lambda G, N=N: _statistic_columns(G, N),
+        )
         for j, name in enumerate(KS_STATISTICS):
             x, y = exact[:, j], direct[:, j]
             result = stats.ks_2samp(x[np.isfinite(x)], y[np.isfinite(y)])
-            rows.append(_ks_row("Exact samplers", f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}",
-                                result, f"K = {size} vs {size}"))
+            rows.append(
+                _ks_row(
+                    "Exact samplers",
+                    f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}",
+                    result,
+                    f"K = {size} vs {size}",
+                )
+            )
     for N in (3, 10):
-        s = montecarlo.energy_samples("square", "gaussian", N, samples=size,
-                                      seed=_subseed(seed, f"ks beta {N}"))[:, 3]
+        s = montecarlo.energy_samples(
+            "square", "gaussian", N, samples=size, seed=_subseed(seed, f"ks beta {N}")
+        )[:, 3]
         law = baselines.gaussian_square_law(N)
-        rows.append(_ks_row("Exact samplers", f"N = {N}: Beta(N(N+1)/4, N(N-1)/4) law vs simulated iid Gaussian "
-                            "square L, s", stats.kstest(s, law.cdf), f"K = {size} against the exact cdf"))
+        rows.append(
+            _ks_row(
+                "Exact samplers",
+                f"N = {N}: Beta(N(N+1)/4, N(N-1)/4) law vs simulated iid Gaussian square L, s",
+                stats.kstest(s, law.cdf),
+                f"K = {size} against the exact cdf",
+            )
+        )
     for N in (2, 10):
-        s = montecarlo.draw(lambda rng, k, N=N: _direct_symmetric_energy(rng, 1, N, k), size,
-                            seed=_subseed(seed, f"ks rank one {N}"))
+        s = montecarlo.draw(
+            lambda rng, k, N=N: _direct_symmetric_energy(rng, 1, N, k),
+            size,
+            seed=_subseed(seed, f"ks rank one {N}"),
+        )
         law = baselines.rank_one_law(N)
-        rows.append(_ks_row("Exact samplers", f"n = 1, N = {N}: rank-one law (1 + Beta(1/2, (N-1)/2))/2 vs "
-                            "simulated Gaussian head, s", stats.kstest(s, law.cdf),
-                            f"K = {size} against the exact cdf"))
+        rows.append(
+            _ks_row(
+                "Exact samplers",
+                f"n = 1, N = {N}: rank-one law (1 + Beta(1/2, (N-1)/2))/2 vs simulated Gaussian head, s",
+                stats.kstest(s, law.cdf),
+                f"K = {size} against the exact cdf",
+            )
+        )
     return rows
 
 
@@ -486,8 +641,14 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("verifying {task.fields[claim]}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn("verifying {task.fields[claim]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task("verify", total=len(checks), claim="")
         for check in checks:
             bar.update(task, claim=check.__name__.removeprefix("check_"))

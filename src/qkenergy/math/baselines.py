@@ -19,16 +19,16 @@ from qkenergy.errors import QKEnergyError, check_integer, check_positive
 __all__ = [
     "EnergyExpectations",
     "RatioExpectations",
-    "symmetric_ratio",
-    "skew_ratio",
-    "iid_square_expectations",
-    "qk_product_expectations",
-    "gaussian_head_ratio_expectations",
     "corollary1",
     "corollary2",
-    "proposition6",
+    "gaussian_head_ratio_expectations",
     "gaussian_square_law",
+    "iid_square_expectations",
+    "proposition6",
+    "qk_product_expectations",
     "rank_one_law",
+    "skew_ratio",
+    "symmetric_ratio",
 ]
 
 
@@ -113,9 +113,7 @@ def gaussian_head_ratio_expectations(n: int, N: int) -> RatioExpectations:
     n = check_integer(n, "n")
     N = check_integer(N, "N")
     if n > N:
-        raise QKEnergyError(
-            f"n must satisfy n <= N for Proposition 6, got n={n} > N={N}"
-        )
+        raise QKEnergyError(f"n must satisfy n <= N for Proposition 6, got n={n} > N={N}")
     return RatioExpectations(symmetric=symmetric_ratio(N), skew=skew_ratio(N))
 
 

@@ -13,8 +13,9 @@ Specs for the command line: ``"gaussian"``, ``"bernoulli:0.1"``,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -95,7 +96,9 @@ def _check_p(p: float) -> str | None:
 
 
 def _check_nu(nu: float) -> str | None:
-    return None if nu > 2 and math.isfinite(nu) else f"nu must be finite and > 2 (finite variance), got {nu!r}"
+    return (
+        None if nu > 2 and math.isfinite(nu) else f"nu must be finite and > 2 (finite variance), got {nu!r}"
+    )
 
 
 ENTRY_LAWS: Mapping[str, LawKind] = {

@@ -7,21 +7,21 @@ index below 2 (infinite second moment) is the contrast case.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from qkenergy.math.entry_laws import law_spec, resolve_spec, sample_shape
 from qkenergy.errors import QKEnergyError, check_integer, check_positive
+from qkenergy.math.entry_laws import law_spec, resolve_spec, sample_shape
 
 __all__ = [
-    "PositiveLaw",
     "POSITIVE_LAWS",
-    "positive_law",
-    "lobe_departure",
     "LobeCurve",
+    "PositiveLaw",
+    "lobe_departure",
     "lobe_departure_curve",
+    "positive_law",
 ]
 
 
@@ -47,19 +47,46 @@ def _chi(rng: np.random.Generator, shape: tuple[int, ...], k: float) -> np.ndarr
 POSITIVE_LAWS: Mapping[str, _Family] = {
     f.name: f
     for f in (
-        _Family("exponential", "Exp(1)", (), lambda rng, shape: rng.standard_exponential(shape),
-                lambda: None, lambda: 2.0),
-        _Family("half_normal", "|Z|, Z ~ N(0, 1)", (),
-                lambda rng, shape: np.abs(rng.standard_normal(shape)), lambda: None, lambda: 1.0),
-        _Family("lognormal", "exp(sigma Z)", (("sigma", 1.0),),
-                lambda rng, shape, sigma: np.exp(sigma * rng.standard_normal(shape)),
-                lambda sigma: None if sigma > 0 else f"sigma must be > 0, got {sigma!r}",
-                lambda sigma: math.exp(2 * sigma * sigma)),
-        _Family("chi", "sqrt(chi^2_k)", (("k", 1.0),), _chi,
-                lambda k: None if k > 0 else f"k must be > 0, got {k!r}", lambda k: k),
-        _Family("pareto", "Pareto, x_m = 1, tail index alpha", (("alpha", 1.5),), _pareto,
-                lambda alpha: None if alpha > 0 else f"alpha must be > 0, got {alpha!r}",
-                lambda alpha: alpha / (alpha - 2) if alpha > 2 else math.inf),
+        _Family(
+            "exponential",
+            "Exp(1)",
+            (),
+            lambda rng, shape: rng.standard_exponential(shape),
+            lambda: None,
+            lambda: 2.0,
+        ),
+        _Family(
+            "half_normal",
+            "|Z|, Z ~ N(0, 1)",
+            (),
+            lambda rng, shape: np.abs(rng.standard_normal(shape)),
+            lambda: None,
+            lambda: 1.0,
+        ),
+        _Family(
+            "lognormal",
+            "exp(sigma Z)",
+            (("sigma", 1.0),),
+            lambda rng, shape, sigma: np.exp(sigma * rng.standard_normal(shape)),
+            lambda sigma: None if sigma > 0 else f"sigma must be > 0, got {sigma!r}",
+            lambda sigma: math.exp(2 * sigma * sigma),
+        ),
+        _Family(
+            "chi",
+            "sqrt(chi^2_k)",
+            (("k", 1.0),),
+            _chi,
+            lambda k: None if k > 0 else f"k must be > 0, got {k!r}",
+            lambda k: k,
+        ),
+        _Family(
+            "pareto",
+            "Pareto, x_m = 1, tail index alpha",
+            (("alpha", 1.5),),
+            _pareto,
+            lambda alpha: None if alpha > 0 else f"alpha must be > 0, got {alpha!r}",
+            lambda alpha: alpha / (alpha - 2) if alpha > 2 else math.inf,
+        ),
     )
 }
 
@@ -155,8 +182,12 @@ def lobe_departure_curve(
     law = positive_law(law)
     rho = check_positive(rho, "rho")
     ns_arr = np.asarray(ns)
-    if ns_arr.ndim != 1 or ns_arr.size == 0 or not np.issubdtype(ns_arr.dtype, np.integer) \
-            or np.any(ns_arr < 1):
+    if (
+        ns_arr.ndim != 1
+        or ns_arr.size == 0
+        or not np.issubdtype(ns_arr.dtype, np.integer)
+        or np.any(ns_arr < 1)
+    ):
         raise QKEnergyError(f"ns must be a non-empty list of integers >= 1, got {ns!r}")
     repeats = check_integer(repeats, "repeats")
     seed = check_integer(seed, "seed", 0)
@@ -175,5 +206,13 @@ def lobe_departure_curve(
             values[r, j] = lobe_departure(alpha, beta, rho)
     mean = values.mean(axis=0)
     stderr = values.std(axis=0, ddof=1) / math.sqrt(repeats) if repeats > 1 else np.full(ns_arr.size, np.nan)
-    return LobeCurve(law=law.spec, rho=rho, ns=ns_arr, values=values, mean=mean,
-                     stderr=stderr, median=np.median(values, axis=0), seed=seed)
+    return LobeCurve(
+        law=law.spec,
+        rho=rho,
+        ns=ns_arr,
+        values=values,
+        mean=mean,
+        stderr=stderr,
+        median=np.median(values, axis=0),
+        seed=seed,
+    )

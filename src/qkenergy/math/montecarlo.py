@@ -13,29 +13,29 @@ one chunk. Results are therefore bitwise identical for every ``chunk_size``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import stats
 
+from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
-from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [
     "BLOCK_SIZE",
     "DEFAULT_CHUNK_BLOCKS",
+    "MODELS",
+    "EnergyEstimates",
+    "Estimate",
     "block_generator",
     "draw",
-    "Estimate",
+    "energy_expectations",
+    "energy_samples",
     "estimate_mean",
     "estimate_ratio",
-    "EnergyEstimates",
-    "energy_samples",
-    "energy_expectations",
-    "MODELS",
 ]
 
 BLOCK_SIZE = 256
@@ -63,15 +63,19 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
     so that millions of samples need no list of children.
     """
     root = np.random.SeedSequence(seed)
-    child = np.random.SeedSequence(
-        root.entropy, spawn_key=root.spawn_key + (block,), pool_size=root.pool_size
-    )
+    child = np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, block), pool_size=root.pool_size)
     return np.random.Generator(np.random.PCG64(child))
 
 
 def _progress_bar():
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("{task.description}"),
@@ -125,15 +129,13 @@ def draw(
                 size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
                 rows = np.asarray(sampler(block_generator(seed, b), size))
                 if rows.ndim == 0 or rows.shape[0] != size:
-                    raise ValueError(
-                        f"sampler returned shape {rows.shape}, expected leading axis {size}"
-                    )
+                    raise ValueError(f"sampler returned shape {rows.shape}, expected leading axis {size}")
                 parts.append(rows)
             chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
             if transform is not None:
                 chunk = np.asarray(transform(chunk))
             if out is None:
-                out = np.empty((samples,) + chunk.shape[1:], dtype=chunk.dtype)
+                out = np.empty((samples, *chunk.shape[1:]), dtype=chunk.dtype)
             start = first * BLOCK_SIZE
             out[start : start + chunk.shape[0]] = chunk
             if bar is not None:
@@ -353,8 +355,17 @@ def energy_expectations(
     """
     law = entry_law(law)
     x = energy_samples(
-        model, law, N, n, samples=samples, seed=seed, sigma2=sigma2, sigma2_K=sigma2_K,
-        sigma2_Q=sigma2_Q, chunk_size=chunk_size, progress=progress,
+        model,
+        law,
+        N,
+        n,
+        samples=samples,
+        seed=seed,
+        sigma2=sigma2,
+        sigma2_K=sigma2_K,
+        sigma2_Q=sigma2_Q,
+        chunk_size=chunk_size,
+        progress=progress,
     )
     base = _closed_form(model, N, n, sigma2, sigma2_K, sigma2_Q)
     s = x[:, 3]

@@ -12,33 +12,34 @@ See MATH.md, "Exact null laws".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
 import os
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from scipy.linalg.lapack import dlauum as _dlauum
 from threadpoolctl import ThreadpoolController
 
+from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
-from qkenergy.errors import QKEnergyError, check_integer
 
 __all__ = [
     "CACHE_FORMAT_VERSION",
+    "NullLaw",
     "bartlett_gram",
     "direct_gram",
-    "null_gram",
-    "NullLaw",
-    "null_law",
     "null_cache_path",
+    "null_gram",
+    "null_law",
 ]
 
 CACHE_FORMAT_VERSION = 2
@@ -79,8 +80,9 @@ def _mirror_upper(src: np.ndarray, dst: np.ndarray) -> None:
         e = min(p, a + _MIRROR_TILE)
         dst[:, a:e, a:] = src[:, a:e, a:]  # strip of the upper triangle (diagonal block fixed below)
         dst[:, e:, a:e] = np.swapaxes(src[:, a:e, e:], 1, 2)  # its mirror image
-        np.copyto(dst[:, a:e, a:e], np.swapaxes(src[:, a:e, a:e], 1, 2),
-                  where=_STRICT_LOWER[: e - a, : e - a])
+        np.copyto(
+            dst[:, a:e, a:e], np.swapaxes(src[:, a:e, a:e], 1, 2), where=_STRICT_LOWER[: e - a, : e - a]
+        )
 
 
 def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
@@ -103,7 +105,7 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     n, N = _check_shape(n, N)
     size = check_integer(size, "size", minimum=0)
     p = 2 * n
-    if N < p:
+    if p > N:
         raise QKEnergyError(
             f"the Bartlett sampler needs N >= 2n, got n={n}, N={N}; use direct_gram or null_gram"
         )
@@ -119,8 +121,9 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     return out
 
 
-def _bartlett_fill(rng: np.random.Generator, p: int, N: int, size: int, step: int,
-                   buffer: np.ndarray, out: np.ndarray) -> None:
+def _bartlett_fill(
+    rng: np.random.Generator, p: int, N: int, size: int, step: int, buffer: np.ndarray, out: np.ndarray
+) -> None:
     """The loop of :func:`bartlett_gram`: fills ``out`` in sub-batches of ``step`` pairs."""
     dof = (N - p + 1 + np.arange(p)).astype(np.float64)  # chi^2(N - p + i), i = 1..p
     diag = np.arange(p)
@@ -181,7 +184,7 @@ def direct_gram(
 def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
     """Gram matrices (size, 2n, 2n) of a random Gaussian head: Bartlett if N >= 2n, else C C^T."""
     n, N = _check_shape(n, N)
-    if N >= 2 * n:
+    if 2 * n <= N:
         return bartlett_gram(rng, n, N, size)
     return direct_gram(rng, n, N, size)
 
@@ -228,9 +231,7 @@ class NullLaw:
         try:
             return self.names.index(name)
         except ValueError:
-            raise QKEnergyError(
-                f"unknown statistic {name!r}; valid: {', '.join(self.names)}"
-            ) from None
+            raise QKEnergyError(f"unknown statistic {name!r}; valid: {', '.join(self.names)}") from None
 
     def samples(self, name: str) -> np.ndarray:
         """All null samples of ``name`` (read-only view, NaN included)."""
@@ -309,8 +310,7 @@ class NullLaw:
 
 
 def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], radius: float) -> str:
-    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius,
-                 montecarlo.BLOCK_SIZE))
+    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius, montecarlo.BLOCK_SIZE))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -343,14 +343,16 @@ def _save_atomic(path: Path, values: np.ndarray, names: tuple[str, ...]) -> None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, values=values, names=np.array(names, dtype=np.str_),
-                     version=np.int64(CACHE_FORMAT_VERSION))
+            np.savez(
+                fh,
+                values=values,
+                names=np.array(names, dtype=np.str_),
+                version=np.int64(CACHE_FORMAT_VERSION),
+            )
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from qkenergy.math.gram import head_dim, key_block, query_block
 
-
 # A Cholesky pivot below this multiple of m * eps * max diag(G) is at the
 # rounding level of a rank-deficient G: those heads take the eigh route.
 _PIVOT_TOL = 1e3

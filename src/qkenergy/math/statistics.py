@@ -278,9 +278,7 @@ def _failure_reason(non_finite: np.ndarray, zero_head: np.ndarray) -> np.ndarray
     return np.where(non_finite, REASON_NON_FINITE, reason).astype(str)
 
 
-def gram_statistics(
-    G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9
-) -> HeadStatistics:
+def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
     """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
 
     MATH.md: Gram route and Per-head statistics. The eigenvalues of S come
@@ -301,9 +299,7 @@ def gram_statistics(
     G = np.where(non_finite[:, None, None], stand_in, G)
     G, _ = rescale_by_power_of_two(G)
 
-    weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(
-        query_block(G), axis1=-2, axis2=-1
-    )
+    weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(query_block(G), axis1=-2, axis2=-1)
     zero_head = ~non_finite & (gram_norm_sq(G) <= ZERO_HEAD_TOL**2 * weight_scale)
     G = np.where(zero_head[:, None, None], stand_in, G)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qkenergy.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import TensorSource, Closeable, show_path
+from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
 
@@ -118,9 +118,7 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise QKEnergyError(f"{show_path(path)}: {what} is not valid JSON ({msg})") from None
     if not isinstance(data, dict):
-        raise QKEnergyError(
-            f"{show_path(path)}: {what} must be a JSON object, got {type(data).__name__}"
-        )
+        raise QKEnergyError(f"{show_path(path)}: {what} must be a JSON object, got {type(data).__name__}")
     return data
 
 
@@ -174,11 +172,13 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
     index_path = root / INDEX_NAME
     index = _read_json(index_path, "the shard index")
     weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
     ):
         raise QKEnergyError(
-            f"{show_path(index_path)}: expected a non-empty \"weight_map\" object of "
+            f'{show_path(index_path)}: expected a non-empty "weight_map" object of '
             "tensor name -> shard file name"
         )
     shards: list[Path] = []
@@ -190,9 +190,7 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
             )
         path = root / shard
         if not path.is_file():
-            raise QKEnergyError(
-                f"{show_path(index_path)}: lists shard {shard!r}, which does not exist"
-            )
+            raise QKEnergyError(f"{show_path(index_path)}: lists shard {shard!r}, which does not exist")
         shards.append(path)
     source = _build(root, shards, name, origin)
     tensors = source.tensors
@@ -201,9 +199,7 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
         if where != Path(shard).name:
             source.close()
             found = f"it is in {where!r}" if where else "no listed shard holds it"
-            raise QKEnergyError(
-                f"{show_path(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}"
-            )
+            raise QKEnergyError(f"{show_path(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}")
     return source
 
 
@@ -220,9 +216,12 @@ def _download(repo_id: str) -> Path:
     from huggingface_hub import constants
 
     # The hub library reads HF_HUB_OFFLINE once at import; honour later changes too.
-    offline = constants.HF_HUB_OFFLINE or os.environ.get(
-        "HF_HUB_OFFLINE", ""
-    ).strip().upper() in {"1", "ON", "YES", "TRUE"}
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {
+        "1",
+        "ON",
+        "YES",
+        "TRUE",
+    }
     try:
         return Path(
             snapshot_download(

@@ -26,8 +26,8 @@ from qkenergy.errors import QKEnergyError
 __all__ = [
     "LAYOUTS",
     "Architecture",
-    "Layout",
     "LayerWeights",
+    "Layout",
     "TensorReader",
     "architecture",
     "find_prefix",
@@ -200,9 +200,7 @@ def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: st
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise QKEnergyError(
-                f"{source}: {key!r} is {value!r}; expected a positive integer ({model_type})"
-            )
+            raise QKEnergyError(f"{source}: {key!r} is {value!r}; expected a positive integer ({model_type})")
         return value
     also = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
     raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
@@ -215,9 +213,7 @@ def architecture(config: Mapping[str, Any], source: str = "config.json") -> Arch
     """
     model_type = config.get("model_type")
     if model_type is None:
-        raise QKEnergyError(
-            f"{source} has no 'model_type'; supported: " + ", ".join(supported_model_types())
-        )
+        raise QKEnergyError(f"{source} has no 'model_type'; supported: " + ", ".join(supported_model_types()))
     layout = LAYOUTS.get(str(model_type))
     if layout is None:
         raise QKEnergyError(
@@ -235,8 +231,7 @@ def architecture(config: Mapping[str, Any], source: str = "config.json") -> Arch
         n_kv = _config_int(config, (layout.kv_heads_key,), mt, source)
     if n_heads % n_kv:
         raise QKEnergyError(
-            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of "
-            f"{layout.kv_heads_key}={n_kv}"
+            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of {layout.kv_heads_key}={n_kv}"
         )
     if layout.head_dim_key is not None and config.get(layout.head_dim_key) is not None:
         head_dim = _config_int(config, (layout.head_dim_key,), mt, source)
@@ -352,7 +347,9 @@ def read_layer(
         wk = tensors.tensor(kname).reshape(Hkv, n, N)
     elif lay.storage == "stacked":
         _check_shape(
-            tensors, qname, ((H + 2 * Hkv) * n, N),
+            tensors,
+            qname,
+            ((H + 2 * Hkv) * n, N),
             f"({H} + 2 x {Hkv} key/value heads) x head_dim {n}, hidden {N}",
         )
         w = tensors.tensor(qname)

@@ -18,6 +18,7 @@ tensors asked for are paged in. Nothing here ever unpickles anything.
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import mmap
 import os
@@ -116,9 +117,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise QKEnergyError(f"{where}: header is not valid UTF-8 JSON ({msg})") from None
     if not isinstance(header, dict):
-        raise QKEnergyError(
-            f"{where}: header must be a JSON object, got {type(header).__name__}"
-        )
+        raise QKEnergyError(f"{where}: header must be a JSON object, got {type(header).__name__}")
 
     data_start = 8 + n
     data_len = size - data_start
@@ -133,14 +132,12 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
         t = f"{where}: tensor {name!r}"
         if not isinstance(entry, dict):
             raise QKEnergyError(
-                f"{t} must be an object with dtype, shape, data_offsets; "
-                f"got {type(entry).__name__}"
+                f"{t} must be an object with dtype, shape, data_offsets; got {type(entry).__name__}"
             )
         dtype = entry.get("dtype")
         if dtype not in DTYPES:
             raise QKEnergyError(
-                f"{t} has unknown or unsupported dtype {dtype!r} "
-                f"(expected one of {', '.join(DTYPES)})"
+                f"{t} has unknown or unsupported dtype {dtype!r} (expected one of {', '.join(DTYPES)})"
             )
         shape = entry.get("shape")
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
@@ -153,8 +150,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
             or not 0 <= offsets[0] <= offsets[1]
         ):
             raise QKEnergyError(
-                f"{t} has data_offsets {offsets!r}; expected [begin, end] "
-                "with 0 <= begin <= end"
+                f"{t} has data_offsets {offsets!r}; expected [begin, end] with 0 <= begin <= end"
             )
         begin, end = offsets
         if end > data_len:
@@ -176,7 +172,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
 
     # Overlap check: a sort of the header entries, cheap next to any real use.
     spans = sorted((i for i in tensors.values() if i.end > i.begin), key=lambda i: i.begin)
-    for a, b in zip(spans, spans[1:]):
+    for a, b in itertools.pairwise(spans):
         if b.begin < a.end:
             raise QKEnergyError(
                 f"{where}: tensors {a.name!r} and {b.name!r} overlap in the data section "
@@ -288,9 +284,7 @@ class SafetensorsFile(_TensorIndex):
                         )
                     self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except OSError as exc:
-                raise QKEnergyError(
-                    f"{show_path(self.path)}: cannot map: {exc.strerror or exc}"
-                ) from None
+                raise QKEnergyError(f"{show_path(self.path)}: cannot map: {exc.strerror or exc}") from None
         return self._map
 
     def release(self) -> None:
