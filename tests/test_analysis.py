@@ -11,10 +11,10 @@ import pytest
 from qkenergy.analysis.analyze import (
     NULL_STATISTICS,
     analyze_model,
-    directionality,
     layer_form_statistics,
 )
 from qkenergy.errors import QKEnergyError
+from qkenergy.math.directionality import directionality, directionality_raw
 from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 
 SAMPLES = 300
@@ -111,6 +111,10 @@ def test_per_layer_forms(minilm) -> None:
     assert (layers["n"] == 384).all()
     np.testing.assert_allclose(layers["symmetry_score"], 2 * layers["symmetric_energy"] - 1)
     assert ((layers["directionality"] >= -1) & (layers["directionality"] <= 1)).all()
+    # Saponati et al. 2025, all-MiniLM-L6-v2, as published (symmetry score and directionality).
+    published = [-0.4108, -0.1128, -0.0568, -0.0835, -0.0586, -0.2128]
+    np.testing.assert_allclose(layers["directionality"], published, atol=5e-5)
+    np.testing.assert_allclose(layers["directionality_raw"], -layers["directionality"])
     assert (layers["symmetric_energy_baseline"] == 385 / 768).all()
 
 
@@ -226,16 +230,32 @@ def test_layer_form_routes_agree() -> None:
         np.testing.assert_allclose(gram[name], dense[name], rtol=1e-9, atol=1e-12, err_msg=name)
 
 
-def test_directionality() -> None:
+def test_directionality_worked_by_hand() -> None:
+    """Saponati et al.'s score on norms worked by hand: excess above mean + 2 sd (ddof = 1)."""
+    rows = np.array([1.0] * 9 + [11.0])
+    # mean 2, sample variance (9 x 1 + 81)/9 = 10: threshold 2 + 2 sqrt(10), excess R = 9 - 2 sqrt(10)
+    R = 9 - 2 * np.sqrt(10)
+    cols = np.array([1.0] * 8 + [3.0, 11.0])
+    # mean 2.2, sample variance (8 x 1.44 + 0.64 + 77.44)/9 = 89.6/9: only 11 exceeds the threshold
+    C = 11 - (2.2 + 2 * np.sqrt(89.6 / 9))
+    raw = (C - R) / (C + R)
+    assert raw == pytest.approx(-0.0360, abs=5e-5)  # ddof = 0 would give -0.0321, whole norms 0
+    assert directionality_raw(rows, cols) == pytest.approx(raw, rel=1e-12)
+    assert directionality(rows, cols) == pytest.approx(-raw, rel=1e-12)  # the published sign
     flat = np.ones(50)
-    spiky = flat.copy()
-    spiky[3] = 10.0
-    assert directionality(flat, spiky) == 1.0  # one dominant column only
-    assert directionality(spiky, flat) == -1.0
-    assert directionality(flat, flat) == 0.0
-    assert np.isnan(directionality(np.zeros(5), np.zeros(5)))
-    # M = W_Q^T W_K = K when W_Q = I: one key-side feature (column 7) reaches every
-    # query-side feature equally, every row has the same norm.
+    assert directionality_raw(flat, flat) == 0.0  # C + R = 0
+    assert np.isnan(directionality(np.zeros(5), np.zeros(5)))  # L = 0
+    spiky = np.array([1.0] * 19 + [30.0])
+    assert directionality_raw(np.ones(20), spiky) == 1.0  # one dominant column only
+    assert directionality(np.ones(20), spiky) == -1.0
+    # Vectorised over a batch, row by row as above.
+    batch = directionality_raw(np.stack([rows, np.ones(10)]), np.stack([cols, np.ones(10)]))
+    np.testing.assert_allclose(batch, [raw, 0.0], rtol=1e-12)
+
+
+def test_directionality_orientation() -> None:
+    # M = W_Q^T W_K = K when W_Q = I: one key-side feature (column 7 of M) reaches every
+    # query-side feature equally, every row has the same norm: raw +1, published -1.
     N = 64
     K = np.zeros((N, N))
     K[:, 7] = 1.0
@@ -244,5 +264,7 @@ def test_directionality() -> None:
     for route in ("gram", "dense"):
         forward, _ = layer_form_statistics(np.eye(N), K, route=route)
         backward, _ = layer_form_statistics(K, np.eye(N), route=route)  # M -> M^T
-        assert forward["directionality"] == pytest.approx(1.0)
-        assert backward["directionality"] == pytest.approx(-1.0)
+        assert forward["directionality_raw"] == pytest.approx(1.0)
+        assert forward["directionality"] == pytest.approx(-1.0)
+        assert backward["directionality_raw"] == pytest.approx(-1.0)
+        assert backward["directionality"] == pytest.approx(1.0)

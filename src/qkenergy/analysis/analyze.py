@@ -23,6 +23,7 @@ import pandas as pd
 from qkenergy import __version__
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
+from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.nulls import null_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
@@ -41,8 +42,6 @@ __all__ = [
 
 # Statistics judged against their null law, each with mean / sd / z / p columns.
 NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
-# Outlier threshold of the directionality score: norms above mean + gamma * sd.
-DIRECTIONALITY_GAMMA = 2.0
 
 
 @dataclass(frozen=True)
@@ -89,23 +88,20 @@ def analyze_model(
     Columns of ``layers`` (``per_layer=True``): model, layer, n_heads,
     n_kv_heads, n (= H * head_dim), N, route, symmetric_energy_baseline
     ((N+1)/(2N)), every name in ``STATISTICS``, head_type, reason,
-    symmetry_score (2s - 1) and directionality. No null law is drawn for the
-    layer forms (its Wishart would be 2Hn x 2Hn per sample).
+    symmetry_score (2s - 1), directionality (published sign) and
+    directionality_raw.
 
     Scores of Saponati et al. 2025 ("The underlying structures of
     self-attention: symmetry, directionality, and emergent dynamics in
     Transformer training"), on their matrix M = W_Q^T W_K = L^T (rows:
-    query-side features, columns: key-side features):
+    query-side features, columns: key-side features), exactly as published:
 
     - symmetry_score = (||M_s||^2 - ||M_a||^2) / ||M||^2 = 2s - 1, exact
       (MATH.md, Lemma 5);
-    - directionality: their score contrasts the norms of M's rows and columns
-      that stand out. We could not pin down their exact threshold from the
-      sources at hand, so this is our documented row-norm/column-norm version:
-      with r_i = ||M_{i,:}||, c_j = ||M_{:,j}||, R and C the sums of the r_i
-      (c_j) above mean + 2 sd of their own list, d = (C - R)/(C + R) in
-      [-1, 1] (0 when nothing stands out, NaN for L = 0); d > 0 means
-      column (key-side) dominance. See :func:`directionality`.
+    - directionality_raw = (C - R)/(C + R), R and C the summed excess of M's
+      row / column norms above mean + 2 sd (ddof = 1) of their own list
+      (0 when nothing stands out, NaN for L = 0); directionality = -raw, the
+      sign of their published tables. See :mod:`qkenergy.math.directionality`.
     """
     if null:
         samples = check_integer(samples, "--samples", 2)
@@ -302,34 +298,6 @@ def _bh(p: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- layer forms
 
 
-def directionality(
-    row_norms: np.ndarray, column_norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA
-) -> float:
-    """Column-versus-row outlier asymmetry of M = W_Q^T W_K, in [-1, 1].
-
-    ``row_norms[i]`` = ||M_{i,:}|| (query-side feature i), ``column_norms[j]`` =
-    ||M_{:,j}|| (key-side feature j). With R, C the sums of the row / column
-    norms above their own mean + ``gamma`` * sd, d = (C - R) / (C + R); d > 0:
-    a few key-side directions dominate (column dominance). 0 when no row or
-    column stands out; NaN when M = 0 or non-finite. Our reconstruction of the
-    directionality score of Saponati et al. 2025 (see :func:`analyze_model`).
-    """
-    r = np.asarray(row_norms, dtype=np.float64)
-    c = np.asarray(column_norms, dtype=np.float64)
-    if not (np.all(np.isfinite(r)) and np.all(np.isfinite(c))) or r.sum() <= 0 or c.sum() <= 0:
-        return float("nan")
-
-    def outliers(x: np.ndarray) -> float:
-        # A spread at the rounding level (equal norms) singles nothing out.
-        spread = max(float(x.std()), 1e-9 * float(x.mean()))
-        return float(x[x > x.mean() + gamma * spread].sum())
-
-    rows, cols = outliers(r), outliers(c)
-    if rows + cols == 0:
-        return 0.0
-    return float((cols - rows) / (cols + rows))
-
-
 def layer_form_statistics(
     w_query: np.ndarray,
     w_key: np.ndarray,
@@ -344,9 +312,10 @@ def layer_form_statistics(
     to the query heads (GQA). Route: the Gram route on the stacked factors when
     2Hn <= N (the form is a 'head' with n = H*head_dim), else the dense N x N
     reference route (``dense_statistics``), whichever eigenproblem is smaller;
-    both are exact (``route`` = "gram" / "dense" forces one). Adds ``symmetry_score`` = 2s - 1 (Saponati et al. 2025) and
-    ``directionality`` (see :func:`directionality`; the row/column norms of
-    M = L^T come from Gram matrices, never from M, on the Gram route).
+    both are exact (``route`` = "gram" / "dense" forces one). Adds ``symmetry_score`` = 2s - 1,
+    ``directionality`` (published sign) and ``directionality_raw`` of Saponati et al. 2025
+    (:mod:`qkenergy.math.directionality`; the row/column norms of M = L^T come
+    from Gram matrices, never from M, on the Gram route).
     Returns (values, route).
     """
     hn, N = w_query.shape
@@ -373,11 +342,13 @@ def layer_form_statistics(
     values["reason"] = str(np.asarray(columns["reason"])[0])
     s = values["symmetric_energy"]
     values["symmetry_score"] = 2.0 * s - 1.0 if math.isfinite(s) else float("nan")
-    values["directionality"] = (
-        directionality(np.sqrt(np.clip(rows2, 0, None)), np.sqrt(np.clip(cols2, 0, None)), gamma=gamma)
-        if math.isfinite(s)
-        else float("nan")
-    )
+    if math.isfinite(s):
+        rows, cols = np.sqrt(np.clip(rows2, 0, None)), np.sqrt(np.clip(cols2, 0, None))
+        raw = float(directionality_raw(rows, cols, gamma=gamma))
+    else:
+        raw = float("nan")
+    values["directionality"] = -raw  # the published sign (Saponati et al. 2025)
+    values["directionality_raw"] = raw
     return values, route
 
 

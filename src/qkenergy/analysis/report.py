@@ -298,6 +298,8 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
         form = rich_table(
             "Whole-layer forms (sum over heads)",
             ["layer", "s", "2s-1", "directionality", "baseline", "type", "route"],
+            caption="directionality as published by Saponati et al. 2025: (R - C)/(R + C), "
+            "> 0 when query-side features stand out",
             title_justify="left",
         )
         for r in layers.to_dict(orient="records"):
