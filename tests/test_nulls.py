@@ -5,7 +5,6 @@ two-sample KS comparisons use a fixed threshold p > 1e-3.
 """
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -251,41 +250,3 @@ def test_null_law_below_2n_uses_direct_route():
     law = nulls.null_law(5, 3, samples=600, seed=2)
     assert law.exact_mean("symmetric_energy") is None  # Proposition 6 needs n <= N
     assert np.isfinite(law.mean("symmetric_energy"))
-
-
-def test_null_law_cache(tmp_path):
-    law = nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path)
-    files = sorted(os.listdir(tmp_path))
-    assert len(files) == 1 and files[0].endswith(".npz") and not files[0].startswith(".tmp")
-    path = nulls.null_cache_path(tmp_path, 2, 5, 400, 4)
-    assert path.name == files[0]
-    with np.load(path, allow_pickle=False) as data:
-        np.testing.assert_array_equal(data["values"], law.values)
-    again = nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path)
-    np.testing.assert_array_equal(again.values, law.values)
-    # The cache is what is read: a planted value comes back.
-    planted = law.values.copy()
-    planted[0, 0] = 0.123
-    nulls._save_atomic(path, planted, law.names)
-    np.testing.assert_array_equal(
-        nulls.null_law(2, 5, samples=400, seed=4, cache_dir=tmp_path).values, planted
-    )
-    # Other keys get other files.
-    nulls.null_law(2, 5, samples=400, seed=5, cache_dir=tmp_path)
-    assert len(os.listdir(tmp_path)) == 2
-
-
-def test_null_law_cache_rejects_pickles_and_garbage(tmp_path):
-    law = nulls.null_law(1, 3, samples=300, seed=0)
-    path = nulls.null_cache_path(tmp_path, 1, 3, 300, 0)
-    path.write_bytes(b"not an npz")
-    np.testing.assert_array_equal(
-        nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values
-    )
-    # An object array would need unpickling: it is never loaded, the law is recomputed.
-    np.savez(path, values=np.array([object()], dtype=object), names=np.array(law.names), version=np.int64(1))
-    np.testing.assert_array_equal(
-        nulls.null_law(1, 3, samples=300, seed=0, cache_dir=tmp_path).values, law.values
-    )
-    with np.load(path, allow_pickle=False) as data:
-        assert data["values"].dtype == np.float64

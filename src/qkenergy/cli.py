@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -338,12 +339,13 @@ def random_head_baseline(
     Monte Carlo estimate that may differ from the ratio of expectations
     (N+1)/(2N) of Corollary 2, and both are reported.
     """
+    from qkenergy.analysis import null_cache
     from qkenergy.math import baselines, entry_laws, montecarlo, nulls
 
     law = entry_laws.entry_law(dist)
     ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
     if law.name == "gaussian":
-        null = nulls.null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress)
+        null = null_cache.null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress)
         columns = {name: null.samples(name) for name in BASELINE_STATISTICS}
         exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
         energy_rows = None
@@ -715,8 +717,26 @@ def _fail(message: str, status: int) -> NoReturn:
     sys.exit(status)
 
 
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """warnings.showwarning for the command line: ``qkenergy: warning: <message>``, one line."""
+    click.echo(f"{PROG}: warning: {_one_line(str(message))}", err=True)
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console entry point: run the command line and exit with its status."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> NoReturn:
     try:
         status = cli.main(
             args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from qkenergy import __version__
+from qkenergy.analysis.null_cache import null_law
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
-from qkenergy.math.nulls import null_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layouts import LayerWeights, architecture, find_prefix, read_layer

@@ -141,7 +141,7 @@ def _heatmap(df: pd.DataFrame) -> Figure:
 def _null_histogram(
     df: pd.DataFrame, *, null_samples: int, seed: int, cache_dir: str | os.PathLike | None
 ) -> Figure:
-    from qkenergy.math.nulls import null_law
+    from qkenergy.analysis.null_cache import null_law
 
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
@@ -367,7 +367,7 @@ def plot_results(
 
     ``head``: (layer, head) for the lobe figure (default: largest
     |symmetric_energy_z|). ``null_samples``, ``seed``, ``cache_dir``: the null
-    laws drawn for the histogram (nulls.null_law). The lobe figure is skipped,
+    laws drawn for the histogram (null_cache.null_law). The lobe figure is skipped,
     with a warning, when the table has no alpha/beta columns.
     """
     formats = _check_formats(formats)

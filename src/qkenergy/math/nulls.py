@@ -12,16 +12,11 @@ See MATH.md, "Exact null laws".
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import math
 import os
-import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from scipy.linalg.lapack import dlauum as _dlauum
@@ -33,17 +28,12 @@ from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
 
 __all__ = [
-    "CACHE_FORMAT_VERSION",
     "NullLaw",
     "bartlett_gram",
     "direct_gram",
-    "null_cache_path",
     "null_gram",
     "null_law",
 ]
-
-CACHE_FORMAT_VERSION = 2
-"""Bumped whenever the cached arrays or the sampling scheme change meaning."""
 
 # Sub-batches keep the temporary arrays near this many float64 values (32 MiB);
 # they depend only on (n, N), so seeded results never depend on memory settings.
@@ -309,53 +299,6 @@ class NullLaw:
         return float(p) if p.ndim == 0 else p
 
 
-def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], radius: float) -> str:
-    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius, montecarlo.BLOCK_SIZE))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def null_cache_path(
-    cache_dir: str | os.PathLike[str], n: int, N: int, samples: int, seed: int, radius: float = 0.02
-) -> Path:
-    """Path of the cached null law for these arguments (the file may not exist)."""
-    names = _statistic_names()
-    key = _cache_key(n, N, samples, seed, names, radius)
-    return Path(cache_dir) / (
-        f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
-    )
-
-
-def _load_cached(path: Path, names: tuple[str, ...], samples: int) -> np.ndarray | None:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            values = np.asarray(data["values"], dtype=np.float64)
-            stored = tuple(str(s) for s in data["names"])
-            version = int(data["version"])
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
-        return None  # unreadable or stale: recompute and overwrite
-    if version != CACHE_FORMAT_VERSION or stored != names or values.shape != (samples, len(names)):
-        return None
-    return values
-
-
-def _save_atomic(path: Path, values: np.ndarray, names: tuple[str, ...]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(
-                fh,
-                values=values,
-                names=np.array(names, dtype=np.str_),
-                version=np.int64(CACHE_FORMAT_VERSION),
-            )
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def null_law(
     n: int,
     N: int,
@@ -371,30 +314,37 @@ def null_law(
 
     Draws G ~ Wishart_2n(N, I) with :func:`null_gram` through
     :func:`montecarlo.draw` (seeded, chunk-invariant) and evaluates
-    ``statistics.gram_statistics`` on them. With ``cache_dir`` the samples are
-    stored as .npz (written atomically, read without pickle), keyed by shape,
-    law, samples, seed, statistic names and cache format version.
+    ``statistics.gram_statistics`` on them. This module does no I/O:
+    ``cache_dir`` is handed to :func:`qkenergy.analysis.null_cache.null_law`,
+    which keeps the samples on disk and calls back here on a miss.
     """
+    if cache_dir is not None:
+        from qkenergy.analysis import null_cache  # the I/O layer; imported only when asked for
+
+        return null_cache.null_law(
+            n,
+            N,
+            samples=samples,
+            seed=seed,
+            cache_dir=cache_dir,
+            progress=progress,
+            radius=radius,
+            chunk_size=chunk_size,
+        )
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
     names = _statistic_names()
-
-    path = null_cache_path(cache_dir, n, N, samples, seed, radius) if cache_dir is not None else None
-    values = _load_cached(path, names, samples) if path is not None and path.exists() else None
-    if values is None:
-        if chunk_size is None:
-            chunk_size = max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * n * n))
-        values = montecarlo.draw(
-            lambda rng, size: null_gram(rng, n, N, size),
-            samples,
-            seed=seed,
-            chunk_size=chunk_size,
-            transform=lambda G: _gram_columns(G, N, names, radius),
-            progress=progress,
-            description=f"null law n={n} N={N}",
-        )
-        if path is not None:
-            _save_atomic(path, values, names)
+    if chunk_size is None:
+        chunk_size = max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * n * n))
+    values = montecarlo.draw(
+        lambda rng, size: null_gram(rng, n, N, size),
+        samples,
+        seed=seed,
+        chunk_size=chunk_size,
+        transform=lambda G: _gram_columns(G, N, names, radius),
+        progress=progress,
+        description=f"null law n={n} N={N}",
+    )
     values.flags.writeable = False
     return NullLaw(n=n, N=N, seed=seed, names=names, values=values)

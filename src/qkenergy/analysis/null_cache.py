@@ -1,0 +1,209 @@
+"""The on-disk cache of null laws: one ``.npz`` file per (n, N, samples, seed, radius).
+
+The cache lives on a disk other processes (and people) can write to, so a
+file is trusted only when it is exactly what :func:`save_cached` writes: a
+regular file of the expected size, an uncompressed zip of the three members
+``values.npy`` (float64, shape (samples, statistics)), ``names.npy`` (the
+statistic names) and ``version.npy``. Anything else (a FIFO or device, a
+compressed or oversized member, an array header announcing another shape or
+dtype, a pickle) is a miss: the law is recomputed and the file replaced.
+Nothing is read beyond the expected size and nothing is unpickled.
+
+An unwritable cache directory is not an error: one :class:`NullCacheWarning`
+(the CLI prints it as one line) and the run goes on without caching.
+
+The sampling itself is :func:`qkenergy.math.nulls.null_law` (pure); this module
+wraps it with the file I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import stat
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from qkenergy.errors import check_integer
+from qkenergy.math import montecarlo, nulls
+from qkenergy.math.statistics import STATISTICS
+
+__all__ = [
+    "CACHE_FORMAT_VERSION",
+    "NullCacheWarning",
+    "load_cached",
+    "null_cache_path",
+    "null_law",
+    "save_cached",
+]
+
+CACHE_FORMAT_VERSION = 2
+"""Bumped whenever the cached arrays or the sampling scheme change meaning."""
+
+_MEMBERS = ("values.npy", "names.npy", "version.npy")
+# Room for the zip directory, three .npy headers and the names, beyond values' own bytes.
+_OVERHEAD_BYTES = 1 << 16
+
+
+class NullCacheWarning(UserWarning):
+    """The null-law cache could not be written; the run goes on without it."""
+
+
+def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], radius: float) -> str:
+    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius, montecarlo.BLOCK_SIZE))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def null_cache_path(
+    cache_dir: str | os.PathLike[str], n: int, N: int, samples: int, seed: int, radius: float = 0.02
+) -> Path:
+    """Path of the cached null law for these arguments (the file may not exist)."""
+    key = _cache_key(n, N, samples, seed, tuple(STATISTICS), radius)
+    return Path(cache_dir) / (
+        f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
+    )
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else None.
+
+    Opened non-blocking (a FIFO would otherwise block the open until a writer
+    comes) and checked with fstat on the open descriptor, so a FIFO, device or
+    a symlink to one is never read, whatever the path turns into meanwhile.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+        return data if len(data) <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, dtype_kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    """One stored .npy member as an array, after checking its header against ``dtype_kind`` and ``shape``.
+
+    Raises ValueError for anything else: compressed members, other shapes or
+    dtypes, object arrays, Fortran order, or bytes that do not match the header.
+    """
+    info = archive.getinfo(name)
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+        raise ValueError(f"{name} is compressed")
+    raw = archive.read(info)  # bounded: the whole archive is in memory already
+    stream = io.BytesIO(raw)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        header_shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        header_shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise ValueError(f"{name}: .npy version {version}")
+    if fortran or dtype.hasobject or dtype.kind != dtype_kind or tuple(header_shape) != shape:
+        raise ValueError(f"{name}: unexpected array header")
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(raw) - stream.tell() != count * dtype.itemsize:
+        raise ValueError(f"{name}: size does not match its header")
+    return np.frombuffer(raw, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
+
+
+def load_cached(path: str | os.PathLike[str], names: tuple[str, ...], samples: int) -> np.ndarray | None:
+    """The cached ``values`` (samples, len(names)) at ``path``, or None for anything but our own file."""
+    limit = samples * len(names) * 8 + _OVERHEAD_BYTES
+    data = _read_regular_file(Path(path), limit)
+    if data is None:
+        return None
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            if sorted(archive.namelist()) != sorted(_MEMBERS):
+                return None
+            version = _read_member(archive, "version.npy", "i", ())
+            stored = _read_member(archive, "names.npy", "U", (len(names),))
+            values = _read_member(archive, "values.npy", "f", (samples, len(names)))
+    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile, zipfile.LargeZipFile):
+        return None
+    if int(version) != CACHE_FORMAT_VERSION or tuple(str(s) for s in stored) != names:
+        return None
+    if values.dtype != np.float64:
+        return None
+    return values.astype(np.float64, copy=True)  # owned and native-endian, not a view of the file bytes
+
+
+def save_cached(path: str | os.PathLike[str], values: np.ndarray, names: tuple[str, ...]) -> bool:
+    """Write the law atomically (temporary file + os.replace); False, with a warning, if it cannot be written."""
+    path = Path(path)
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(
+                fh,
+                values=np.ascontiguousarray(values, dtype="<f8"),
+                names=np.array(names, dtype=np.str_),
+                version=np.int64(CACHE_FORMAT_VERSION),
+            )
+        os.replace(tmp, path)
+        tmp = None
+        return True
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        warnings.warn(
+            f"null-law cache {str(path.parent)!r} is not writable ({why}); continuing without caching",
+            NullCacheWarning,
+            stacklevel=2,
+        )
+        return False
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def null_law(
+    n: int,
+    N: int,
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    radius: float = 0.02,
+    chunk_size: int | None = None,
+) -> nulls.NullLaw:
+    """:func:`qkenergy.math.nulls.null_law`, kept on disk under ``cache_dir`` (None: no cache).
+
+    A cached file that is not exactly what this module writes is a miss: the
+    law is drawn again and the file replaced.
+    """
+    if cache_dir is None:
+        return nulls.null_law(
+            n, N, samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size
+        )
+    n, N = check_integer(n, "n"), check_integer(N, "N")
+    samples = check_integer(samples, "samples", minimum=2)
+    seed = check_integer(seed, "seed", minimum=0)
+    names = tuple(STATISTICS)
+    path = null_cache_path(cache_dir, n, N, samples, seed, radius)
+    values = load_cached(path, names, samples)
+    if values is not None:
+        values.flags.writeable = False
+        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+    law = nulls.null_law(
+        n, N, samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size
+    )
+    save_cached(path, law.values, law.names)
+    return law
