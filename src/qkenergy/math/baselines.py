@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from scipy import stats
+from typing import TYPE_CHECKING
 
 from qkenergy.errors import QKEnergyError, check_integer, check_positive
+
+if TYPE_CHECKING:  # scipy.stats costs ~0.7 s to import: only the exact laws below need it
+    from scipy import stats
 
 __all__ = [
     "EnergyExpectations",
@@ -133,6 +135,8 @@ def gaussian_square_law(N: int) -> stats.rv_continuous:
     N = check_integer(N, "N")
     if N < 2:
         raise QKEnergyError("N must be >= 2 for gaussian_square_law (for N = 1, s = 1 surely)")
+    from scipy import stats
+
     return stats.beta(N * (N + 1) / 4, N * (N - 1) / 4)
 
 
@@ -146,4 +150,6 @@ def rank_one_law(N: int) -> stats.rv_continuous:
     N = check_integer(N, "N")
     if N < 2:
         raise QKEnergyError("N must be >= 2 for rank_one_law (for N = 1, s = 1 surely)")
+    from scipy import stats
+
     return stats.beta(0.5, (N - 1) / 2, loc=0.5, scale=0.5)

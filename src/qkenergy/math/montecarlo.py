@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import baselines
@@ -169,6 +168,8 @@ def _interval(value: float, stderr: float, confidence: float, samples: int) -> t
     if not 0 < confidence < 1:
         raise QKEnergyError(f"confidence must be in (0, 1), got {confidence!r}")
     # Student t with K-1 degrees of freedom; equals the normal interval for large K.
+    from scipy import stats  # ~0.7 s to import: only when an interval is asked for
+
     q = float(stats.t.ppf(0.5 + confidence / 2, samples - 1)) if samples > 1 else math.nan
     return value - q * stderr, value + q * stderr
 

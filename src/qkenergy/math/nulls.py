@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg.lapack import dlauum as _dlauum
 from threadpoolctl import ThreadpoolController
 
 from qkenergy.errors import QKEnergyError, check_integer
@@ -138,6 +137,8 @@ def _bartlett_fill(
         # A C-ordered matrix seen by Fortran is its transpose: the Fortran lower
         # triangle of upper[k].T is U^T, so lower=1 gives (U^T)^T U^T = U U^T; likewise
         # lower=0 on lower[k].T gives L^T L. Both run in place (overwrite_c=1).
+        from scipy.linalg.lapack import dlauum as _dlauum  # ~0.25 s import: only when sampling
+
         for k in range(pairs):
             _dlauum(upper[k].T, lower=1, overwrite_c=1)
             if k < full:
