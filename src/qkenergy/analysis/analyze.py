@@ -116,11 +116,10 @@ def analyze_model(
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
-    if layout_file is not None:
-        layout = load_layout(layout_file)
+    given = load_layout(layout_file) if layout_file is not None else layout
     with open_model(model, config=config) as source:
         arch = architecture(
-            source.config, source.config_where, model_type=model_type, layout=layout or source.layout
+            source.config, source.config_where, model_type=model_type, layout=given or source.layout
         )
         layer_ids = _select("--layers", layers, arch.n_layers, "layers")
         head_ids = _select("--heads", heads, arch.n_heads, "query heads")
