@@ -1,0 +1,344 @@
+"""Comparing models: the per-model table of a survey and head-by-head differences from a reference.
+
+Pure pandas on head tables with one row per head and a ``model`` column (what
+``analyze_model(...).heads`` gives for one model and ``load_survey`` for many),
+optionally with the survey's ``group``, ``step`` and, for models with several
+attention stacks, ``stack`` columns; and on the per-layer forms table
+(``analyze_model(..., per_layer=True).layers``). No plotting and no I/O: the
+figures and the report (``survey_figures``, ``survey_report``) are drawn from
+these frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from qkenergy.analysis.report import HEAD_TYPES, REQUIRED_COLUMNS, SIGNIFICANCE, baseline
+from qkenergy.errors import ArgumentError, QKEnergyError
+
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "BaselineComparison",
+    "baseline_comparison",
+    "check_heads",
+    "head_keys",
+    "model_info",
+    "model_order",
+    "model_summary",
+    "present",
+    "relative_depth",
+]
+
+# Columns of model_summary, in table order (group / step only when the heads carry them).
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "model",
+    "architecture",
+    "stacks",
+    "layers",
+    "n",
+    "N",
+    "heads",
+    "s_median",
+    "s_q1",
+    "s_q3",
+    "baseline_min",
+    "baseline_max",
+    "share_above",
+    "share_below",
+    *(f"share_{t}" for t in HEAD_TYPES),
+    "pairing_median",
+    "balance_min",
+    "participation_ratio_median",
+    "symmetry_score_median",
+    "symmetry_score_q1",
+    "symmetry_score_q3",
+    "directionality_median",
+    "directionality_q1",
+    "directionality_q3",
+)
+
+
+def check_heads(heads: pd.DataFrame, what: str = "head table") -> None:
+    """One-line QKEnergyError unless ``heads`` is a non-empty head table with the required columns."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in heads.columns]
+    if missing:
+        raise QKEnergyError(f"{what}: not a qkenergy head table; missing column(s) {', '.join(missing)}")
+    if len(heads) == 0:
+        raise QKEnergyError(f"{what}: no heads to report")
+
+
+def head_keys(heads: pd.DataFrame) -> list[str]:
+    """Columns naming a head within its model: (stack,) layer, head."""
+    return ["stack", "layer", "head"] if "stack" in heads.columns else ["layer", "head"]
+
+
+def _stack(frame: pd.DataFrame) -> pd.Series:
+    if "stack" in frame.columns:
+        return frame["stack"].fillna("").astype(str)
+    return pd.Series("", index=frame.index)
+
+
+def model_order(heads: pd.DataFrame) -> list[str]:
+    """Models in reading order: by group, then training step (missing last), then name."""
+    keys = pd.DataFrame({"model": heads["model"].astype(str)})
+    keys["group"] = heads["group"].fillna("").astype(str) if "group" in heads.columns else ""
+    keys["step"] = pd.to_numeric(heads["step"], errors="coerce") if "step" in heads.columns else np.nan
+    first = keys.groupby("model", sort=False).first().reset_index()
+    first = first.sort_values(["group", "step", "model"], na_position="last", kind="stable")
+    return first["model"].tolist()
+
+
+def model_info(heads: pd.DataFrame, models: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per model: ``architecture`` (model_type; "" unknown) and ``n_layers`` (NaN unknown).
+
+    Taken from ``models`` (a frame with a ``model`` column and any of
+    ``architecture`` / ``model_type`` / ``n_layers``, e.g. from a survey's
+    settings), else from the same columns of ``heads``.
+    """
+    names = model_order(heads)
+    info = pd.DataFrame({"architecture": "", "n_layers": np.nan}, index=pd.Index(names, name="model"))
+    for source in (heads, models):
+        if source is None or "model" not in source.columns:
+            continue
+        first = source.assign(model=source["model"].astype(str)).groupby("model", sort=False).first()
+        first = first[first.index.isin(names)]
+        for column in ("model_type", "architecture"):
+            if column in first.columns:
+                known = first[column].fillna("").astype(str)
+                known = known[known != ""]
+                info.loc[known.index, "architecture"] = known
+        if "n_layers" in first.columns:
+            count = pd.to_numeric(first["n_layers"], errors="coerce").dropna()
+            info.loc[count.index, "n_layers"] = count.astype(float)
+    return info
+
+
+def relative_depth(heads: pd.DataFrame, info: pd.DataFrame | None = None) -> pd.Series:
+    """layer / (L - 1) per row: 0 the first layer of its model (and stack), 1 the last.
+
+    L is the model's layer count from ``info`` (see :func:`model_info`) when
+    known, else one more than the deepest analysed layer of that model and
+    stack. A one-layer model sits at 0.
+    """
+    info = model_info(heads) if info is None else info
+    layer = heads["layer"].to_numpy(np.float64)
+    deepest = heads.groupby([heads["model"].astype(str), _stack(heads)])["layer"].transform("max")
+    known = heads["model"].astype(str).map(info["n_layers"]).to_numpy(np.float64)
+    count = np.where(np.isfinite(known), known, deepest.to_numpy(np.float64) + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        depth = np.where(count > 1, layer / (count - 1), 0.0)
+    return pd.Series(depth, index=heads.index, name="relative_depth")
+
+
+def _quartiles(values: Any) -> tuple[float, float, float]:
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return (np.nan, np.nan, np.nan)
+    q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75])
+    return float(q1), float(med), float(q3)
+
+
+def _shape_value(values: pd.Series) -> Any:
+    """The one value of a shape column, or its distinct values as text ("32/64") when they differ."""
+    distinct = sorted(pd.unique(values.dropna()))
+    if len(distinct) == 1:
+        return int(distinct[0])
+    return "/".join(str(int(v)) for v in distinct)
+
+
+def model_summary(
+    heads: pd.DataFrame, layers: pd.DataFrame | None = None, models: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per model: shapes, symmetric energy against its baseline, significance, head types, scores.
+
+    Columns (``SUMMARY_COLUMNS``, with ``group`` and ``step`` after ``model``
+    when the heads carry them): architecture; stacks (the model's attention
+    stacks, "" for single-stack models); layers (analysed); n, N (head and
+    residual width; "a/b" when they differ within the model); heads; median
+    and quartiles of the symmetric energy s over the heads with a defined s;
+    the random baseline (N+1)/(2N) (min and max over the model's widths);
+    share_above / share_below: heads whose BH-adjusted p < 0.05 with positive
+    (negative) z, over the heads with a defined s (NaN without null laws);
+    share_II / share_I+ / share_I-: head types over all heads; median pairing,
+    minimum balance, median participation ratio over heads; and, from the
+    per-layer forms when ``layers`` is given, median and quartiles over the
+    model's layers of the symmetry score 2s - 1 and of the directionality
+    (Saponati et al. 2025; NaN otherwise).
+    """
+    check_heads(heads)
+    info = model_info(heads, models)
+    by_model = dict(tuple(heads.groupby(heads["model"].astype(str), sort=False)))
+    layer_groups: dict[str, pd.DataFrame] = {}
+    if layers is not None and len(layers) and "model" in layers.columns:
+        layer_groups = dict(tuple(layers.groupby(layers["model"].astype(str), sort=False)))
+    rows = []
+    for name in info.index:
+        group = by_model[name]
+        s = group["symmetric_energy"].to_numpy(np.float64)
+        defined = np.isfinite(s)
+        q1, med, q3 = _quartiles(s)
+        stacks = sorted(set(_stack(group)) - {""})
+        base = baseline(group["N"].to_numpy(np.float64))
+        row: dict[str, Any] = {"model": name}
+        for extra in ("group", "step"):
+            if extra in heads.columns:
+                row[extra] = group[extra].iloc[0]
+        row.update(
+            architecture=info.at[name, "architecture"],
+            stacks=", ".join(stacks),
+            layers=int(group[[*head_keys(group)[:-1]]].drop_duplicates().shape[0]),
+            n=_shape_value(group["n"]),
+            N=_shape_value(group["N"]),
+            heads=len(group),
+            s_median=med,
+            s_q1=q1,
+            s_q3=q3,
+            baseline_min=float(np.min(base)),
+            baseline_max=float(np.max(base)),
+        )
+        row.update(_significance(group, defined))
+        types = (
+            group["head_type"].fillna("").astype(str)
+            if "head_type" in group
+            else pd.Series("", index=group.index)
+        )
+        for t in HEAD_TYPES:
+            row[f"share_{t}"] = float((types == t).mean())
+        row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
+        balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
+        row["balance_min"] = (
+            float(np.min(balance[np.isfinite(balance)])) if np.isfinite(balance).any() else np.nan
+        )
+        row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
+        forms = layer_groups.get(name)
+        for score in ("symmetry_score", "directionality"):
+            values = forms[score] if forms is not None and score in forms.columns else np.nan
+            lo, mid, hi = _quartiles(values)
+            row.update({f"{score}_median": mid, f"{score}_q1": lo, f"{score}_q3": hi})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _significance(group: pd.DataFrame, defined: np.ndarray) -> dict[str, float]:
+    """Shares of heads significantly above / below the null (BH-adjusted p < 0.05), over defined heads."""
+    if not {"symmetric_energy_p_bh", "symmetric_energy_z"} <= set(group.columns):
+        return {"share_above": np.nan, "share_below": np.nan}
+    p = group["symmetric_energy_p_bh"].to_numpy(np.float64)
+    z = group["symmetric_energy_z"].to_numpy(np.float64)
+    if not np.isfinite(p).any() or not defined.any():
+        return {"share_above": np.nan, "share_below": np.nan}
+    significant = np.isfinite(p) & (p < SIGNIFICANCE)
+    total = int(defined.sum())
+    return {
+        "share_above": float((significant & (z > 0)).sum() / total),
+        "share_below": float((significant & (z < 0)).sum() / total),
+    }
+
+
+# ----------------------------------------------------------------------------- reference model
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """Head-by-head difference of the symmetric energy from a reference model.
+
+    ``differences``: one row per head of every compared model: model,
+    reference, (stack,) layer, head, n, N, symmetric_energy,
+    symmetric_energy_reference, difference (= s - s_reference).
+    ``compared``: the models compared, in report order. ``skipped``: model ->
+    why it was not compared (another architecture or other heads).
+    """
+
+    reference: str
+    differences: pd.DataFrame
+    compared: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> pd.DataFrame:
+        """Per compared model: heads, median and quartiles of the difference, share of heads with s above."""
+        rows = []
+        for name, group in self.differences.groupby("model", sort=False):
+            d = group["difference"].to_numpy(np.float64)
+            q1, med, q3 = _quartiles(d)
+            finite = d[np.isfinite(d)]
+            rows.append(
+                {
+                    "model": name,
+                    "heads": len(group),
+                    "difference_median": med,
+                    "difference_q1": q1,
+                    "difference_q3": q3,
+                    "share_higher": float(np.mean(finite > 0)) if finite.size else np.nan,
+                }
+            )
+        return pd.DataFrame(
+            rows,
+            columns=["model", "heads", "difference_median", "difference_q1", "difference_q3", "share_higher"],
+        )
+
+
+def baseline_comparison(
+    heads: pd.DataFrame, reference: str, models: pd.DataFrame | None = None
+) -> BaselineComparison:
+    """Compare every model of the reference's architecture with the reference, head by head.
+
+    A model is compared when its architecture (when both are known) equals the
+    reference's and it has exactly the reference's heads ((stack,) layer,
+    head) with the same (n, N); the others are listed in ``skipped`` with the
+    reason. Raises ArgumentError when ``reference`` is not one of the models.
+    """
+    check_heads(heads)
+    info = model_info(heads, models)
+    names = list(info.index)
+    if reference not in names:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise ArgumentError(f"--baseline: model {reference!r} is not in the table; models: {shown}")
+    keys = head_keys(heads)
+    columns = [*keys, "n", "N", "symmetric_energy"]
+    frame = heads.assign(model=heads["model"].astype(str))
+    ref = frame[frame["model"] == reference][columns]
+    ref_shape = _shape(ref, keys)
+    ref_arch = info.at[reference, "architecture"]
+    compared: list[str] = []
+    skipped: dict[str, str] = {}
+    parts = []
+    for name in names:
+        if name == reference:
+            continue
+        arch = info.at[name, "architecture"]
+        if arch and ref_arch and arch != ref_arch:
+            skipped[name] = f"architecture {arch}, the reference is {ref_arch}"
+            continue
+        mine = frame[frame["model"] == name][columns]
+        if _shape(mine, keys) != ref_shape:
+            skipped[name] = f"other heads or shapes ({len(mine)} heads, the reference has {len(ref)})"
+            continue
+        merged = mine.merge(
+            ref[[*keys, "symmetric_energy"]], on=keys, suffixes=("", "_reference"), validate="one_to_one"
+        )
+        merged.insert(0, "reference", reference)
+        merged.insert(0, "model", name)
+        merged["difference"] = merged["symmetric_energy"] - merged["symmetric_energy_reference"]
+        parts.append(merged)
+        compared.append(name)
+    out_columns = ["model", "reference", *columns, "symmetric_energy_reference", "difference"]
+    differences = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=out_columns)
+    return BaselineComparison(reference, differences[out_columns], compared, skipped)
+
+
+def _shape(frame: pd.DataFrame, keys: list[str]) -> list[tuple[Any, ...]]:
+    """The sorted (stack,) layer, head, n, N of a model's heads: what must match to compare head by head."""
+    cells = [frame[k].astype(str) if k == "stack" else frame[k].astype(np.int64) for k in [*keys, "n", "N"]]
+    return sorted(zip(*(c.tolist() for c in cells)))
+
+
+def present(values: Sequence[Any] | pd.Series) -> bool:
+    """True when some value is neither missing nor empty text."""
+    series = pd.Series(values)
+    return bool((series.notna() & (series.astype(str) != "")).any())

@@ -1,0 +1,166 @@
+"""The comparison report: per-model table, reference comparison, figures and the atomic set of files.
+
+The page in a real browser and the PNG / SVG export are tested in test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qkenergy.analysis import survey_report
+from qkenergy.analysis.comparison import baseline_comparison, model_info, model_summary, relative_depth
+from qkenergy.analysis.survey_figures import report_figures
+from qkenergy.analysis.survey_report import build_report, files_directory
+from qkenergy.errors import ArgumentError, QKEnergyError
+from survey_data import TOY_HEADS, TOY_LAYERS
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture()
+def tables(survey_frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return survey_frames
+
+
+def test_model_summary_matches_the_heads(tables) -> None:
+    heads, layers, models = tables
+    summary = model_summary(heads, layers, models).set_index("model")
+    assert list(summary.index) == [
+        MINILM,
+        "toy-llama@0",
+        "toy-llama@100",
+        "toy-llama@1000",
+        "toy-llama@10000",
+    ]
+    row = summary.loc[MINILM]
+    mine = heads[heads["model"] == MINILM]
+    assert (row["architecture"], row["layers"], row["n"], row["N"], row["heads"]) == ("bert", 6, 32, 384, 72)
+    assert row["stacks"] == ""
+    assert row["s_median"] == pytest.approx(np.median(mine["symmetric_energy"]), rel=1e-12)
+    q1, q3 = np.quantile(mine["symmetric_energy"], [0.25, 0.75])
+    assert (row["s_q1"], row["s_q3"]) == pytest.approx((q1, q3), rel=1e-12)
+    assert row["baseline_min"] == row["baseline_max"] == 385 / 768
+    significant = mine["symmetric_energy_p_bh"] < 0.05
+    assert row["share_above"] == pytest.approx(np.mean(significant & (mine["symmetric_energy_z"] > 0)))
+    assert row["share_below"] == pytest.approx(np.mean(significant & (mine["symmetric_energy_z"] < 0)))
+    shares = [row[f"share_{t}"] for t in ("II", "I+", "I-")]
+    assert shares == pytest.approx([np.mean(mine["head_type"] == t) for t in ("II", "I+", "I-")])
+    assert row["balance_min"] == mine["balance"].min()
+    assert row["pairing_median"] == pytest.approx(np.median(mine["pairing"]))
+    forms = layers[layers["model"] == MINILM]
+    assert row["symmetry_score_median"] == pytest.approx(np.median(forms["symmetry_score"]))
+    assert row["directionality_q3"] == pytest.approx(np.quantile(forms["directionality"], 0.75))
+    # The toy run becomes more symmetric with training.
+    toys = summary.loc[[f"toy-llama@{s}" for s in (0, 100, 1000, 10000)], "s_median"].to_numpy()
+    assert np.all(np.diff(toys) > 0)
+    # Without the per-layer forms the Saponati columns are undefined, not zero.
+    assert model_summary(heads).loc[:, "symmetry_score_median"].isna().all()
+
+
+def test_relative_depth(tables) -> None:
+    heads, _, models = tables
+    depth = relative_depth(heads, model_info(heads, models))
+    toy = heads["model"] == "toy-llama@0"
+    np.testing.assert_array_equal(depth[toy], heads.loc[toy, "layer"] / (TOY_LAYERS - 1))
+    assert depth[heads["model"] == MINILM].max() == 1.0
+    # Only layers 0 and 1 analysed of a 6-layer model: depth still counts the model's own layers.
+    part = heads[(heads["model"] == MINILM) & (heads["layer"] < 2)]
+    info = pd.DataFrame({"model": [MINILM], "n_layers": [6]})
+    assert set(relative_depth(part, model_info(part, info))) == {0.0, 0.2}
+    assert set(relative_depth(part)) == {0.0, 1.0}  # unknown layer count: the deepest analysed layer
+
+
+def test_baseline_comparison(tables) -> None:
+    heads, _, models = tables
+    result = baseline_comparison(heads, "toy-llama@0", models)
+    assert result.compared == ["toy-llama@100", "toy-llama@1000", "toy-llama@10000"]
+    assert "architecture bert" in result.skipped[MINILM]
+    diffs = result.differences
+    assert len(diffs) == 3 * TOY_LAYERS * TOY_HEADS
+    one = diffs[(diffs["model"] == "toy-llama@1000") & (diffs["layer"] == 2) & (diffs["head"] == 1)].iloc[0]
+
+    def s(model: str) -> float:
+        return heads[(heads["model"] == model) & (heads["layer"] == 2) & (heads["head"] == 1)][
+            "symmetric_energy"
+        ].iloc[0]
+
+    assert one["difference"] == s("toy-llama@1000") - s("toy-llama@0")
+    summary = result.summary().set_index("model")
+    assert summary.loc["toy-llama@10000", "share_higher"] == 1.0
+    # A model lacking one of the reference's heads cannot be compared head by head.
+    fewer = heads.drop(heads.index[(heads["model"] == "toy-llama@100") & (heads["head"] == 3)])
+    assert "other heads" in baseline_comparison(fewer, "toy-llama@0", models).skipped["toy-llama@100"]
+    with pytest.raises(ArgumentError, match="^--baseline: model 'nope' is not in the table"):
+        baseline_comparison(heads, "nope")
+
+
+def test_optional_figures_follow_the_columns(tables) -> None:
+    heads, layers, models = tables
+    plain = heads.drop(columns=["group", "step"])
+    names = [f.name for f in report_figures(plain, model_summary(plain, layers, models), models=models)]
+    assert names == [
+        "symmetric_energy_by_model",
+        "symmetric_energy_by_depth",
+        "head_types",
+        "symmetric_profiles",
+    ]
+    full = report_figures(heads, model_summary(heads, layers, models), models=models)
+    assert [f.name for f in full][-2:] == ["training_steps", "groups"]
+    steps = next(f for f in full if f.name == "training_steps").figure
+    assert {t.name for t in steps.data} == {f"layer {i}" for i in range(TOY_LAYERS)}  # one line per layer
+    # Every head of every model is a hover-able marker in the first figure, with its statistics.
+    by_model = full[0].figure
+    assert sum(len(t.y) for t in by_model.data) == len(heads)
+    assert by_model.data[0].customdata[0][0] == MINILM
+
+
+def test_report_html_is_self_contained(tables, tmp_path: Path) -> None:
+    heads, layers, models = tables
+    out = tmp_path / "report.html"
+    report = build_report(heads, layers, out, baseline="toy-llama@0", models=models, static=False)
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    for name in report.figures:
+        assert f'id="figure-{name}"' in text
+    assert "<script src" not in text and '<link rel="stylesheet"' not in text
+    assert "toy-llama@10000" in text and "Compared with toy-llama@0" in text
+    assert sorted(p.name for p in files_directory(out).iterdir()) == ["baseline_difference.csv", "models.csv"]
+    assert pd.read_csv(files_directory(out) / "models.csv")["heads"].tolist() == [72, 12, 12, 12, 12]
+
+
+def test_report_is_all_or_nothing(tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    heads, layers, models = tables
+    out = tmp_path / "report.html"
+    build_report(heads, layers, out, models=models, static=False)
+    before = out.read_bytes(), sorted(p.name for p in files_directory(out).iterdir())
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise QKEnergyError("no browser")
+
+    monkeypatch.setattr(survey_report, "_export_static", fail)
+    with pytest.raises(QKEnergyError, match="no browser"):
+        build_report(heads, layers, out, baseline="toy-llama@0", models=models)
+    assert (out.read_bytes(), sorted(p.name for p in files_directory(out).iterdir())) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report_files"]  # no staging left
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda h: h.iloc[:0], "no heads to report"),
+        (lambda h: h.drop(columns=["symmetric_energy"]), "missing column"),
+    ],
+)
+def test_bad_tables(tables, tmp_path: Path, change, message: str) -> None:
+    with pytest.raises(QKEnergyError, match=message):
+        build_report(change(tables[0]), None, tmp_path / "r.html", static=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_target(tables, tmp_path: Path) -> None:
+    with pytest.raises(QKEnergyError, match=r"r\.png: the report is an HTML file"):
+        build_report(tables[0], None, tmp_path / "r.png", static=False)
