@@ -90,8 +90,11 @@ def test_null_columns_sane(minilm) -> None:
     z = df["symmetric_energy_z"]
     expected = (df["symmetric_energy"] - df["symmetric_energy_null_mean"]) / df["symmetric_energy_null_sd"]
     np.testing.assert_allclose(z, expected, rtol=1e-9)
-    # Benjamini-Hochberg never lowers a p-value and keeps the order.
-    p, adj = df["symmetric_energy_p"].to_numpy(), df["symmetric_energy_p_bh"].to_numpy()
+    # Benjamini-Hochberg never lowers the p-value it is given and keeps the order; an
+    # empirical p at the floor 2/(K+1) is given as its Beta tail approximation.
+    p, tail = df["symmetric_energy_p"].to_numpy(), df["symmetric_energy_p_tail"].to_numpy()
+    p = np.where(p <= 2 / (SAMPLES + 1) * (1 + 1e-12), tail, p)
+    adj = df["symmetric_energy_p_bh"].to_numpy()
     assert np.all(adj >= p - 1e-15) and np.all(adj <= 1)
     order = np.argsort(p, kind="stable")
     assert np.all(np.diff(adj[order]) >= -1e-15)
@@ -118,12 +121,43 @@ def test_per_layer_forms(minilm) -> None:
     assert (layers["symmetric_energy_baseline"] == 385 / 768).all()
 
 
+def test_rotation_null_and_tail_columns(cache_dir: Path) -> None:
+    """--null both on two MiniLM heads: rotation columns next to the Gaussian ones, Beta tails, BH."""
+    a = analyze_model(
+        layers=[0], heads=[0, 5], samples=SAMPLES, cache_dir=cache_dir, null_kind="both", rotation_samples=200
+    )
+    df = a.heads
+    assert a.settings["null_kind"] == "both" and a.settings["rotation_samples"] == 200
+    for x in NULL_STATISTICS:
+        for suffix in ("rotation_null_mean", "rotation_null_sd", "rotation_z", "rotation_p"):
+            assert df[f"{x}_{suffix}"].notna().all(), (x, suffix)
+    # The exact mean (N+1)/(2N) holds under the rotation null of any head; its sd is near the Gaussian one.
+    assert (df["symmetric_energy_rotation_null_mean"] == 385 / 768).all()
+    ratio = df["symmetric_energy_rotation_null_sd"] / df["symmetric_energy_null_sd"]
+    assert ((ratio > 0.7) & (ratio < 1.4)).all()
+    for prefix in ("symmetric_energy", "symmetric_energy_rotation"):
+        p, tail, adjusted = (df[f"{prefix}_{c}"].to_numpy() for c in ("p", "p_tail", "p_bh"))
+        assert ((tail >= 0) & (tail <= 1)).all()
+        # Both heads sit at the empirical floor, so BH runs on their Beta tails (far below it).
+        assert (p == p.min()).all() and (adjusted < p).all()
+    cols = list(df.columns)
+    assert cols.index("symmetric_energy_p_bh") < cols.index("symmetric_energy_rotation_null_mean")
+    assert cols[-2:] == ["alpha", "beta"]
+    again = analyze_model(layers=[0], heads=[5], null_kind="rotation", rotation_samples=200)
+    np.testing.assert_array_equal(  # seeded per (seed, layer, head): selection does not change a head's draws
+        again.heads["pairing_rotation_null_sd"], df["pairing_rotation_null_sd"].iloc[1:]
+    )
+    assert again.heads["symmetric_energy_z"].isna().all()
+    with pytest.raises(QKEnergyError, match="--null"):
+        analyze_model(layers=[0], null_kind="uniform")
+
+
 def test_selection_and_no_null(cache_dir: Path) -> None:
     a = analyze_model(layers=[4, 1, 4], heads=[11, 0], null=False, cache_dir=cache_dir)
     df = a.heads
     assert df[["layer", "head"]].values.tolist() == [[1, 0], [1, 11], [4, 0], [4, 11]]
     null_cols = [c for c in df.columns if c.endswith(("_null_mean", "_null_sd", "_z", "_p", "_p_bh"))]
-    assert len(null_cols) == 13 and df[null_cols].isna().all().all()
+    assert len(null_cols) == 26 and df[null_cols].isna().all().all()  # Gaussian and rotation nulls
     assert a.layers is None and a.settings["samples"] == 0
     assert df["symmetric_energy"].notna().all()
 

@@ -450,3 +450,19 @@ def test_verify_help_states_the_default(capsys: pytest.CaptureFixture[str]) -> N
 def test_bare_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys)
     assert code == 0 and "verify" in out and "baseline" in out
+
+
+def test_analyze_rotation_null(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--null rotation fills the rotation columns and says so in the summary; a bad --null is status 2."""
+    output = tmp_path / "heads.csv"
+    args = ["analyze", str(_checkpoint(tmp_path / "m")), "--null", "rotation", "--rotation-samples", "50"]
+    code, out, err = run(capsys, *args, "-o", str(output))
+    assert code == 0, err
+    assert "rotation null 50 draws per head" in out and "Rotation null" in out
+    import pandas as pd
+
+    table = pd.read_csv(output)
+    assert table["symmetric_energy_rotation_z"].notna().all()
+    assert table["symmetric_energy_z"].isna().all()  # the Gaussian null was not asked for
+    code, out, err = run(capsys, "analyze", "--null", "uniform", "--quiet")
+    assert code == 2 and "--null" in err

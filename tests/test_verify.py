@@ -19,6 +19,8 @@ CLAIMS = {
     "Lemma 6",
     "E[ratio] vs ratio of E",
     "Exact samplers",
+    "Rotation null",
+    "Beta tail",
 }
 
 

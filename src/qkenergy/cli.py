@@ -577,6 +577,21 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
 @click.option(
+    "--null",
+    "null_kind",
+    type=click.Choice(["gaussian", "rotation", "both"]),
+    default="gaussian",
+    show_default=True,
+    help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
+    "input space rotated at random (Haar), or both.",
+)
+@click.option(
+    "--rotation-samples",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Rotation-null draws per head (not cached).  [default: 500]",
+)
+@click.option(
     "--radius",
     type=click.FloatRange(min=0, max=1, max_open=True),
     default=0.02,
@@ -614,6 +629,8 @@ def analyze(
     samples: int | None,
     seed: int,
     no_null: bool,
+    null_kind: str,
+    rotation_samples: int | None,
     radius: float,
     cache_dir: Path | None,
     model_type: str | None,
@@ -632,6 +649,8 @@ def analyze(
     options: dict[str, Any] = {}
     if samples is not None:
         options["samples"] = samples
+    if rotation_samples is not None:
+        options["rotation_samples"] = rotation_samples
     result = analysis.analyze_model(
         model,
         model_type=model_type,
@@ -643,6 +662,7 @@ def analyze(
         seed=seed,
         radius=radius,
         null=not no_null,
+        null_kind=null_kind,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
         progress=not quiet and sys.stderr.isatty(),
         **options,

@@ -22,18 +22,23 @@ import pandas as pd
 
 from qkenergy import __version__
 from qkenergy.analysis.null_cache import null_law
+from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
-from qkenergy.math.statistics import STATISTICS, dense_statistics, head_statistics
+from qkenergy.math.gram import head_gram
+from qkenergy.math.rotation import rotation_law
+from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import load_layout
 from qkenergy.weights.layouts import LayerWeights, Layout, architecture, find_prefix, read_layer
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
+    "NULL_KINDS",
     "NULL_STATISTICS",
+    "ROTATION_SAMPLES",
     "Analysis",
     "analyze_model",
     "directionality",
@@ -42,6 +47,9 @@ __all__ = [
 
 # Statistics judged against their null law, each with mean / sd / z / p columns.
 NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
+NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
+ROTATION_SAMPLES = 500
+"""Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,8 @@ def analyze_model(
     null: bool = True,
     cache_dir: str | Path | None = None,
     progress: bool = False,
+    null_kind: str = "gaussian",
+    rotation_samples: int = ROTATION_SAMPLES,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -84,12 +94,21 @@ def analyze_model(
     folds the gain of the norm feeding attention into W_Q, W_K. ``samples``,
     ``seed``: the null laws' Monte Carlo size and seed; ``null=False`` skips
     them (null columns NaN). ``cache_dir`` keeps null laws on disk.
+    ``null_kind``: "gaussian" (the law of a Gaussian head of the same shape),
+    "rotation" (the head's own W_K, W_Q with the query's input space rotated at
+    random, :mod:`qkenergy.math.rotation`; ``rotation_samples`` draws per head)
+    or "both".
 
     Columns of ``heads``: model, layer, head, kv_head, n, N, every name in
     ``STATISTICS``, head_type, reason, then for X in ``NULL_STATISTICS``
     X_null_mean, X_null_sd, X_z, X_p (two-sided, empirical), then
+    symmetric_energy_p_tail (two-sided, from a Beta law matched to the null's
+    mean and variance: an approximation, :mod:`qkenergy.math.tails`),
     symmetric_energy_p_bh (Benjamini-Hochberg over the analysed heads with a
-    defined p), and the lobes ``alpha``, ``beta`` as lists (zero padding
+    defined p; a p at the Monte Carlo floor 2/(K+1) enters as its p_tail), the
+    same under the rotation null (X_rotation_null_mean, X_rotation_null_sd,
+    X_rotation_z, X_rotation_p, symmetric_energy_rotation_p_tail,
+    symmetric_energy_rotation_p_bh; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
     trimmed; in units of ||L||, as statistics.HeadStatistics gives them).
 
     Columns of ``layers`` (``per_layer=True``): model, layer, n_heads,
@@ -112,6 +131,12 @@ def analyze_model(
     """
     if null:
         samples = check_integer(samples, "--samples", 2)
+    if null_kind not in NULL_KINDS:
+        raise QKEnergyError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
+    gaussian = null and null_kind in ("gaussian", "both")
+    rotation = null and null_kind in ("rotation", "both")
+    if rotation:
+        rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
     if not (isinstance(radius, int | float) and math.isfinite(radius) and 0 <= radius < 1):
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
@@ -129,7 +154,16 @@ def analyze_model(
         with _layer_progress(progress, len(layer_ids)) as advance:
             for layer in layer_ids:
                 weights = read_layer(source.tensors, arch, layer, fold_norm=fold_norm, prefix=prefix)
-                head_frames.append(_head_rows(source.name, weights, head_ids, radius))
+                head_frames.append(
+                    _head_rows(
+                        source.name,
+                        weights,
+                        head_ids,
+                        radius,
+                        rotation_samples=rotation_samples if rotation else 0,
+                        seed=seed,
+                    )
+                )
                 if per_layer:
                     layer_rows.append(_layer_row(source.name, weights, radius))
                 del weights  # release this layer before the next is read
@@ -139,8 +173,15 @@ def analyze_model(
 
     table = pd.concat(head_frames, ignore_index=True)
     table = _with_null_columns(
-        table, null=null, samples=samples, seed=seed, radius=radius, cache_dir=cache_dir, progress=progress
+        table,
+        null=gaussian,
+        samples=samples,
+        seed=seed,
+        radius=radius,
+        cache_dir=cache_dir,
+        progress=progress,
     )
+    table = _with_rotation_bh(table)
     layer_table = pd.DataFrame(layer_rows) if per_layer else None
     settings: dict[str, Any] = {
         "model": name,
@@ -158,7 +199,9 @@ def analyze_model(
         "layout_file": layout_file,
         **source.notes,
         "null": bool(null),
-        "samples": int(samples) if null else 0,
+        "samples": int(samples) if gaussian else 0,
+        "null_kind": null_kind if null else None,
+        "rotation_samples": int(rotation_samples) if rotation else 0,
         "seed": int(seed),
         "radius": float(radius),
         "cache_dir": None if cache_dir is None else str(cache_dir),
@@ -222,8 +265,16 @@ def _trimmed(lobes: np.ndarray) -> list[list[float]]:
     return [row[row > 0].tolist() for row in np.asarray(lobes, dtype=np.float64)]
 
 
-def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: float) -> pd.DataFrame:
-    """One batched statistics call for the selected heads of one layer."""
+def _head_rows(
+    model: str,
+    weights: LayerWeights,
+    head_ids: list[int],
+    radius: float,
+    *,
+    rotation_samples: int = 0,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One batched statistics call for the selected heads of one layer (and their rotation nulls)."""
     sel = np.asarray(head_ids)
     kv = np.asarray(weights.kv_head)[sel]
     H, H_kv = weights.w_query.shape[0], weights.w_key.shape[0]
@@ -233,7 +284,8 @@ def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: f
     identity_kv = len(kv) == H_kv and np.array_equal(kv, np.arange(H_kv))
     w_key = weights.w_key if identity_kv else weights.w_key[kv]  # GQA: pair each query head with its key head
     n, N = weights.w_query.shape[-2:]
-    stats = head_statistics(w_query, w_key, radius=radius)
+    grams = head_gram(w_query, w_key)
+    stats = gram_statistics(grams, int(N), radius=radius)
     rows: dict[str, Any] = {
         "model": model,
         "layer": weights.layer,
@@ -244,6 +296,8 @@ def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: f
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     frame = pd.DataFrame(rows)
+    rotation = _rotation_rows(grams, int(N), frame, weights.layer, rotation_samples, seed, radius)
+    frame = pd.concat([frame, pd.DataFrame(rotation, index=frame.index)], axis=1)
     frame["alpha"] = _trimmed(stats.alpha.reshape(len(sel), -1))
     frame["beta"] = _trimmed(stats.beta.reshape(len(sel), -1))
     return frame
@@ -252,8 +306,64 @@ def _head_rows(model: str, weights: LayerWeights, head_ids: list[int], radius: f
 # ----------------------------------------------------------------------------- null laws
 
 
-def _null_columns() -> list[str]:
-    return [f"{x}_{s}" for x in NULL_STATISTICS for s in ("null_mean", "null_sd", "z", "p")]
+def _null_columns(kind: str = "") -> list[str]:
+    """X_null_mean, X_null_sd, X_z, X_p for X in NULL_STATISTICS (``kind`` "rotation_" for that null)."""
+    return [f"{x}_{kind}{s}" for x in NULL_STATISTICS for s in ("null_mean", "null_sd", "z", "p")]
+
+
+def _rotation_seed(seed: int, layer: int, head: int) -> int:
+    """The rotation null's seed of one head: its own SeedSequence child of (seed, layer, head)."""
+    return int(np.random.SeedSequence([seed, layer, head]).generate_state(1, np.uint32)[0])
+
+
+def _rotation_rows(
+    grams: np.ndarray,
+    N: int,
+    frame: pd.DataFrame,
+    layer: int,
+    samples: int,
+    seed: int,
+    radius: float,
+) -> dict[str, np.ndarray]:
+    """Rotation-null columns of one layer's heads (NaN when ``samples`` is 0), and private floor flags."""
+    heads = len(frame)
+    out = {c: np.full(heads, np.nan) for c in _null_columns("rotation_")}
+    for x in TAIL_STATISTICS:
+        out[f"{x}_rotation_p_tail"] = np.full(heads, np.nan)
+        out[f"_{x}_rotation_floor"] = np.zeros(heads, dtype=bool)
+    if samples == 0:
+        return out
+    for i, (head, reason) in enumerate(zip(frame["head"], frame["reason"], strict=True)):
+        if reason:
+            continue  # zero or non-finite head: no orientation to randomise
+        law = rotation_law(
+            grams[i], N, samples=samples, seed=_rotation_seed(seed, layer, int(head)), radius=radius
+        )
+        for x in NULL_STATISTICS:
+            judged = judge(law, x, frame[x].to_numpy(np.float64)[i : i + 1])
+            for suffix in ("null_mean", "null_sd", "z", "p"):
+                out[f"{x}_rotation_{suffix}"][i] = judged[suffix][0]
+            if x in TAIL_STATISTICS:
+                out[f"{x}_rotation_p_tail"][i] = judged["p_tail"][0]
+                out[f"_{x}_rotation_floor"][i] = judged["floor"][0]
+    return out
+
+
+def _with_rotation_bh(table: pd.DataFrame) -> pd.DataFrame:
+    """Add symmetric_energy_rotation_p_bh and move the rotation columns before the lobes."""
+    floor = table.pop("_symmetric_energy_rotation_floor").to_numpy(bool)
+    table["symmetric_energy_rotation_p_bh"] = bh_with_tail(
+        table["symmetric_energy_rotation_p"].to_numpy(np.float64),
+        table["symmetric_energy_rotation_p_tail"].to_numpy(np.float64),
+        floor,
+    )
+    rotation = [
+        *_null_columns("rotation_"),
+        "symmetric_energy_rotation_p_tail",
+        "symmetric_energy_rotation_p_bh",
+    ]
+    rest = [c for c in table.columns if c not in rotation and c not in ("alpha", "beta")]
+    return table[[*rest, *rotation, "alpha", "beta"]]
 
 
 def _with_null_columns(
@@ -266,8 +376,10 @@ def _with_null_columns(
     cache_dir: str | Path | None,
     progress: bool,
 ) -> pd.DataFrame:
-    """Insert the null columns (before the lobes) and the BH-adjusted p of symmetric energy."""
+    """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s."""
     extra = {c: np.full(len(table), np.nan) for c in _null_columns()}
+    extra["symmetric_energy_p_tail"] = np.full(len(table), np.nan)
+    floor = np.zeros(len(table), dtype=bool)
     if null:
         for n, N in table[["n", "N"]].drop_duplicates().itertuples(index=False):
             law = null_law(
@@ -281,32 +393,18 @@ def _with_null_columns(
             )
             rows = ((table["n"] == n) & (table["N"] == N)).to_numpy()
             for x in NULL_STATISTICS:
-                values = table.loc[rows, x].to_numpy(np.float64)
-                # Undefined statistics stay NaN: the empirical p would otherwise call them 1.
-                defined = np.isfinite(values)
-                z = np.full(values.shape, np.nan)
-                p = np.full(values.shape, np.nan)
-                z[defined] = law.z(x, values[defined])
-                p[defined] = law.p_two_sided(x, values[defined])
-                extra[f"{x}_null_mean"][rows] = law.mean(x)
-                extra[f"{x}_null_sd"][rows] = law.sd(x)
-                extra[f"{x}_z"][rows] = z
-                extra[f"{x}_p"][rows] = p
-    extra["symmetric_energy_p_bh"] = _bh(extra["symmetric_energy_p"])
+                judged = judge(law, x, table.loc[rows, x].to_numpy(np.float64))
+                for suffix in ("null_mean", "null_sd", "z", "p"):
+                    extra[f"{x}_{suffix}"][rows] = judged[suffix]
+                if x in TAIL_STATISTICS:
+                    extra[f"{x}_p_tail"][rows] = judged["p_tail"]
+                    floor[rows] = judged["floor"]
+    extra["symmetric_energy_p_bh"] = bh_with_tail(
+        extra["symmetric_energy_p"], extra["symmetric_energy_p_tail"], floor
+    )
     lobes = table[["alpha", "beta"]]
     base = table.drop(columns=["alpha", "beta"])
     return pd.concat([base, pd.DataFrame(extra, index=table.index), lobes], axis=1)
-
-
-def _bh(p: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values over the finite entries; NaN stays NaN."""
-    out = np.full(p.shape, np.nan)
-    finite = np.isfinite(p)
-    if finite.any():
-        from scipy.stats import false_discovery_control  # ~1 s import: only when needed
-
-        out[finite] = false_discovery_control(p[finite], method="bh")
-    return out
 
 
 # ----------------------------------------------------------------------------- layer forms

@@ -33,6 +33,8 @@ __all__ = [
     "layer_summary",
     "print_summary",
     "read_table",
+    "rotation_verdict",
+    "tail_note",
     "verdict",
     "write_table",
 ]
@@ -252,6 +254,56 @@ def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
     )
 
 
+def _significant(df: pd.DataFrame, prefix: str) -> tuple[int, int, int] | None:
+    """(above, below, total) heads with BH-adjusted p < SIGNIFICANCE under one null; None if not drawn."""
+    p_col, z_col = f"{prefix}_p_bh", f"{prefix}_z"
+    if p_col not in df.columns or z_col not in df.columns:
+        return None
+    p = df[p_col].to_numpy(np.float64)
+    if not np.isfinite(p).any():
+        return None
+    z = df[z_col].to_numpy(np.float64)
+    significant = np.isfinite(p) & (p < SIGNIFICANCE)
+    return int((significant & (z > 0)).sum()), int((significant & (z < 0)).sum()), int(np.isfinite(p).sum())
+
+
+def rotation_verdict(df: pd.DataFrame) -> str | None:
+    """One sentence on the rotation null (the heads' own spectra, random orientation); None if not drawn."""
+    counts = _significant(df, "symmetric_energy_rotation")
+    if counts is None:
+        return None
+    above, below, total = counts
+    sd = df["symmetric_energy_rotation_null_sd"].to_numpy(np.float64)
+    sd = sd[np.isfinite(sd)]
+    return (
+        f"Rotation null (each head's own W_K, W_Q, query input space rotated at random): {above} of "
+        f"{total} heads significantly more symmetric and {below} more skew (BH-adjusted p < "
+        f"{SIGNIFICANCE:g}); null sd of s {format_fixed(sd.min())}–{format_fixed(sd.max())}."
+    )
+
+
+def tail_note(df: pd.DataFrame, settings: dict[str, Any]) -> str | None:
+    """How many empirical p-values sat at their Monte Carlo floor and entered BH as the Beta tail."""
+    parts = []
+    for prefix, key, label in (
+        ("symmetric_energy", "samples", "Gaussian"),
+        ("symmetric_energy_rotation", "rotation_samples", "rotation"),
+    ):
+        K = int(settings.get(key) or 0)
+        if K < 2 or f"{prefix}_p" not in df.columns:
+            continue
+        p = df[f"{prefix}_p"].to_numpy(np.float64)
+        at_floor = int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum())
+        if at_floor:
+            parts.append(f"{at_floor} heads under the {label} null")
+    if not parts:
+        return None
+    return (
+        "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
+        "matched to the null's mean and variance (an approximation; see docs/statistics.md)."
+    )
+
+
 def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), one-sentence verdict."""
     from rich.console import Console
@@ -264,11 +316,16 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     fold = "used" if settings.get("fold_norm") else "not used"
     # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
     # of trained heads often lie far beyond what K null samples can resolve.
-    null_text = (
-        f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})"
-        if null
-        else "null laws skipped"
-    )
+    if not null:
+        null_text = "null laws skipped"
+    else:
+        texts = []
+        if samples:
+            texts.append(f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})")
+        rotation = int(settings.get("rotation_samples") or 0)
+        if rotation:
+            texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
+        null_text = " · ".join(texts)
     console.print(
         f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
         f"fold-norm {fold} · {null_text}"
@@ -313,4 +370,9 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
                 str(r.get("route", "")),
             )
         console.print(form)
-    console.print(verdict(df, null=null))
+    rotation_line = rotation_verdict(df)
+    if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
+        console.print(verdict(df, null=null))
+    for line in (rotation_line, tail_note(df, settings)):
+        if line is not None:
+            console.print(line)

@@ -13,7 +13,12 @@
 - Lemma 6: D_n decreasing towards 0 for finite-second-moment laws, and not for
   a Pareto law of tail index 1.5 (the contrast case);
 - the skewed entry laws where E[s] departs from E||S||^2/E||L||^2 (expected);
-- the exact samplers against direct simulation (Kolmogorov-Smirnov).
+- the exact samplers against direct simulation (Kolmogorov-Smirnov);
+- the rotation null: E[s(L U)] = (N+1)/(2N) for any fixed L with U Haar (direct
+  QR sampling, heads of rank 1 to N), and its exact O(n^3) block sampler against
+  direct Haar rotations (KS);
+- the Beta tail approximation of p-values: exact for an iid Gaussian square L,
+  and against the empirical tail of a Gaussian head where both exist.
 
 Monte Carlo rows pass within 5 standard errors, KS rows when p > 0.001; each
 row says which in its setting or note. Every row has its own seed derived from
@@ -32,7 +37,7 @@ import numpy as np
 from scipy import stats
 
 from qkenergy.errors import check_integer
-from qkenergy.math import baselines, energies, gram, lobes, montecarlo, nulls
+from qkenergy.math import baselines, energies, gram, lobes, montecarlo, nulls, rotation, tails
 from qkenergy.math import statistics as head_stats
 
 DEFAULT_SAMPLES = 100_000
@@ -609,6 +614,122 @@ def check_samplers(samples: int, seed: int) -> list[Check]:
 
 
 # ---------------------------------------------------------------------------
+# The rotation null and the Beta tail
+
+ROTATION_N = 12
+ROTATION_RANKS: tuple[int, ...] = (1, 3, 12)
+
+
+def _fixed_form(rng: np.random.Generator, rank: int, N: int) -> np.ndarray:
+    """An N x N form of this rank with a geometric (strongly anisotropic) spectrum."""
+    left, right = rng.standard_normal((2, N, rank))
+    return (left * 2.0 ** -np.arange(rank)) @ right.T
+
+
+def _haar_symmetric_energy(L: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
+    """s(L U) for U Haar on O(N), sampled directly (QR of a Gaussian matrix with the sign fix)."""
+    LU = L @ rotation.haar_orthogonal(rng, L.shape[0], size)
+    return 0.5 + 0.5 * np.einsum("bij,bji->b", LU, LU) / np.sum(L * L)
+
+
+def check_rotation(samples: int, seed: int) -> list[Check]:
+    """E[s(L U)] = (N+1)/(2N) for ANY fixed L, U Haar; the exact block sampler against direct Haar."""
+    N = ROTATION_N
+    rows: list[Check] = []
+    for rank in ROTATION_RANKS:
+        L = _fixed_form(np.random.default_rng(_subseed(seed, f"rotation form {rank}")), rank, N)
+        s = montecarlo.draw(
+            lambda rng, size, L=L: _haar_symmetric_energy(L, rng, size),
+            samples,
+            seed=_subseed(seed, f"rotation mean {rank}"),
+        )
+        rows.append(
+            _within(
+                "Rotation null",
+                f"fixed L of rank {rank}, N = {N}, geometric spectrum: E[s(L U)] = (N+1)/(2N), "
+                f"U Haar by QR, K = {samples}",
+                baselines.symmetric_ratio(N),
+                montecarlo.estimate_mean(s),
+            )
+        )
+    size = max(200, samples // 4)
+    n, rank = 4, 2
+    rng = np.random.default_rng(_subseed(seed, "rotation ks head"))
+    w_query = np.zeros((n, N))
+    w_query[:rank] = rng.standard_normal((rank, N))
+    w_key = np.diag(2.0 ** -np.arange(n)) @ rng.standard_normal((n, N))
+    law = rotation.rotation_law(
+        gram.head_gram(w_query, w_key), N, samples=size, seed=_subseed(seed, "rot exact")
+    )
+
+    def direct(rng: np.random.Generator, k: int) -> np.ndarray:
+        rotated = np.broadcast_to(w_query, (k, n, N)) @ rotation.haar_orthogonal(rng, N, k)
+        stats_ = head_stats.head_statistics(rotated, np.broadcast_to(w_key, (k, n, N)))
+        return stats_.stack(rotation.ROTATION_STATISTICS)
+
+    reference = montecarlo.draw(direct, size, seed=_subseed(seed, "rotation direct"))
+    for j, name in enumerate(rotation.ROTATION_STATISTICS):
+        x, y = law.samples(name), reference[:, j]
+        rows.append(
+            _ks_row(
+                "Rotation null",
+                f"n = {n}, N = {N}, W_Q of rank {rank}: exact block sampler B = X R^-1, R^T R = X^T X + W "
+                f"vs direct Haar U, {name}",
+                stats.ks_2samp(x[np.isfinite(x)], y[np.isfinite(y)]),
+                f"K = {size} vs {size}",
+            )
+        )
+    return rows
+
+
+TAIL_SHAPE = (16, 128)
+TAIL_LEVELS: tuple[float, ...] = (0.01, 0.001)
+
+
+def check_tails(samples: int, seed: int) -> list[Check]:
+    """The Beta law matched to the null's mean and variance: exact for iid square L, close for heads."""
+    rows: list[Check] = []
+    N = 10
+    exact = baselines.gaussian_square_law(N)
+    matched = tails.matched_beta(exact.mean(), exact.var())
+    error = float(np.max(np.abs(np.subtract(matched.args, exact.args)) / np.asarray(exact.args)))
+    rows.append(
+        Check(
+            "Beta tail",
+            f"iid Gaussian square L, N = {N}: the Beta matched to the mean and variance of s is "
+            "Beta(N(N+1)/4, N(N-1)/4), the exact law",
+            0.0,
+            error,
+            None,
+            error <= 1e-10,
+            "largest relative error of the two parameters; pass below 1e-10",
+        )
+    )
+    n, N = TAIL_SHAPE
+    s = montecarlo.draw(
+        lambda rng, size: gram.gram_energies(nulls.null_gram(rng, n, N, size)).symmetric_ratio,
+        samples,
+        seed=_subseed(seed, "beta tail head"),
+    )
+    beta = tails.matched_beta(baselines.symmetric_ratio(N), float(np.var(s, ddof=1)))
+    for q in TAIL_LEVELS:
+        for side, frequency in (("lower", np.mean(s <= beta.ppf(q))), ("upper", np.mean(s >= beta.isf(q)))):
+            rows.append(
+                _within(
+                    "Beta tail",
+                    f"Gaussian head n = {n}, N = {N}: empirical frequency beyond the matched Beta's "
+                    f"{side} {q:g} quantile, K = {samples}",
+                    q,
+                    montecarlo.Estimate(
+                        float(frequency), math.sqrt(q * (1 - q) / samples), math.nan, math.nan, samples
+                    ),
+                    "binomial SE; the approximation behind *_p_tail",
+                )
+            )
+    return rows
+
+
+# ---------------------------------------------------------------------------
 
 CHECKS: tuple[CheckFunction, ...] = (
     check_lemma5,
@@ -618,6 +739,8 @@ CHECKS: tuple[CheckFunction, ...] = (
     check_lemma6,
     check_departures,
     check_samplers,
+    check_rotation,
+    check_tails,
 )
 """The checks run_checks runs, in table order (tests replace this to inject a failure)."""
 

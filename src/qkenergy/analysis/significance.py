@@ -1,0 +1,74 @@
+"""Columns that judge a statistic against a null law: mean, sd, z, empirical p, Beta tail, BH.
+
+Shared by the two per-head nulls of :mod:`qkenergy.analysis.analyze` (the
+Gaussian law of a head of the same shape, and the rotation null that keeps the
+head's own spectra) and by the per-layer null. The empirical p-value stops at
+its floor 2/(K + 1); ``symmetric_energy``'s ``..._p_tail`` (a Beta law matched
+to the null's mean and variance, :mod:`qkenergy.math.tails`, an approximation)
+takes its place in the Benjamini-Hochberg adjustment where the empirical p is at
+that floor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkenergy.math.nulls import NullLaw
+from qkenergy.math.tails import beta_p_two_sided
+
+__all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
+
+TAIL_STATISTICS: tuple[str, ...] = ("symmetric_energy",)
+"""Statistics with a ``_p_tail`` column: bounded in [0, 1], where a matched Beta law makes sense."""
+
+SUFFIXES: tuple[str, ...] = ("null_mean", "null_sd", "z", "p")
+
+
+def empirical_floor(law: NullLaw, name: str) -> float:
+    """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples."""
+    return 2.0 / (1 + int(np.isfinite(law.samples(name)).sum()))
+
+
+def judge(law: NullLaw, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+    """null_mean, null_sd, z, p (empirical, two-sided) and, for TAIL_STATISTICS, p_tail and floor.
+
+    Undefined values stay NaN (the empirical p would otherwise call them 1).
+    ``floor`` is a boolean array: the empirical p sits at :func:`empirical_floor`.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    defined = np.isfinite(x)
+    z = np.full(x.shape, np.nan)
+    p = np.full(x.shape, np.nan)
+    z[defined] = law.z(name, x[defined])
+    p[defined] = law.p_two_sided(name, x[defined])
+    out = {
+        "null_mean": np.full(x.shape, law.mean(name)),
+        "null_sd": np.full(x.shape, law.sd(name)),
+        "z": z,
+        "p": p,
+    }
+    if name in TAIL_STATISTICS:
+        out["p_tail"] = np.asarray(beta_p_two_sided(x, law.mean(name), law.sd(name) ** 2), dtype=np.float64)
+        out["floor"] = defined & (p <= empirical_floor(law, name) * (1 + 1e-12))
+    return out
+
+
+def bh(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values over the finite entries; NaN stays NaN."""
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    if finite.any():
+        from scipy.stats import false_discovery_control  # ~1 s import: only when needed
+
+        out[finite] = false_discovery_control(p[finite], method="bh")
+    return out
+
+
+def bh_with_tail(p: np.ndarray, p_tail: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """BH over p, where each empirical p at its floor is replaced by its tail approximation.
+
+    Returns the adjusted p-values; an entry keeps its empirical p when the tail
+    approximation is undefined (NaN).
+    """
+    use_tail = floor & np.isfinite(p_tail)
+    return bh(np.where(use_tail, p_tail, p))
