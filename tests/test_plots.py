@@ -58,7 +58,7 @@ def test_chosen_head_and_formats(table: pd.DataFrame, tmp_path: Path, cache: Pat
 def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
     df = table.drop(columns=["alpha", "beta"])
     df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
-    with pytest.warns(UserWarning, match="lobe figure skipped"):
+    with pytest.warns(UserWarning, match="lobe figures skipped"):
         paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
     assert len(paths) == 3
     # Without z-scores the most extreme head is the farthest from the baseline.

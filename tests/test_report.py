@@ -64,7 +64,8 @@ def test_csv_lobes_are_json(table: pd.DataFrame, tmp_path: Path) -> None:
 
 def test_json_is_strict(table: pd.DataFrame, tmp_path: Path) -> None:
     path = write_table(table, tmp_path / "t.json")
-    records = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    document = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    records = document["heads"]
     assert len(records) == len(table) and records[3]["symmetric_energy"] is None
 
 

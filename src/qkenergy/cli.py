@@ -640,6 +640,7 @@ def analyze(
     """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM)."""
     from qkenergy.analysis import analyze as analysis
     from qkenergy.analysis import report
+    from qkenergy.analysis.outputs import write_outputs
 
     if output is not None and output.suffix.lower() not in report.FORMATS:
         raise click.BadParameter(
@@ -669,18 +670,13 @@ def analyze(
     )
     if not quiet:
         report.print_summary(result, _stdout_console())
-    written: list[Path] = []
-    if output is not None:
-        written.append(report.write_table(result.heads, output))
-        if result.layers is not None:
-            # the whole-layer forms go next to the head table: results.csv -> results.layers.csv
-            written.append(
-                report.write_table(result.layers, output.with_name(f"{output.stem}.layers{output.suffix}"))
-            )
-    if plot_dir is not None:
-        written.extend(
-            _plot(result.heads, plot_dir, head=None, samples=samples, seed=seed, cache_dir=cache_dir)
-        )
+    # the tables, their settings and the figures land together or not at all
+    written = write_outputs(
+        result,
+        output=output,
+        plot_dir=plot_dir,
+        **_plot_options(samples=samples, seed=seed, cache_dir=cache_dir),
+    )
     if not quiet:
         for path in written:
             click.echo(f"wrote {path}", err=True)
@@ -715,34 +711,24 @@ def plot(
     seed: int,
     cache_dir: Path | None,
 ) -> None:
-    """Plot a results table written by ``qkenergy analyze -o``."""
-    from qkenergy.analysis import report
+    """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
+    from qkenergy.analysis import plots, report
 
     table = report.read_table(results)
-    for path in _plot(table, outdir, head=head, samples=samples, seed=seed, cache_dir=cache_dir):
+    options = _plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
+    for path in plots.plot_results(table, outdir, head=head, **options):
         click.echo(f"wrote {path}")
 
 
-def _plot(
-    table: Any,
-    outdir: Path,
-    *,
-    head: tuple[int, int] | None,
-    samples: int | None,
-    seed: int,
-    cache_dir: Path | None,
-) -> list[Path]:
-    from qkenergy.analysis import plots
-
-    options: dict[str, Any] = {} if samples is None else {"null_samples": samples}
-    return plots.plot_results(
-        table,
-        outdir,
-        head=head,
-        seed=seed,
-        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
-        **options,
-    )
+def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> dict[str, Any]:
+    """plots.plot_results options from the command line: null-law samples, seed and cache."""
+    options: dict[str, Any] = {
+        "seed": seed,
+        "cache_dir": cache_dir if cache_dir is not None else default_cache_dir(),
+    }
+    if samples is not None:
+        options["null_samples"] = samples
+    return options
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from qkenergy import __version__
+from qkenergy.analysis import provenance
 from qkenergy.analysis.null_cache import null_law
+from qkenergy.analysis.report import with_integer_counts
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
@@ -148,12 +150,13 @@ def analyze_model(
         )
         layer_ids = _select("--layers", layers, arch.n_layers, "layers")
         head_ids = _select("--heads", heads, arch.n_heads, "query heads")
-        prefix = find_prefix(source.tensors, arch)
+        tensors = provenance.ReadRecorder(source.tensors)  # notes what is read, for the fingerprints
+        prefix = find_prefix(tensors, arch)
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
         with _layer_progress(progress, len(layer_ids)) as advance:
             for layer in layer_ids:
-                weights = read_layer(source.tensors, arch, layer, fold_norm=fold_norm, prefix=prefix)
+                weights = read_layer(tensors, arch, layer, fold_norm=fold_norm, prefix=prefix)
                 head_frames.append(
                     _head_rows(
                         source.name,
@@ -170,6 +173,7 @@ def analyze_model(
                 source.tensors.release()
                 advance()
         name = source.name
+        model_source = provenance.model_source(model, source, tensors.fingerprints())
 
     table = pd.concat(head_frames, ignore_index=True)
     table = _with_null_columns(
@@ -182,7 +186,8 @@ def analyze_model(
         progress=progress,
     )
     table = _with_rotation_bh(table)
-    layer_table = pd.DataFrame(layer_rows) if per_layer else None
+    table = with_integer_counts(table)
+    layer_table = with_integer_counts(pd.DataFrame(layer_rows)) if per_layer else None
     settings: dict[str, Any] = {
         "model": name,
         "model_type": arch.model_type,
@@ -208,6 +213,8 @@ def analyze_model(
         "directionality_gamma": DIRECTIONALITY_GAMMA if per_layer else None,
         "qkenergy_version": __version__,
     }
+    # the run's provenance (version, date, command line, model source and fingerprints) first
+    settings = provenance.run_settings(model_source, **settings)
     return Analysis(heads=table, layers=layer_table, model=name, settings=settings)
 
 

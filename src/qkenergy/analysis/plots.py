@@ -25,7 +25,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from qkenergy.analysis.report import atomic_path, baseline, ensure_directory
+from qkenergy.analysis.provenance import METADATA_KEY, population_label, settings_json
+from qkenergy.analysis.report import baseline
+from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import ArgumentError, QKEnergyError
 from qkenergy.formatting import MISSING, format_fixed
 
@@ -36,15 +38,29 @@ _SQRT3_2 = math.sqrt(3) / 2
 _DPI = 150
 
 
-def _save(fig: Figure, outdir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+# Where each format keeps free text: the run's settings (JSON) go there.
+_SETTINGS_FIELD = {"png": METADATA_KEY, "svg": "Description", "pdf": "Subject"}
+
+
+def _save(
+    fig: Figure,
+    outdir: Path,
+    stem: str,
+    formats: Sequence[str],
+    outputs: OutputTransaction,
+    settings: dict[str, Any] | None,
+) -> list[Path]:
     FigureCanvasAgg(fig)  # attach the Agg canvas; svg/pdf pick their own writer by format
     paths = []
     for fmt in formats:
         path = outdir / f"{stem}.{fmt}"
-        with atomic_path(path) as tmp:
-            # No timestamps in the files: the same table gives the same bytes.
-            metadata = {"Date": None} if fmt == "svg" else ({"CreationDate": None} if fmt == "pdf" else None)
-            fig.savefig(tmp, format=fmt, dpi=_DPI, bbox_inches="tight", metadata=metadata)
+        # No timestamps of the drawing itself: the same table and settings give the same bytes.
+        metadata: dict[str, Any] = (
+            {"Date": None} if fmt == "svg" else ({"CreationDate": None} if fmt == "pdf" else {})
+        )
+        if settings is not None:
+            metadata[_SETTINGS_FIELD[fmt]] = settings_json(settings)
+        fig.savefig(outputs.stage(path), format=fmt, dpi=_DPI, bbox_inches="tight", metadata=metadata or None)
         paths.append(path)
     return paths
 
@@ -65,9 +81,13 @@ def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
         raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
 
 
-def _title(df: pd.DataFrame) -> str:
+def _model_name(df: pd.DataFrame) -> str | None:
     models = df["model"].unique() if "model" in df.columns else []
-    return str(models[0]) if len(models) == 1 else "heads"
+    return str(models[0]) if len(models) == 1 else None
+
+
+def _title(df: pd.DataFrame) -> str:
+    return _model_name(df) or "heads"
 
 
 # ----------------------------------------------------------------------------- 1. heatmap
@@ -139,7 +159,12 @@ def _heatmap(df: pd.DataFrame) -> Figure:
 
 
 def _null_histogram(
-    df: pd.DataFrame, *, null_samples: int, seed: int, cache_dir: str | os.PathLike | None
+    df: pd.DataFrame,
+    *,
+    null_samples: int,
+    seed: int,
+    cache_dir: str | os.PathLike | None,
+    population: str = "heads",
 ) -> Figure:
     from qkenergy.analysis.null_cache import null_law
 
@@ -171,7 +196,7 @@ def _null_histogram(
     if s.size:
         span = hi - lo if hi > lo else 1e-3
         bins = np.linspace(lo - 0.02 * span, hi + 0.02 * span, 41)
-        ax.hist(s, bins=bins, color="tab:red", alpha=0.75, label=f"trained heads ({s.size})")
+        ax.hist(s, bins=bins, color="tab:red", alpha=0.75, label=f"{population} ({s.size})")
     ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
     ax.set_ylabel("heads")
     axn.set_ylabel("null density")
@@ -201,7 +226,7 @@ def accumulation_limit(rho: np.ndarray) -> np.ndarray:
     return out / (1 + rho**2)[..., None]
 
 
-def _simplex(df: pd.DataFrame, *, radius: float = 0.02) -> Figure:
+def _simplex(df: pd.DataFrame, *, radius: float = 0.02, population: str = "heads") -> Figure:
     fig = Figure(figsize=(6.4, 5.6))
     ax = fig.add_subplot()
     ax.set_aspect("equal")
@@ -239,7 +264,7 @@ def _simplex(df: pd.DataFrame, *, radius: float = 0.02) -> Figure:
         edgecolor="k",
         linewidth=0.3,
         zorder=3,
-        label=f"heads ({len(sub)})",
+        label=f"{population} ({len(sub)})",
     )
     if len(sub):
         bar = fig.colorbar(points, ax=ax, shrink=0.7)
@@ -362,13 +387,21 @@ def plot_results(
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     formats: Sequence[str] = ("png", "svg"),
+    settings: dict[str, Any] | None = None,
+    transaction: OutputTransaction | None = None,
 ) -> list[Path]:
-    """Write the four figures for one model's head table into ``outdir``; returns the files.
+    """Write the figures for one model's head table into ``outdir``; returns the files.
 
-    ``head``: (layer, head) for the lobe figure (default: largest
-    |symmetric_energy_z|). ``null_samples``, ``seed``, ``cache_dir``: the null
-    laws drawn for the histogram (null_cache.null_law). The lobe figure is skipped,
-    with a warning, when the table has no alpha/beta columns.
+    The lobe figure is drawn for the most extreme head (largest
+    |symmetric_energy_z|) and, when ``head`` = (layer, head) names another
+    one, for that head too. ``null_samples``, ``seed``, ``cache_dir``: the null
+    laws drawn for the histogram (null_cache.null_law). The lobe figures are
+    skipped, with a warning, when the table has no alpha/beta columns.
+    ``settings`` (default: ``df.attrs["settings"]``) name the heads in the
+    legends (:func:`provenance.population_label`) and are stored in each file
+    (PNG text chunk ``qkenergy``, SVG description, PDF subject).
+    ``transaction``: stage the files in the caller's transaction (see
+    :mod:`qkenergy.analysis.transaction`); by default they are committed together here.
     """
     formats = _check_formats(formats)
     _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
@@ -380,21 +413,31 @@ def plot_results(
         )
     if df["N"].nunique() > 1:
         raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
-    outdir = ensure_directory(outdir)
-    chosen = choose_head(df, head)  # validate --head before any drawing
-    paths: list[Path] = []
-    paths += _save(_heatmap(df), outdir, "symmetric_energy_heatmap", formats)
-    paths += _save(
-        _null_histogram(df, null_samples=null_samples, seed=seed, cache_dir=cache_dir),
-        outdir,
-        "symmetric_energy_null",
-        formats,
-    )
+    # validate --head before any drawing; the requested head comes in addition to the most extreme one
+    chosen = list(dict.fromkeys([choose_head(df), *([choose_head(df, head)] if head is not None else [])]))
     _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
-    paths += _save(_simplex(df), outdir, "symmetric_profiles", formats)
-    if {"alpha", "beta"} <= set(df.columns):
-        layer, h = chosen
-        paths += _save(_lobes(df, layer, h), outdir, f"lobes_layer{layer}_head{h}", formats)
-    else:
-        warnings.warn("the table has no alpha/beta lobe columns: lobe figure skipped", stacklevel=2)
+    if settings is None:
+        settings = df.attrs.get("settings")
+    population = population_label(settings, _model_name(df))
+    paths: list[Path] = []
+    with joined(transaction) as outputs:
+        outdir = outputs.ensure_directory(outdir)
+
+        def save(fig: Figure, stem: str) -> None:
+            paths.extend(_save(fig, outdir, stem, formats, outputs, settings))
+
+        save(_heatmap(df), "symmetric_energy_heatmap")
+        save(
+            _null_histogram(
+                df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+            ),
+            "symmetric_energy_null",
+        )
+        radius = float((settings or {}).get("radius", 0.02))
+        save(_simplex(df, radius=radius, population=population), "symmetric_profiles")
+        if {"alpha", "beta"} <= set(df.columns):
+            for layer, h in chosen:
+                save(_lobes(df, layer, h), f"lobes_layer{layer}_head{h}")
+        else:
+            warnings.warn("the table has no alpha/beta lobe columns: lobe figures skipped", stacklevel=2)
     return paths

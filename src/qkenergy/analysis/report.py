@@ -6,7 +6,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from qkenergy.analysis.provenance import METADATA_KEY, read_settings, settings_json, sidecar_path
+from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import QKEnergyError
 from qkenergy.formatting import format_fixed, format_percent, json_safe, rich_table
 
@@ -31,16 +32,22 @@ __all__ = [
     "baseline",
     "ensure_directory",
     "layer_summary",
+    "layers_path",
     "print_summary",
     "read_table",
     "rotation_verdict",
     "tail_note",
     "verdict",
+    "with_integer_counts",
+    "write_results",
     "write_table",
 ]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
 LIST_COLUMNS = ("alpha", "beta")
+# How CSV cells hold the list columns (recorded in the sidecar and in docs/columns.md).
+CSV_LIST_ENCODING = "JSON array text, e.g. [0.41, 0.12]; [] for an undefined head"
+COUNT_COLUMNS = ("n_pos", "n_neg", "n_zero")
 STRING_COLUMNS = ("model", "head_type", "reason")
 REQUIRED_COLUMNS = ("model", "layer", "head", "n", "N", "symmetric_energy")
 SIGNIFICANCE = 0.05
@@ -69,57 +76,131 @@ def ensure_directory(path: str | os.PathLike) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
-    target = Path(path)
-    ensure_directory(target.parent)
-    try:
-        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise QKEnergyError(f"{target}: cannot write ({exc.strerror or exc})") from None
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        # mkstemp makes the file 0600; give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    A one-file :class:`~qkenergy.analysis.transaction.OutputTransaction`: a
+    symlinked ``path`` is written through, an existing file keeps its permissions.
+    """
+    with OutputTransaction() as outputs:
+        yield outputs.stage(path)
 
 
 def _list_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in LIST_COLUMNS if c in df.columns]
 
 
-def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write ``df`` as csv, parquet or json (by extension), atomically; returns the path.
+def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with n_pos, n_neg, n_zero as nullable integers (Int64; undefined heads are <NA>)."""
+    for col in COUNT_COLUMNS:
+        if col in df.columns:
+            values = pd.to_numeric(df[col], errors="coerce")
+            df[col] = values.round().astype("Int64")
+    return df
 
-    csv keeps the list columns (alpha, beta) as JSON strings; json is a list of
-    records with NaN as null; parquet keeps lists natively.
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: NaN and <NA> as None, lists as lists of floats."""
+    out = df.astype(object).where(df.notna(), None) if len(df) else df
+    return json_safe(out.to_dict(orient="records"))
+
+
+def write_table(
+    df: pd.DataFrame,
+    path: str | os.PathLike,
+    *,
+    settings: dict[str, Any] | None = None,
+    layers: pd.DataFrame | None = None,
+    transaction: OutputTransaction | None = None,
+) -> Path:
+    """Write ``df`` as csv, parquet or json (by extension), atomically, with its settings; returns the path.
+
+    ``settings`` (default: ``df.attrs["settings"]``, if any): how the table was
+    made (see :mod:`qkenergy.analysis.provenance`): Parquet key-value metadata
+    ``qkenergy``, the ``settings`` member of the JSON object, or the CSV
+    sidecar ``<path>.meta.json`` (only when there are settings). csv keeps the
+    list columns (alpha, beta) as JSON array text; json is the object
+    ``{"settings": ..., "heads": [records], "layers": [records]}`` with NaN as
+    null (``layers`` only for json: csv and parquet take the layer table as a
+    table of its own, see :func:`write_results`); parquet keeps lists natively.
+    ``transaction``: stage the files in the caller's transaction instead of
+    committing them here.
     """
     target = Path(path)
     fmt = _format(target)
-    with atomic_path(target) as tmp:
+    if settings is None:
+        settings = df.attrs.get("settings")
+    if layers is not None and fmt != "json":
+        raise ValueError("layers are embedded in json tables only; write_results writes the others")
+    out = with_integer_counts(df.copy())
+    with joined(transaction) as outputs:
+        tmp = outputs.stage(target)
         if fmt == "csv":
-            out = df.copy()
             for col in _list_columns(out):
-                out[col] = [json.dumps(json_safe(v)) for v in out[col]]
+                out[col] = [json.dumps(json_safe(list(v))) for v in out[col]]
             out.to_csv(tmp, index=False)
+            if settings is not None:
+                sidecar = {
+                    "table": target.name,
+                    "settings": settings,
+                    "list_columns": {c: CSV_LIST_ENCODING for c in _list_columns(out)},
+                }
+                with open(outputs.stage(sidecar_path(target)), "w", encoding="utf-8") as fh:
+                    json.dump(json_safe(sidecar), fh, allow_nan=False, indent=1)
+                    fh.write("\n")
         elif fmt == "parquet":
-            out = df.copy()
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
             for col in _list_columns(out):
                 out[col] = [[float(x) for x in v] for v in out[col]]
-            out.to_parquet(tmp, index=False)
+            table = pa.Table.from_pandas(out, preserve_index=False)
+            if settings is not None:
+                metadata = dict(table.schema.metadata or {})
+                metadata[METADATA_KEY.encode()] = settings_json(settings).encode()
+                table = table.replace_schema_metadata(metadata)
+            pq.write_table(table, tmp)
         else:
-            records = json_safe(df.to_dict(orient="records"))
+            document: dict[str, Any] = {"settings": settings, "heads": _records(out)}
+            if layers is not None:
+                document["layers"] = _records(with_integer_counts(layers.copy()))
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(records, fh, allow_nan=False)
+                json.dump(json_safe(document), fh, allow_nan=False)
                 fh.write("\n")
     return target
+
+
+def layers_path(path: str | os.PathLike) -> Path:
+    """Where the layer table of a csv / parquet head table goes: results.csv -> results.layers.csv."""
+    target = Path(path)
+    return target.with_name(f"{target.stem}.layers{target.suffix}")
+
+
+def write_results(
+    heads: pd.DataFrame,
+    path: str | os.PathLike,
+    *,
+    settings: dict[str, Any] | None = None,
+    layers: pd.DataFrame | None = None,
+    transaction: OutputTransaction | None = None,
+) -> list[Path]:
+    """The head table and, if given, the layer table of one run, in one transaction; returns the files.
+
+    json: one file holding both; csv / parquet: ``path`` and :func:`layers_path`
+    (each csv with its ``.meta.json`` sidecar when there are settings).
+    """
+    target = Path(path)
+    with joined(transaction) as outputs:
+        if _format(target) == "json":
+            written = [write_table(heads, target, settings=settings, layers=layers, transaction=outputs)]
+        else:
+            written = [write_table(heads, target, settings=settings, transaction=outputs)]
+            if layers is not None:
+                written.append(
+                    write_table(layers, layers_path(target), settings=settings, transaction=outputs)
+                )
+    if settings is not None and _format(target) == "csv":
+        written += [sidecar_path(p) for p in written]
+    return written
 
 
 def _as_list(value: Any) -> list[float]:
@@ -130,20 +211,41 @@ def _as_list(value: Any) -> list[float]:
     return [float("nan") if x is None else float(x) for x in value]
 
 
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Inverse of :func:`write_table`; checks that the head-table columns are present."""
+def read_table(path: str | os.PathLike, *, table: str = "heads") -> pd.DataFrame:
+    """Inverse of :func:`write_table`: the table, with its settings in ``df.attrs["settings"]`` (or None).
+
+    Older files are read too: a JSON list of records, a CSV without sidecar.
+    ``table="layers"`` reads the layer table embedded in a json file, or a
+    ``.layers`` csv / parquet file. Head tables are checked for the head-table columns.
+    """
     source = Path(path)
     fmt = _format(source)
+    if table not in ("heads", "layers"):
+        raise ValueError(f"table must be 'heads' or 'layers', got {table!r}")
     if not source.is_file():
         raise QKEnergyError(f"{source}: no such file")
+    settings = None
     try:
         if fmt == "csv":
             df = pd.read_csv(source)
+            settings = read_settings(source)
         elif fmt == "parquet":
-            df = pd.read_parquet(source)
+            import pyarrow.parquet as pq
+
+            arrow = pq.read_table(source)
+            df = arrow.to_pandas()
+            raw = (arrow.schema.metadata or {}).get(METADATA_KEY.encode())
+            settings = None if raw is None else json.loads(raw)
         else:
             with open(source, encoding="utf-8") as fh:
-                records = json.load(fh)
+                document = json.load(fh)
+            if isinstance(document, dict):
+                settings = document.get("settings")
+                if table not in document:
+                    raise ValueError(f"the JSON object has no {table!r} member")
+                records = document[table]
+            else:
+                records = document  # before settings were recorded: a plain list of records
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise ValueError("expected a list of records (objects)")
             df = pd.DataFrame.from_records(records)
@@ -153,12 +255,14 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
                     df[col] = np.nan
         for col in _list_columns(df):
             df[col] = [_as_list(v) for v in df[col]]
+        if settings is not None and not isinstance(settings, dict):
+            raise ValueError("its settings are not a JSON object")
     except QKEnergyError:
         raise
     except Exception as exc:  # parsers raise many types; the user needs one line
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise QKEnergyError(f"{source}: cannot read as {fmt} ({msg})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns] if table == "heads" else []
     if missing:
         raise QKEnergyError(
             f"{source}: not a qkenergy head table; missing column(s) {', '.join(missing)} "
@@ -166,7 +270,9 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
         )
     for col in STRING_COLUMNS:
         if col in df.columns:
-            df[col] = df[col].fillna("").astype(str)
+            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+    df = with_integer_counts(df)
+    df.attrs["settings"] = settings
     return df
 
 
