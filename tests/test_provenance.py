@@ -270,3 +270,18 @@ def test_unknown_output_path_kind_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "d.csv").mkdir()
     with pytest.raises(QKEnergyError, match=r"d\.csv: exists and is not a regular file"):
         report.write_table(pd.DataFrame({"a": [1]}), tmp_path / "d.csv")
+
+
+def test_model_in_memory_is_fingerprinted_as_read(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    arrays = {
+        p.format(i): rng.standard_normal((8, 16)).astype(np.float32) for i in range(2) for p in (_Q, _K)
+    }
+    source = analyze_model(arrays, config=LLAMA, null=False).settings["model_source"]
+    assert source["argument"] == "<dict>" and source["path"] is None
+    [entry] = source["files"]
+    expected = hashlib.sha256()
+    for name in entry["tensors"]:
+        data = arrays[name]
+        expected.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode() + data.tobytes())
+    assert set(entry["tensors"]) == set(arrays) and entry["sha256"] == expected.hexdigest()

