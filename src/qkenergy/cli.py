@@ -1,4 +1,4 @@
-"""The qkenergy command line: verify, baseline, lobes, analyze, plot.
+"""The qkenergy command line: verify, baseline, lobes, analyze, plot, survey.
 
 Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
 arguments exit with status 2, library errors (QKEnergyError) with status 1.
@@ -729,6 +729,112 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
     if samples is not None:
         options["null_samples"] = samples
     return options
+
+
+@cli.command()
+@click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Survey directory: heads/ (and layers/) Parquet datasets, ledger.sqlite, survey.json.",
+)
+@click.option("--per-layer", is_flag=True, help="Also analyse each layer's whole form (OUT/layers/).")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=DEFAULT_BASELINE_SAMPLES,
+    show_default=True,
+    help="Null-law samples per head shape (one law per shape per survey).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
+@click.option(
+    "--radius",
+    type=click.FloatRange(min=0, max=1, max_open=True),
+    default=0.02,
+    show_default=True,
+    help="Type II radius: c_sym + d_sym at most this.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Retries of a failing unit before it is reported.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="Submit to this running Dask scheduler (e.g. tcp://head:8786) instead of a local cluster.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes of the local cluster.  [default: one per core]",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache, reachable by the workers (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
+@click.option("--quiet", is_flag=True, help="No progress display and no summary.")
+def survey(
+    manifest: Path,
+    out: Path,
+    per_layer: bool,
+    samples: int,
+    seed: int,
+    no_null: bool,
+    radius: float,
+    retries: int,
+    scheduler: str | None,
+    workers: int | None,
+    cache_dir: Path | None,
+    quiet: bool,
+) -> None:
+    """Analyse every layer of every model of MANIFEST on Dask, restartably (see docs/survey.md).
+
+    MANIFEST: a TOML file of [[model]] tables or a text file with one source per line.
+    Rerunning the same command does only what is missing.
+    """
+    import signal
+
+    from qkenergy.survey import engine, load_survey
+    from qkenergy.survey.summary import print_survey
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (a batch system's cancel) unwinds like Ctrl-C: the cluster is stopped, in-flight units released.
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        run = engine.survey(
+            manifest,
+            out,
+            per_layer=per_layer,
+            samples=samples,
+            seed=seed,
+            null=not no_null,
+            radius=radius,
+            retries=retries,
+            scheduler=scheduler,
+            workers=workers,
+            cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+            progress=not quiet and sys.stderr.isatty(),
+        )
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the finished units are kept in {out}: rerun the same command to resume", 130)
+    if not quiet:
+        heads = load_survey(out)[0] if run.units > len(run.failed) else None
+        print_survey(run, heads, _stdout_console())
+    if not run.ok:
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
+from qkenergy.math.nulls import NullLaw
 from qkenergy.math.gram import head_gram
 from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
@@ -82,6 +83,7 @@ def analyze_model(
     progress: bool = False,
     null_kind: str = "gaussian",
     rotation_samples: int = ROTATION_SAMPLES,
+    null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -99,7 +101,9 @@ def analyze_model(
     ``null_kind``: "gaussian" (the law of a Gaussian head of the same shape),
     "rotation" (the head's own W_K, W_Q with the query's input space rotated at
     random, :mod:`qkenergy.math.rotation`; ``rotation_samples`` draws per head)
-    or "both".
+    or "both". ``null_laws``: Gaussian null laws already drawn with these samples,
+    seed and radius, by (n, N) (a survey shares them between its units); other
+    shapes are drawn here.
 
     Columns of ``heads``: model, layer, head, kv_head, n, N, every name in
     ``STATISTICS``, head_type, reason, then for X in ``NULL_STATISTICS``
@@ -184,6 +188,7 @@ def analyze_model(
         radius=radius,
         cache_dir=cache_dir,
         progress=progress,
+        laws=null_laws or {},
     )
     table = _with_rotation_bh(table)
     table = with_integer_counts(table)
@@ -382,6 +387,7 @@ def _with_null_columns(
     radius: float,
     cache_dir: str | Path | None,
     progress: bool,
+    laws: Mapping[tuple[int, int], NullLaw],
 ) -> pd.DataFrame:
     """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s."""
     extra = {c: np.full(len(table), np.nan) for c in _null_columns()}
@@ -389,7 +395,7 @@ def _with_null_columns(
     floor = np.zeros(len(table), dtype=bool)
     if null:
         for n, N in table[["n", "N"]].drop_duplicates().itertuples(index=False):
-            law = null_law(
+            law = laws.get((int(n), int(N))) or null_law(
                 int(n),
                 int(N),
                 samples=samples,

@@ -69,10 +69,13 @@ class ModelSource(Closeable):
         self.tensors.close()
 
 
-def open_model(model: Any, *, config: Mapping[str, Any] | None = None) -> ModelSource:
+def open_model(
+    model: Any, *, config: Mapping[str, Any] | None = None, revision: str | None = None
+) -> ModelSource:
     """Resolve MODEL (None, file, directory, cache folder, hub id, or in memory) to a :class:`ModelSource`.
 
     ``config``: the config dict of a mapping of arrays (see :mod:`qkenergy.weights.in_memory`).
+    ``revision`` (branch, tag or commit): the snapshot of a hub id or cache folder (default: main).
     """
     from qkenergy.weights import in_memory
 
@@ -80,12 +83,20 @@ def open_model(model: Any, *, config: Mapping[str, Any] | None = None) -> ModelS
         return in_memory.open_in_memory(model, config)
     if config is not None:
         raise QKEnergyError("config= is only for a mapping of arrays; a checkpoint has its own config.json")
+    cache = model is not None and _is_cache_folder(Path(os.fspath(model)).expanduser())
+    if revision is not None and (
+        model is None or (Path(os.fspath(model)).expanduser().exists() and not cache)
+    ):
+        raise QKEnergyError(
+            f"{show_path(os.fspath(model or DEFAULT_MODEL_NAME))}: a revision ({revision!r}) applies only "
+            "to a hub id or a Hugging Face cache folder (models--ORG--NAME)"
+        )
     if model is None:
         return _open_dir(_default_dir(), DEFAULT_MODEL_NAME, "embedded")
     text = os.fspath(model)
     path = Path(text).expanduser()
-    if path.is_dir() and path.name.startswith(_CACHE_PREFIX) and (path / "snapshots").is_dir():
-        return _open_dir(_cached_snapshot(path), text, "cache")
+    if cache:
+        return _open_dir(_cached_snapshot(path, revision), text, "cache")
     if path.is_dir():
         return _open_dir(path, text, "directory")
     if path.is_file():
@@ -93,17 +104,31 @@ def open_model(model: Any, *, config: Mapping[str, Any] | None = None) -> ModelS
     if path.exists():
         raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
     if _looks_like_hub_id(text):
-        return _open_dir(_download(text), text, "hub")
+        return _open_dir(_download(text, revision), text, "hub")
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
 
 
 _CACHE_PREFIX = "models--"
 
 
-def _cached_snapshot(repo: Path) -> Path:
-    """The snapshot of a Hugging Face cache folder that refs/main names, or its only snapshot."""
+def _is_cache_folder(path: Path) -> bool:
+    return path.is_dir() and path.name.startswith(_CACHE_PREFIX) and (path / "snapshots").is_dir()
+
+
+def _cached_snapshot(repo: Path, revision: str | None = None) -> Path:
+    """The snapshot of a Hugging Face cache folder that refs/main names, or its only snapshot.
+
+    With ``revision``: the snapshot refs/<revision> names, or snapshots/<revision> (a commit).
+    """
     snapshots = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir())
-    ref = repo / "refs" / "main"
+    if revision is not None and not (repo / "refs" / revision).is_file():
+        chosen = repo / "snapshots" / revision
+        if "/" in revision or not chosen.is_dir():
+            raise QKEnergyError(
+                f"{show_path(repo)}: Hugging Face cache folder has no ref or snapshot {revision!r}"
+            )
+        return chosen
+    ref = repo / "refs" / (revision or "main")
     if ref.is_file():
         try:
             commit = ref.read_text(encoding="utf-8").strip()
@@ -255,7 +280,7 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
     return source
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, revision: str | None = None) -> Path:
     """Fetch config and safetensors of a hub repo (or use the local cache when offline)."""
     try:
         from huggingface_hub import snapshot_download
@@ -278,6 +303,7 @@ def _download(repo_id: str) -> Path:
         return Path(
             snapshot_download(
                 repo_id,
+                revision=revision,
                 allow_patterns=["config.json", "*.safetensors", INDEX_NAME],
                 local_files_only=offline,
             )

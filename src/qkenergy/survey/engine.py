@@ -1,0 +1,491 @@
+"""``qkenergy survey``: many models, one restartable run on Dask distributed.
+
+The client resolves every manifest model (headers and config only), plans
+one unit per (model, layer), skips what the ledger and the output files say is
+done, and submits the rest to a Dask cluster: a LocalCluster sized to the
+machine (one single-threaded worker process per core), or an existing
+scheduler. Each distinct (n, N) shape's null law is one Dask task whose
+result every unit of that shape shares. Workers read the checkpoints at the
+paths the client resolved (a shared filesystem); the client writes each
+unit's Parquet files atomically and records it in the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qkenergy import __version__
+from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.survey.dataset import clean_partial_files, unit_path, write_unit
+from qkenergy.survey.ledger import Ledger, UnitRow
+from qkenergy.survey.manifest import EMBEDDED, ModelEntry, read_manifest
+from qkenergy.survey.units import UnitResult, UnitSpec, run_null_law, run_unit
+from qkenergy.weights.safetensors_io import show_path
+
+__all__ = ["SETTINGS", "ModelPlan", "SurveyRun", "survey"]
+
+SETTINGS = ("samples", "seed", "null", "radius", "per_layer")
+"""Settings that apply to the whole survey: an OUT is only ever resumed with the same values."""
+
+
+@dataclass
+class ModelPlan:
+    """A manifest model resolved on the client: where its files are, its sizes, its layers."""
+
+    entry: ModelEntry
+    path: str | None = None
+    origin: str | None = None
+    arch: dict[str, Any] = field(default_factory=dict)
+    layers: list[int] = field(default_factory=list)
+    files_digest: str = ""
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            **self.entry.record(),
+            "path": self.path,
+            "origin": self.origin,
+            **self.arch,
+            "layers": self.layers,
+            "status": "failed" if self.error else "ok",
+            "error": self.error,
+        }
+
+
+@dataclass
+class SurveyRun:
+    """What one call of :func:`survey` did (counts over units) and where the results are."""
+
+    out: Path
+    run: int
+    units: int
+    computed: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    heads: int = 0
+    failed: list[tuple[str, int, str]] = field(default_factory=list)  # (model, layer, error)
+    model_errors: dict[str, str] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.model_errors
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _resolve(entry: ModelEntry) -> ModelPlan:
+    """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read)."""
+    from qkenergy.analysis.analyze import _select
+    from qkenergy.weights.checkpoint import open_model
+    from qkenergy.weights.layouts import architecture
+
+    plan = ModelPlan(entry)
+    embedded = entry.source == EMBEDDED and not os.path.exists(entry.source)
+    try:
+        with open_model(None if embedded else entry.source, revision=entry.revision) as source:
+            arch = architecture(source.config, show_path(source.config_path))
+            files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
+            plan.origin = source.origin
+            plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
+            plan.arch = {
+                "model_type": arch.model_type,
+                "n_layers": arch.n_layers,
+                "n_heads": arch.n_heads,
+                "n_kv_heads": arch.n_kv_heads,
+                "head_dim": arch.head_dim,
+                "hidden_size": arch.hidden_size,
+            }
+            plan.layers = _select(f"{entry.name}: layers", entry.layers, arch.n_layers, "layers")
+            stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]]
+            plan.files_digest = _digest(stats)
+    except QKEnergyError as error:
+        plan.error = str(error)
+    except OSError as error:
+        plan.error = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+    return plan
+
+
+def _settings_check(out: Path, settings: dict[str, Any]) -> None:
+    """An OUT made with other global settings is not resumed (its files would mix two surveys)."""
+    path = out / "survey.json"
+    if not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        raise QKEnergyError(
+            f"{show_path(path)}: unreadable; remove it or choose another output directory"
+        ) from None
+    for key in SETTINGS:
+        if key in recorded and recorded[key] != settings[key]:
+            option = {"null": "--no-null", "per_layer": "--per-layer"}.get(key, f"--{key}")
+            raise ArgumentError(
+                f"{option}: {show_path(out)} holds a survey made with {key} = {recorded[key]!r}, not "
+                f"{settings[key]!r}; rerun with the same settings or choose another -o directory"
+            )
+
+
+def _provenance() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    packages = {}
+    for name in ("numpy", "scipy", "pandas", "pyarrow", "dask", "distributed"):
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    return {
+        "qkenergy_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "packages": packages,
+        "argv": list(sys.argv),
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from qkenergy.analysis.report import atomic_path
+    from qkenergy.formatting import json_safe
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(json_safe(data), indent=1) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, str]]:
+    """A Dask client on ``scheduler``, or on a LocalCluster of single-threaded worker processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as error:
+            raise QKEnergyError(f"--scheduler {scheduler}: cannot connect ({error})") from None
+        with client:
+            yield client, scheduler
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = workers or cores or 1
+    with (
+        LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client, f"LocalCluster({n} workers x 1 thread)"
+
+
+class _Display:
+    """Rich progress on stderr: units and heads done, heads per second, ETA, failures."""
+
+    def __init__(self, enabled: bool, total: int, heads_total: int) -> None:
+        self.enabled = enabled and total > 0
+        self.heads = 0
+        self.failed = 0
+        self.heads_total = heads_total
+        self.start = time.monotonic()
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("survey"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "units · {task.fields[heads]} heads · {task.fields[rate]} heads/s · "
+                "{task.fields[failed]} failed · ETA"
+            ),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.bar.add_task("units", total=total, heads=0, rate="–", failed=0)
+        self.bar.start()
+
+    def advance(self, heads: int = 0, failed: bool = False) -> None:
+        self.heads += heads
+        self.failed += int(failed)
+        if self.enabled:
+            rate = self.heads / max(time.monotonic() - self.start, 1e-9)
+            self.bar.update(self.task, advance=1, heads=self.heads, rate=f"{rate:.0f}", failed=self.failed)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+
+# ----------------------------------------------------------------------------- the survey
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if not isinstance(error, QKEnergyError) else text
+
+
+def survey(
+    manifest: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    per_layer: bool = False,
+    samples: int = 2000,
+    seed: int = 0,
+    null: bool = True,
+    radius: float = 0.02,
+    retries: int = 2,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> SurveyRun:
+    """Analyse every layer of every model of MANIFEST on Dask; results in OUT (see docs/survey.md).
+
+    Restartable: a unit (model, layer) whose files exist, whose settings are
+    the same and whose tensors are unchanged is never recomputed or rewritten;
+    a failed unit is retried ``retries`` times, then reported in the returned
+    :class:`SurveyRun` (and the ledger); one failing model never stops the
+    others. ``scheduler``: address of an existing Dask scheduler; default: a
+    LocalCluster of ``workers`` (default: one per core) single-threaded
+    processes, stopped at the end. ``cache_dir``: the null-law cache (must be
+    reachable by the workers).
+    """
+    started = time.monotonic()
+    samples = check_integer(samples, "--samples", 2)
+    seed = check_integer(seed, "--seed", 0)
+    retries = check_integer(retries, "--retries", 0)
+    if workers is not None:
+        workers = check_integer(workers, "--workers", 1)
+    settings = {
+        "samples": samples,
+        "seed": seed,
+        "null": bool(null),
+        "radius": float(radius),
+        "per_layer": bool(per_layer),
+    }
+    entries, manifest_sha = read_manifest(manifest)
+    out = Path(out)
+    _settings_check(out, settings)
+    from qkenergy.analysis.report import ensure_directory
+
+    ensure_directory(out)
+    clean_partial_files(out)
+    plans = [_resolve(entry) for entry in entries]
+
+    with Ledger(out / "ledger.sqlite") as ledger:
+        record: dict[str, Any] = {
+            "format": 1,
+            "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
+            "settings": settings,
+            "cache_dir": None if cache_dir is None else str(cache_dir),
+            "models": [plan.record() for plan in plans],
+            "provenance": _provenance(),
+        }
+        todo: list[tuple[ModelPlan, int, str | None]] = []
+        result = SurveyRun(out=out, run=0, units=0)
+        done = ledger.units()
+        for plan in plans:
+            ledger.record_model(
+                plan.entry.name,
+                plan.entry.source,
+                plan.entry.revision,
+                path=plan.path,
+                status="failed" if plan.error else "ok",
+                error=plan.error,
+                files_digest=plan.files_digest or None,
+                **plan.arch,
+            )
+            if plan.error:
+                result.model_errors[plan.entry.name] = plan.error
+                continue
+            for layer in plan.layers:
+                result.units += 1
+                row = done.get((plan.entry.name, layer))
+                action = _action(row, plan, layer, out, settings)
+                if action == "skip":
+                    result.skipped += 1
+                else:
+                    todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
+        scheduler_text = scheduler or "LocalCluster"
+        result.run = ledger.start_run(scheduler_text)
+        record["run"] = {"run": result.run, "started": time.time()}
+        _write_json(out / "survey.json", record)
+        status = "interrupted"
+        try:
+            if todo:
+                with _client(scheduler, workers) as (client, scheduler_text):
+                    record["engine"] = {
+                        "scheduler": scheduler_text,
+                        "workers": len(client.scheduler_info()["workers"]),
+                    }
+                    _run(client, todo, out, settings, ledger, result, retries, cache_dir, progress)
+            status = "done" if result.ok else "failed"
+        finally:
+            ledger.release_running()
+            counts = {
+                "units": result.units,
+                "computed": result.computed,
+                "unchanged": result.unchanged,
+                "skipped": result.skipped,
+                "failed": len(result.failed),
+            }
+            ledger.finish_run(status, counts)
+            result.elapsed = time.monotonic() - started
+            record["run"].update(status=status, finished=time.time(), elapsed_s=result.elapsed, **counts)
+            _write_json(out / "survey.json", record)
+    return result
+
+
+def _params(plan: ModelPlan, settings: dict[str, Any]) -> str:
+    """Digest of everything that decides a unit's numbers besides its tensors."""
+    return _digest({"path": plan.path, "fold_norm": plan.entry.fold_norm, "version": __version__, **settings})
+
+
+def _action(row: UnitRow | None, plan: ModelPlan, layer: int, out: Path, settings: dict[str, Any]) -> str:
+    """'skip' (done, files in place, checkpoint untouched), 'verify' (files touched: compare
+    fingerprints on a worker) or 'compute'."""
+    if row is None or row.status != "done" or row.params != _params(plan, settings):
+        return "compute"
+    tables = ("heads", "layers") if settings["per_layer"] else ("heads",)
+    if not all(unit_path(out, t, plan.entry.name, layer).is_file() for t in tables):
+        return "compute"
+    return "skip" if row.files_digest == plan.files_digest else "verify"
+
+
+def _run(
+    client: Any,
+    todo: list[tuple[ModelPlan, int, str | None]],
+    out: Path,
+    settings: dict[str, Any],
+    ledger: Ledger,
+    result: SurveyRun,
+    retries: int,
+    cache_dir: str | os.PathLike | None,
+    progress: bool,
+) -> None:
+    from distributed import as_completed
+
+    laws: dict[tuple[int, int], Any] = {}
+    if settings["null"]:
+        for n, N in sorted({(p.arch["head_dim"], p.arch["hidden_size"]) for p, _, _ in todo}):
+            laws[n, N] = client.submit(
+                run_null_law,
+                n,
+                N,
+                samples=settings["samples"],
+                seed=settings["seed"],
+                radius=settings["radius"],
+                cache_dir=None if cache_dir is None else str(cache_dir),
+                key=f"null-law-n{n}-N{N}-run{result.run}",
+                priority=10,
+            )
+    # Largest layers first: the long tasks start early and the short ones fill the gaps.
+    todo = sorted(
+        todo, key=lambda t: -t[0].arch["n_heads"] * t[0].arch["head_dim"] * t[0].arch["hidden_size"]
+    )
+    display = _Display(progress, len(todo), sum(p.arch["n_heads"] for p, _, _ in todo))
+    meta: dict[str, tuple[ModelPlan, UnitSpec, int]] = {}
+
+    def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
+        shape = (plan.arch["head_dim"], plan.arch["hidden_size"])
+        future = client.submit(
+            run_unit,
+            spec,
+            {shape: laws[shape]} if shape in laws else None,
+            key=f"unit-{plan.entry.name}-{spec.layer}-run{result.run}-try{attempt}",
+            pure=False,
+        )
+        meta[future.key] = (plan, spec, attempt)
+        return future
+
+    futures = []
+    for plan, layer, expected in todo:
+        spec = UnitSpec(
+            plan.entry.name,
+            layer,
+            str(plan.path),
+            plan.entry.fold_norm,
+            settings["per_layer"],
+            settings["null"],
+            settings["samples"],
+            settings["seed"],
+            settings["radius"],
+            expected,
+        )
+        ledger.mark_running(plan.entry.name, layer, _params(plan, settings))
+        futures.append(submit(plan, spec, 0))
+    try:
+        completed = as_completed(futures)
+        for future in completed:
+            plan, spec, attempt = meta.pop(future.key)
+            if future.status == "finished":
+                _record(future.result(), plan, out, ledger, result)
+                display.advance(heads=plan.arch["n_heads"] if not future.result().unchanged else 0)
+            else:
+                error = _one_line(future.exception())
+                final = attempt >= retries
+                ledger.mark_failed(spec.model, spec.layer, error, final=final)
+                if final:
+                    result.failed.append((spec.model, spec.layer, error))
+                    display.advance(failed=True)
+                else:
+                    ledger.retry(spec.model, spec.layer)
+                    completed.add(submit(plan, spec, attempt + 1))
+            future.release()
+    finally:
+        display.close()
+
+
+def _record(unit: UnitResult, plan: ModelPlan, out: Path, ledger: Ledger, result: SurveyRun) -> None:
+    """Write a computed unit's files atomically, then mark it done (files first: the ledger never lies)."""
+    entry = plan.entry
+    written: dict[str, str] = {}
+    if not unit.unchanged:
+        extra = {"group": entry.group, "step": entry.step, "source": entry.source, "revision": entry.revision}
+        path = write_unit(out, "heads", entry.name, unit.spec.layer, unit.heads, extra)
+        written["heads_file"] = str(path.relative_to(out))
+        if unit.layers is not None:
+            path = write_unit(out, "layers", entry.name, unit.spec.layer, unit.layers, extra)
+            written["layers_file"] = str(path.relative_to(out))
+        result.computed += 1
+        result.heads += len(unit.heads)
+    else:
+        result.unchanged += 1
+    ledger.mark_done(
+        entry.name,
+        unit.spec.layer,
+        outcome="unchanged" if unit.unchanged else "computed",
+        worker=unit.worker,
+        started=unit.started,
+        finished=unit.finished,
+        fingerprint=unit.fingerprint,
+        files_digest=plan.files_digest,
+        heads=None if unit.heads is None else len(unit.heads),
+        **written,
+    )
