@@ -186,9 +186,8 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
     from qkenergy.analysis.analyze import analyze_model
 
     out = tmp_path / "out"
-    run = survey(
-        _toml(tmp_path / "m.toml", models), out, per_layer=True, samples=SAMPLES, retries=1, workers=2
-    )
+    nulls = {"samples": SAMPLES, "null_kind": "both", "rotation_samples": 20}
+    run = survey(_toml(tmp_path / "m.toml", models), out, per_layer=True, retries=1, workers=2, **nulls)
     # minilm 2 + llama 3 + gpt2 2 + phi3 2 + broken 3 units; broken layer 2 fails after 1 retry.
     assert (run.units, run.computed, len(run.failed)) == (12, 11, 1)
     assert run.failed[0][:2] == ("broken", 2) and "missing tensor" in run.failed[0][2]
@@ -209,9 +208,9 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
     assert per_model == sorted(heads.groupby("model").size().items())
     assert len(layers) == 11 and {"symmetry_score", "directionality", "group", "step"} <= set(layers.columns)
 
-    # Every unit's numbers are analyze's, BH included (recomputed per model over all its heads).
+    # Every unit's numbers are analyze's, both nulls' BH included (recomputed per model over all its heads).
     for name, source in [("minilm", None), ("llama", models["llama"]), ("gpt2", models["gpt2"])]:
-        expected = analyze_model(source, layers=[0, 1] if name == "minilm" else None, samples=SAMPLES)
+        expected = analyze_model(source, layers=[0, 1] if name == "minilm" else None, **nulls)
         got = heads[heads["model"] == name].reset_index(drop=True)
         assert list(got.columns[: len(expected.heads.columns)]) == list(expected.heads.columns)
         for column in expected.heads.columns.drop(["model", "alpha", "beta", "head_type", "reason"]):

@@ -752,6 +752,22 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
 @click.option(
+    "--null",
+    "null_kind",
+    type=click.Choice(["gaussian", "rotation", "both"]),
+    default="gaussian",
+    show_default=True,
+    help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
+    "input space rotated at random (Haar), or both.",
+)
+@click.option(
+    "--rotation-samples",
+    type=click.IntRange(min=2),
+    default=500,
+    show_default=True,
+    help="Rotation-null draws per head (with --null rotation or both).",
+)
+@click.option(
     "--radius",
     type=click.FloatRange(min=0, max=1, max_open=True),
     default=0.02,
@@ -791,6 +807,8 @@ def survey(
     samples: int,
     seed: int,
     no_null: bool,
+    null_kind: str,
+    rotation_samples: int,
     radius: float,
     retries: int,
     scheduler: str | None,
@@ -821,6 +839,8 @@ def survey(
             samples=samples,
             seed=seed,
             null=not no_null,
+            null_kind=null_kind,
+            rotation_samples=rotation_samples,
             radius=radius,
             retries=retries,
             scheduler=scheduler,

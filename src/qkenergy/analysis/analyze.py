@@ -29,8 +29,8 @@ from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
-from qkenergy.math.nulls import NullLaw
 from qkenergy.math.gram import head_gram
+from qkenergy.math.nulls import NullLaw
 from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
 from qkenergy.weights.checkpoint import open_model

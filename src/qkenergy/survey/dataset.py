@@ -7,9 +7,10 @@ Layout (the contract with ``qkenergy report``)::
 
 A unit file holds the columns of ``analyze_model(...).heads`` (``.layers``)
 except ``model``, which is the partition key, and except the
-Benjamini-Hochberg column ``symmetric_energy_p_bh``, which depends on all of a
-model's heads and so cannot live in a per-layer file: :func:`load_survey`
-recomputes it per model. Each file adds ``group``, ``step``, ``source`` and
+Benjamini-Hochberg columns (``symmetric_energy_p_bh``,
+``symmetric_energy_rotation_p_bh``), which depend on all of a model's heads
+and so cannot live in a per-layer file: :func:`load_survey` recomputes them
+per model. Each file adds ``group``, ``step``, ``source`` and
 ``revision`` from the manifest. Files are written atomically (temporary name
 starting with ``.``, which Parquet readers skip, then ``os.replace``).
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BH_COLUMN",
+    "BH_COLUMNS",
     "MANIFEST_COLUMNS",
     "clean_partial_files",
     "load_survey",
@@ -30,7 +31,16 @@ __all__ = [
     "write_unit",
 ]
 
-BH_COLUMN = "symmetric_energy_p_bh"
+# BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
+# holding that null's sample count K).
+BH_COLUMNS = {
+    "symmetric_energy_p_bh": ("symmetric_energy_p", "symmetric_energy_p_tail", "samples"),
+    "symmetric_energy_rotation_p_bh": (
+        "symmetric_energy_rotation_p",
+        "symmetric_energy_rotation_p_tail",
+        "rotation_samples",
+    ),
+}
 MANIFEST_COLUMNS = ("group", "step", "source", "revision")
 TABLES = ("heads", "layers")
 
@@ -44,7 +54,7 @@ def _arrow_table(frame: Any, extra: dict[str, Any]) -> Any:
     """The unit's frame as an Arrow table with stable column types (every file of a dataset agrees)."""
     import pyarrow as pa
 
-    frame = frame.drop(columns=[c for c in ("model", BH_COLUMN) if c in frame.columns])
+    frame = frame.drop(columns=[c for c in ("model", *BH_COLUMNS) if c in frame.columns])
     for key in MANIFEST_COLUMNS:
         frame[key] = extra.get(key)
     table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -93,17 +103,40 @@ def _read_dataset(root: Path) -> Any:
     return dataset.to_table().to_pandas()
 
 
+def _with_bh(frame: Any, settings: dict[str, Any]) -> Any:
+    """Insert each BH column, per model, after its p_tail column (where ``analyze`` puts it).
+
+    As in ``analyze``, an empirical p at its floor 2/(K + 1) enters as its Beta
+    tail p. K is the survey's sample count: every null draw has defined
+    statistics (a Gaussian or rotated head is almost surely not zero).
+    """
+    import numpy as np
+
+    from qkenergy.analysis.significance import bh_with_tail
+
+    for column, (p_column, tail_column, samples_key) in BH_COLUMNS.items():
+        if p_column not in frame.columns or tail_column not in frame.columns:
+            continue
+        p = frame[p_column].to_numpy(np.float64)
+        tail = frame[tail_column].to_numpy(np.float64)
+        floor = np.isfinite(p) & (p <= 2.0 / (1 + int(settings.get(samples_key, 0) or 0)) * (1 + 1e-12))
+        adjusted = np.full(len(frame), np.nan)
+        for rows in frame.groupby("model", sort=False).indices.values():
+            adjusted[rows] = bh_with_tail(p[rows], tail[rows], floor[rows])
+        frame.insert(frame.columns.get_loc(tail_column) + 1, column, adjusted)
+    return frame
+
+
 def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
     """The survey in OUT as pandas DataFrames ``(heads, layers)`` (layers None without --per-layer).
 
     ``model`` is a plain str column (first); rows are sorted by model, layer,
-    head. ``symmetric_energy_p_bh`` is recomputed per model over all its heads
-    (Benjamini-Hochberg, as ``analyze`` does for one model), so the head table
-    has the columns of ``analyze``'s plus group, step, source and revision.
+    head. The Benjamini-Hochberg columns are recomputed per model over all its
+    heads (as ``analyze`` does for one model), so the head table has the
+    columns of ``analyze``'s plus group, step, source and revision.
     """
-    import numpy as np
+    import json
 
-    from qkenergy.analysis.analyze import bh_adjusted
     from qkenergy.errors import QKEnergyError
     from qkenergy.weights.safetensors_io import show_path
 
@@ -113,6 +146,12 @@ def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
             f"{show_path(root)}: no survey results (expected heads/model=NAME/layer-*.parquet; "
             "run `qkenergy survey MANIFEST -o OUT`)"
         )
+    try:
+        settings = json.loads((root / "survey.json").read_text(encoding="utf-8"))["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise QKEnergyError(
+            f"{show_path(root / 'survey.json')}: missing or unreadable survey settings"
+        ) from None
     frames: list[Any] = []
     for table in TABLES:
         if table == "layers" and not any((root / table).glob("model=*/*.parquet")):
@@ -122,12 +161,5 @@ def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
         frame.insert(0, "model", frame.pop("model").astype(str))
         keys = ["model", "layer", "head"] if table == "heads" else ["model", "layer"]
         frame = frame.sort_values(keys, kind="stable", ignore_index=True)
-        if table == "heads" and "symmetric_energy_p" in frame.columns:
-            adjusted = np.full(len(frame), np.nan)
-            for rows in frame.groupby("model", sort=False).indices.values():
-                adjusted[rows] = bh_adjusted(frame["symmetric_energy_p"].to_numpy(np.float64)[rows])
-            # Where analyze puts it: after the null columns, before the lobes.
-            where = frame.columns.get_loc("alpha") if "alpha" in frame.columns else len(frame.columns)
-            frame.insert(where, BH_COLUMN, adjusted)
-        frames.append(frame)
+        frames.append(_with_bh(frame, settings) if table == "heads" else frame)
     return frames[0], frames[1]

@@ -35,7 +35,7 @@ from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["SETTINGS", "ModelPlan", "SurveyRun", "survey"]
 
-SETTINGS = ("samples", "seed", "null", "radius", "per_layer")
+SETTINGS = ("samples", "seed", "null", "null_kind", "rotation_samples", "radius", "per_layer")
 """Settings that apply to the whole survey: an OUT is only ever resumed with the same values."""
 
 
@@ -135,7 +135,9 @@ def _settings_check(out: Path, settings: dict[str, Any]) -> None:
         ) from None
     for key in SETTINGS:
         if key in recorded and recorded[key] != settings[key]:
-            option = {"null": "--no-null", "per_layer": "--per-layer"}.get(key, f"--{key}")
+            option = {"null": "--no-null", "per_layer": "--per-layer", "null_kind": "--null"}.get(
+                key, "--" + key.replace("_", "-")
+            )
             raise ArgumentError(
                 f"{option}: {show_path(out)} holds a survey made with {key} = {recorded[key]!r}, not "
                 f"{settings[key]!r}; rerun with the same settings or choose another -o directory"
@@ -258,6 +260,8 @@ def survey(
     samples: int = 2000,
     seed: int = 0,
     null: bool = True,
+    null_kind: str = "gaussian",
+    rotation_samples: int = 500,
     radius: float = 0.02,
     retries: int = 2,
     scheduler: str | None = None,
@@ -271,7 +275,7 @@ def survey(
     the same and whose tensors are unchanged is never recomputed or rewritten;
     a failed unit is retried ``retries`` times, then reported in the returned
     :class:`SurveyRun` (and the ledger); one failing model never stops the
-    others. ``scheduler``: address of an existing Dask scheduler; default: a
+    others. ``null_kind``, ``rotation_samples``: as for ``analyze_model``. ``scheduler``: address of an existing Dask scheduler; default: a
     LocalCluster of ``workers`` (default: one per core) single-threaded
     processes, stopped at the end. ``cache_dir``: the null-law cache (must be
     reachable by the workers).
@@ -280,12 +284,19 @@ def survey(
     samples = check_integer(samples, "--samples", 2)
     seed = check_integer(seed, "--seed", 0)
     retries = check_integer(retries, "--retries", 0)
+    rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
+    from qkenergy.analysis.analyze import NULL_KINDS
+
+    if null_kind not in NULL_KINDS:
+        raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
     if workers is not None:
         workers = check_integer(workers, "--workers", 1)
     settings = {
         "samples": samples,
         "seed": seed,
         "null": bool(null),
+        "null_kind": null_kind,
+        "rotation_samples": rotation_samples,
         "radius": float(radius),
         "per_layer": bool(per_layer),
     }
@@ -392,7 +403,7 @@ def _run(
     from distributed import as_completed
 
     laws: dict[tuple[int, int], Any] = {}
-    if settings["null"]:
+    if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
         for n, N in sorted({(p.arch["head_dim"], p.arch["hidden_size"]) for p, _, _ in todo}):
             laws[n, N] = client.submit(
                 run_null_law,
@@ -427,16 +438,12 @@ def _run(
     futures = []
     for plan, layer, expected in todo:
         spec = UnitSpec(
-            plan.entry.name,
-            layer,
-            str(plan.path),
-            plan.entry.fold_norm,
-            settings["per_layer"],
-            settings["null"],
-            settings["samples"],
-            settings["seed"],
-            settings["radius"],
-            expected,
+            model=plan.entry.name,
+            layer=layer,
+            path=str(plan.path),
+            fold_norm=plan.entry.fold_norm,
+            expected_fingerprint=expected,
+            **settings,
         )
         ledger.mark_running(plan.entry.name, layer, _params(plan, settings))
         futures.append(submit(plan, spec, 0))

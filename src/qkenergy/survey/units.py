@@ -35,6 +35,8 @@ class UnitSpec:
     samples: int
     seed: int
     radius: float
+    null_kind: str
+    rotation_samples: int
     # When set: first compare the tensors' fingerprint with it and analyse only if they changed.
     expected_fingerprint: str | None = None
 
@@ -150,6 +152,8 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             seed=spec.seed,
             radius=spec.radius,
             null=spec.null,
+            null_kind=spec.null_kind,
+            rotation_samples=spec.rotation_samples,
             null_laws=laws,
         )
     return UnitResult(
