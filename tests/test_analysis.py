@@ -46,8 +46,10 @@ def test_rows_and_numbering(minilm) -> None:
 
 def test_columns(minilm) -> None:
     cols = list(minilm.heads.columns)
-    assert cols[:6] == ["model", "layer", "head", "kv_head", "n", "N"]
-    assert cols[6 : 6 + len(STATISTICS)] == list(STATISTICS)
+    assert cols[:9] == ["model", "stack", "layer", "head", "kv_head", "n", "N", "positional", "qk_norm"]
+    assert cols[9 : 9 + len(STATISTICS)] == list(STATISTICS)
+    assert (minilm.heads["stack"] == "").all() and (minilm.heads["positional"] == "absolute").all()
+    assert not minilm.heads["qk_norm"].any()
     for x in NULL_STATISTICS:
         for suffix in ("null_mean", "null_sd", "z", "p"):
             assert f"{x}_{suffix}" in cols

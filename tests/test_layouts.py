@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_dtypes
@@ -10,9 +11,16 @@ import pytest
 
 from qkenergy.errors import QKEnergyError
 from qkenergy.weights.layouts import (
-    LAYOUTS,
+    FAMILIES,
+    LAYOUT_COLUMNS,
+    POSITIONAL,
     Architecture,
+    Family,
+    Layout,
+    QKNorm,
     architecture,
+    architectures,
+    describe_families,
     find_prefix,
     read_layer,
     supported_model_types,
@@ -130,7 +138,7 @@ def test_config_parsing(model_type: str) -> None:
     assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size) == (
         CONFIGS[model_type][1]
     )
-    assert arch.layout == LAYOUTS[model_type]
+    assert arch.layout == FAMILIES[model_type].stacks[0]
 
 
 def test_every_supported_type_is_tested() -> None:
@@ -173,9 +181,9 @@ def test_missing_kv_heads_means_multi_head() -> None:
 
 def test_unknown_model_type_lists_supported() -> None:
     with pytest.raises(QKEnergyError) as err:
-        architecture({"model_type": "t5", "num_heads": 8})
+        architecture({"model_type": "xlnet", "n_head": 8})
     msg = str(err.value)
-    assert "'t5'" in msg and "config.json" in msg
+    assert "'xlnet'" in msg and "config.json" in msg
     for t in supported_model_types():
         assert t in msg
     with pytest.raises(QKEnergyError, match="no 'model_type'.*llama"):
@@ -277,18 +285,18 @@ def test_fused_splits_by_hand() -> None:
     H, n, N = 2, 1, 3
     rows = np.arange(3 * H * n * N, dtype=np.float64).reshape(3 * H * n, N)
     # gpt_neox / bloom: rows are (head, [q, k, v], n)
-    arch = Architecture("gpt_neox", 1, H, H, n, N, LAYOUTS["gpt_neox"])
+    arch = Architecture("gpt_neox", 1, H, H, n, N, FAMILIES["gpt_neox"].stacks[0])
     lw = read_layer(DictSource({"layers.0.attention.query_key_value.weight": rows}), arch, 0)
     np.testing.assert_array_equal(lw.w_query[:, 0], rows[[0, 3]])
     np.testing.assert_array_equal(lw.w_key[:, 0], rows[[1, 4]])
     # phi3: rows are [q (H n); k (H_kv n); v (H_kv n)], here H_kv = 1
-    arch = Architecture("phi3", 1, H, 1, n, N, LAYOUTS["phi3"])
+    arch = Architecture("phi3", 1, H, 1, n, N, FAMILIES["phi3"].stacks[0])
     rows4 = rows[:4]
     lw = read_layer(DictSource({"layers.0.self_attn.qkv_proj.weight": rows4}), arch, 0)
     np.testing.assert_array_equal(lw.w_query[:, 0], rows4[[0, 1]])
     np.testing.assert_array_equal(lw.w_key[:, 0], rows4[[2]])
     # gpt2 Conv1D: stored [in, out], columns q | k | v
-    arch = Architecture("gpt2", 1, H, H, n, N, LAYOUTS["gpt2"])
+    arch = Architecture("gpt2", 1, H, H, n, N, FAMILIES["gpt2"].stacks[0])
     cols = rows.T.copy()
     lw = read_layer(DictSource({"h.0.attn.c_attn.weight": cols}), arch, 0)
     np.testing.assert_array_equal(lw.w_query[:, 0], cols[:, [0, 1]].T)
@@ -439,3 +447,108 @@ def test_layer_out_of_range() -> None:
     for layer in (-1, 2):
         with pytest.raises(QKEnergyError, match=rf"layer {layer} out of range.*2 layers"):
             read_layer(src, arch, layer)
+
+
+# --- families, stacks and folded qk-norm ------------------------------------------------------
+
+
+def _two_stacks() -> Family:
+    enc = Layout(
+        query="enc.{i}.q.weight", key="enc.{i}.k.weight", stack="encoder", final_norm="enc_norm.weight"
+    )
+    cross = Layout(
+        query="dec.{i}.cq.weight",
+        key="dec.{i}.ck.weight",
+        norm="dec.{i}.cnorm.weight",
+        stack="cross",
+        key_stack="encoder",
+        layers_keys=("decoder_layers",),
+        positional="none",
+    )
+    return Family((enc, cross), proof="")
+
+
+def test_stacks_are_named_and_chosen() -> None:
+    cfg = {"model_type": "toy", "num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 3}
+    cfg["decoder_layers"] = 2
+    archs = architectures(cfg, layout=_two_stacks())
+    assert [(a.stack, a.n_layers, a.positional) for a in archs] == [
+        ("encoder", 3, "absolute"),
+        ("cross", 2, "none"),
+    ]
+    assert archs[1].key_norm == "enc_norm.weight" and archs[0].key_norm is None
+    assert architecture(cfg, stack="cross", layout=_two_stacks()).n_layers == 2
+    with pytest.raises(QKEnergyError, match=r"stacks 'encoder', 'cross'; name one"):
+        architecture(cfg, layout=_two_stacks())
+    with pytest.raises(QKEnergyError, match=r"not 'decoder'"):
+        architecture(cfg, stack="decoder", layout=_two_stacks())
+
+
+def test_cross_attention_folds_each_stream_norm() -> None:
+    cfg = {"model_type": "toy", "num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 1}
+    arch = architecture(dict(cfg, decoder_layers=1), stack="cross", layout=_two_stacks())
+    rng = np.random.default_rng(3)
+    wq, wk = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+    g_dec, g_enc = rng.uniform(0.5, 1.5, 8), rng.uniform(0.5, 1.5, 8)
+    src = DictSource(
+        {"dec.0.cq.weight": wq, "dec.0.ck.weight": wk, "dec.0.cnorm.weight": g_dec, "enc_norm.weight": g_enc}
+    )
+    lw = read_layer(src, arch, 0, fold_norm=True)
+    np.testing.assert_allclose(lw.w_query.reshape(8, 8), wq * g_dec)
+    np.testing.assert_allclose(lw.w_key.reshape(8, 8), wk * g_enc)
+    np.testing.assert_allclose(lw.norm_gain, g_dec)
+    np.testing.assert_allclose(lw.key_norm_gain, g_enc)
+
+
+@pytest.mark.parametrize(
+    ("qk", "gain_shape"),
+    [
+        (QKNorm("l.{i}.qn.weight", "l.{i}.kn.weight"), {"q": (4,), "k": (4,)}),
+        (QKNorm("l.{i}.qn.weight", "l.{i}.kn.weight", scope="projection"), {"q": (12,), "k": (4,)}),
+        (QKNorm("l.{i}.qn.{h}.weight", "l.{i}.kn.{h}.weight", centred=True), {"q": (4,), "k": (4,)}),
+        (QKNorm("l.{i}.qn.weight", "l.{i}.kn.weight", offset=1.0), {"q": (4,), "k": (4,)}),
+    ],
+)
+def test_qk_norm_gains_are_folded_always(qk: QKNorm, gain_shape: dict[str, tuple[int]]) -> None:
+    """W -> diag(g) P W per head, with P the centring of a LayerNorm (over the norm's scope)."""
+    H, Hkv, n, N = 3, 1, 4, 8
+    layout = Layout(query="l.{i}.q.weight", key="l.{i}.k.weight", kv_heads_key="kv", qk_norm=qk)
+    cfg = {
+        "model_type": "toy",
+        "num_attention_heads": H,
+        "kv": Hkv,
+        "hidden_size": 12,
+        "num_hidden_layers": 1,
+    }
+    cfg["head_dim"] = n
+    arch = architecture(cfg, layout=Family((dataclasses.replace(layout, head_dim_key="head_dim"),)))
+    arch = dataclasses.replace(arch, hidden_size=N)
+    rng = np.random.default_rng(5)
+    wq, wk = rng.standard_normal((H * n, N)), rng.standard_normal((Hkv * n, N))
+    arrays = {"l.0.q.weight": wq, "l.0.k.weight": wk}
+    gains = {}
+    for side, heads in (("q", H), ("k", Hkv)):
+        if "{h}" in qk.query:
+            g = rng.uniform(0.5, 1.5, (heads, n))
+            arrays.update({f"l.0.{side}n.{h}.weight": g[h] for h in range(heads)})
+        else:
+            raw = rng.uniform(0.5, 1.5, gain_shape[side])
+            arrays[f"l.0.{side}n.weight"] = raw
+            g = np.broadcast_to((raw + qk.offset).reshape(-1, n), (heads, n))
+        gains[side] = g
+    lw = read_layer(DictSource(arrays), arch, 0)
+    for got, w, side, heads in ((lw.w_query, wq, "q", H), (lw.w_key, wk, "k", Hkv)):
+        w = w.reshape(heads, n, N)
+        if qk.centred:
+            w = w - w.mean(axis=1, keepdims=True)
+        np.testing.assert_allclose(got, gains[side][:, :, None] * w, rtol=1e-6)
+        assert got.dtype == np.float64
+
+
+def test_describe_families_lists_every_type() -> None:
+    rows = describe_families()
+    assert [r["model_type"] for r in rows] == supported_model_types()
+    assert set(rows[0]) == set(LAYOUT_COLUMNS)
+    for row in rows:
+        assert row["proven by"].startswith("transformers ") and row["qk_norm"] in ("yes", "no")
+        assert set(row["positional"].split(", ")) <= set(POSITIONAL)

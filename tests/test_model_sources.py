@@ -21,7 +21,7 @@ from qkenergy.analysis.analyze import analyze_model
 from qkenergy.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import layout_from_mapping, load_layout
-from qkenergy.weights.layouts import LAYOUTS
+from qkenergy.weights.layouts import FAMILIES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # Every column except the model's display name (a path here, a class name there).
@@ -195,7 +195,7 @@ def test_transformer_lens_model_equals_the_path_route(tmp_path: Path) -> None:
 
 
 def test_example_toml_is_the_shipped_llama_layout() -> None:
-    assert load_layout(DOCS / "layouts" / "llama.toml") == LAYOUTS["llama"]
+    assert load_layout(DOCS / "layouts" / "llama.toml") == FAMILIES["llama"].stacks[0]
     assert layout_from_mapping({"query": "h.{i}.attn.c_attn.weight", "storage": "conv1d"}).storage == "conv1d"
 
 

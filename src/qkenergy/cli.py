@@ -1,4 +1,4 @@
-"""The qkenergy command line: verify, baseline, lobes, analyze, plot, survey.
+"""The qkenergy command line: verify, baseline, lobes, analyze, plot, survey, layouts.
 
 Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
 arguments exit with status 2, library errors (QKEnergyError) with status 1.
@@ -718,6 +718,26 @@ def plot(
     options = _plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
     for path in plots.plot_results(table, outdir, head=head, **options):
         click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@click.option("--markdown", is_flag=True, help="Print a markdown table (the README's list).")
+def layouts(as_json: bool, markdown: bool) -> None:
+    """List the supported model types: stacks, positions, qk-norm, and how each is proven."""
+    from qkenergy.formatting import markdown_table
+    from qkenergy.weights.layouts import LAYOUT_COLUMNS, describe_families
+
+    rows = describe_families()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    elif markdown:
+        click.echo(markdown_table(LAYOUT_COLUMNS, rows))
+    else:
+        table = rich_table("qkenergy layouts: supported model types", [(c, "left") for c in LAYOUT_COLUMNS])
+        for row in rows:
+            table.add_row(*(row[c] for c in LAYOUT_COLUMNS))
+        _stdout_console().print(table)
 
 
 def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,3 +81,14 @@ def rich_table(
         name, justify = (column, "right") if isinstance(column, str) else column
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     return table
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A GitHub markdown table of ``rows`` (dicts keyed by ``columns``), one line per row."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,15 @@ from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import load_layout
-from qkenergy.weights.layouts import LayerWeights, Layout, architecture, find_prefix, read_layer
+from qkenergy.weights.layouts import (
+    FAMILIES,
+    Architecture,
+    LayerWeights,
+    Layout,
+    architectures,
+    find_prefix,
+    read_layer,
+)
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
@@ -105,8 +113,11 @@ def analyze_model(
     seed and radius, by (n, N) (a survey shares them between its units); other
     shapes are drawn here.
 
-    Columns of ``heads``: model, layer, head, kv_head, n, N, every name in
-    ``STATISTICS``, head_type, reason, then for X in ``NULL_STATISTICS``
+    Columns of ``heads``: model, stack ("" for a single-stack model, else
+    encoder, decoder, cross, text or vision: one row per head per stack),
+    layer, head, kv_head, n, N, positional (absolute, rope, alibi,
+    relative_bias or none), qk_norm (queries and keys normalised after
+    projection, their gains folded in), every name in ``STATISTICS``, head_type, reason, then for X in ``NULL_STATISTICS``
     X_null_mean, X_null_sd, X_z, X_p (two-sided, empirical), then
     symmetric_energy_p_tail (two-sided, from a Beta law matched to the null's
     mean and variance: an approximation, :mod:`qkenergy.math.tails`),
@@ -117,8 +128,8 @@ def analyze_model(
     symmetric_energy_rotation_p_bh; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
     trimmed; in units of ||L||, as statistics.HeadStatistics gives them).
 
-    Columns of ``layers`` (``per_layer=True``): model, layer, n_heads,
-    n_kv_heads, n (= H * head_dim), N, route, symmetric_energy_baseline
+    Columns of ``layers`` (``per_layer=True``): model, stack, layer, n_heads,
+    n_kv_heads, n (= H * head_dim), N, positional, qk_norm, route, symmetric_energy_baseline
     ((N+1)/(2N)), every name in ``STATISTICS``, head_type, reason,
     symmetry_score (2s - 1), directionality (published sign) and
     directionality_raw.
@@ -149,35 +160,44 @@ def analyze_model(
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
     given = load_layout(layout_file) if layout_file is not None else layout
     with open_model(model, config=config) as source:
-        arch = architecture(
+        found = architectures(
             source.config, source.config_where, model_type=model_type, layout=given or source.layout
         )
-        layer_ids = _select("--layers", layers, arch.n_layers, "layers")
-        head_ids = _select("--heads", heads, arch.n_heads, "query heads")
         tensors = provenance.ReadRecorder(source.tensors)  # notes what is read, for the fingerprints
-        prefix = find_prefix(tensors, arch)
+        stacks = _present_stacks(tensors, found)
+        arch = stacks[0][0]
+        layer_ids = _select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
+        head_ids = _select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
+        todo = [
+            (a, p, layer, [h for h in head_ids if h < a.n_heads])
+            for a, p in stacks
+            for layer in layer_ids
+            if layer < a.n_layers
+        ]
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
-        with _layer_progress(progress, len(layer_ids)) as advance:
-            for layer in layer_ids:
-                weights = read_layer(tensors, arch, layer, fold_norm=fold_norm, prefix=prefix)
+        with _layer_progress(progress, len(todo)) as advance:
+            for stack, prefix, layer, stack_heads in todo:
+                weights = read_layer(tensors, stack, layer, fold_norm=fold_norm, prefix=prefix)
                 head_frames.append(
                     _head_rows(
                         source.name,
+                        stack,
                         weights,
-                        head_ids,
+                        stack_heads,
                         radius,
                         rotation_samples=rotation_samples if rotation else 0,
                         seed=seed,
                     )
                 )
                 if per_layer:
-                    layer_rows.append(_layer_row(source.name, weights, radius))
+                    layer_rows.append(_layer_row(source.name, stack, weights, radius))
                 del weights  # release this layer before the next is read
                 source.tensors.release()
                 advance()
         name = source.name
         model_source = provenance.model_source(model, source, tensors.fingerprints())
+        family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
     table = pd.concat(head_frames, ignore_index=True)
     table = _with_null_columns(
@@ -201,6 +221,8 @@ def analyze_model(
         "n_kv_heads": arch.n_kv_heads,
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
+        "stacks": [_stack_settings(a) for a, _ in stacks],
+        "notes": [note for note in (family_note, *_notes(a for a, _ in stacks)) if note],
         "layers": list(layer_ids),
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
@@ -221,6 +243,52 @@ def analyze_model(
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
     return Analysis(heads=table, layers=layer_table, model=name, settings=settings)
+
+
+# ----------------------------------------------------------------------------- stacks
+
+
+def _present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Architecture, str]]:
+    """The stacks whose weights the checkpoint holds, each with its name prefix.
+
+    A checkpoint may hold part of a model (a T5 encoder alone): its other stacks are
+    left out. With none present, the first stack's error names what was looked for.
+    """
+    found = []
+    for arch in archs:
+        with contextlib.suppress(QKEnergyError):
+            found.append((arch, find_prefix(tensors, arch)))
+    if not found:
+        find_prefix(tensors, archs[0])  # raises, naming the tensor looked for
+    return found
+
+
+def _stack_settings(arch: Architecture) -> dict[str, Any]:
+    return {
+        "stack": arch.stack,
+        "n_layers": arch.n_layers,
+        "n_heads": arch.n_heads,
+        "n_kv_heads": arch.n_kv_heads,
+        "head_dim": arch.head_dim,
+        "hidden_size": arch.hidden_size,
+        "positional": arch.positional,
+        "qk_norm": arch.qk_norm,
+    }
+
+
+def _notes(archs: Iterable[Architecture]) -> list[str]:
+    """What a reader of the table must know about how positions and stacks enter the forms."""
+    notes = []
+    for arch in archs:
+        where = f"{arch.stack} stack: " if arch.stack else ""
+        if arch.positional == "rope":
+            notes.append(f"{where}RoPE: the form read is the one at relative offset 0 (no rotation)")
+        if arch.layout.key_stack is not None:
+            notes.append(
+                f"{where}queries from the decoder stream, keys from the {arch.layout.key_stack} output: "
+                "the form pairs two different streams"
+            )
+    return notes
 
 
 # ----------------------------------------------------------------------------- selection
@@ -279,6 +347,7 @@ def _trimmed(lobes: np.ndarray) -> list[list[float]]:
 
 def _head_rows(
     model: str,
+    arch: Architecture,
     weights: LayerWeights,
     head_ids: list[int],
     radius: float,
@@ -300,11 +369,14 @@ def _head_rows(
     stats = gram_statistics(grams, int(N), radius=radius)
     rows: dict[str, Any] = {
         "model": model,
+        "stack": arch.stack,
         "layer": weights.layer,
         "head": sel,
         "kv_head": kv,
         "n": int(n),
         "N": int(N),
+        "positional": arch.positional,
+        "qk_norm": arch.qk_norm,
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     frame = pd.DataFrame(rows)
@@ -477,18 +549,21 @@ def layer_form_statistics(
     return values, route
 
 
-def _layer_row(model: str, weights: LayerWeights, radius: float) -> dict[str, Any]:
+def _layer_row(model: str, arch: Architecture, weights: LayerWeights, radius: float) -> dict[str, Any]:
     H, n, N = weights.w_query.shape
     w_query = weights.w_query.reshape(H * n, N)
     w_key = weights.w_key[np.asarray(weights.kv_head)].reshape(H * n, N)
     values, route = layer_form_statistics(w_query, w_key, radius=radius)
     row: dict[str, Any] = {
         "model": model,
+        "stack": arch.stack,
         "layer": weights.layer,
         "n_heads": H,
         "n_kv_heads": weights.w_key.shape[0],
         "n": H * n,
         "N": N,
+        "positional": arch.positional,
+        "qk_norm": arch.qk_norm,
         "route": route,
         # Proposition 6's proof permutes and flips columns only, so GQA's repeated
         # key rows keep the exact mean (N+1)/(2N).

@@ -93,9 +93,19 @@ def _title(df: pd.DataFrame) -> str:
 # ----------------------------------------------------------------------------- 1. heatmap
 
 
+def _rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with a heatmap row key: the layer, or 'stack layer' when there are several stacks."""
+    if "stack" not in df.columns or df["stack"].nunique() <= 1:
+        return df.assign(row=df["layer"])
+    labels = df["stack"].astype(str) + " " + df["layer"].astype(str)
+    order = pd.unique(labels)  # stacks in table order, layers as analysed
+    return df.assign(row=pd.Categorical(labels, categories=order, ordered=True))
+
+
 def _heatmap(df: pd.DataFrame) -> Figure:
+    df = _rows(df)
     grid = df.pivot_table(
-        index="layer", columns="head", values="symmetric_energy", aggfunc="first", dropna=False
+        index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
     )
     values = grid.to_numpy(np.float64)
     Ns = df["N"].unique()
@@ -122,7 +132,12 @@ def _heatmap(df: pd.DataFrame) -> Figure:
     # Mark heads whose symmetric energy differs significantly from the random law.
     if {"symmetric_energy_p_bh"} <= set(df.columns):
         sig = df.pivot_table(
-            index="layer", columns="head", values="symmetric_energy_p_bh", aggfunc="first", dropna=False
+            index="row",
+            columns="head",
+            values="symmetric_energy_p_bh",
+            aggfunc="first",
+            dropna=False,
+            observed=True,
         )
         sig = sig.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
         annotate = rows * cols <= 400

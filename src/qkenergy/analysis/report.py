@@ -48,7 +48,7 @@ LIST_COLUMNS = ("alpha", "beta")
 # How CSV cells hold the list columns (recorded in the sidecar and in docs/columns.md).
 CSV_LIST_ENCODING = "JSON array text, e.g. [0.41, 0.12]; [] for an undefined head"
 COUNT_COLUMNS = ("n_pos", "n_neg", "n_zero")
-STRING_COLUMNS = ("model", "head_type", "reason")
+STRING_COLUMNS = ("model", "stack", "positional", "head_type", "reason")
 REQUIRED_COLUMNS = ("model", "layer", "head", "n", "N", "symmetric_energy")
 SIGNIFICANCE = 0.05
 HEAD_TYPES = ("II", "I+", "I-")
@@ -291,9 +291,11 @@ def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
     ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative);
     the shares are over the layer's heads and NaN when no null was computed.
     """
-    keys = ["model", "layer"] if "model" in df.columns else ["layer"]
+    keys = [k for k in ("model", "stack") if k in df.columns] + ["layer"]
     rows = []
-    for key, group in df.groupby(keys, sort=True):
+    # Stacks keep the order of the table (encoder before decoder), layers are sorted within.
+    order = df.sort_values("layer", kind="stable") if "stack" in df.columns else df
+    for key, group in order.groupby(keys, sort="stack" not in df.columns):
         key = key if isinstance(key, tuple) else (key,)
         s = group["symmetric_energy"].to_numpy(np.float64)
         defined = s[np.isfinite(s)]
@@ -410,6 +412,12 @@ def tail_note(df: pd.DataFrame, settings: dict[str, Any]) -> str | None:
     )
 
 
+def _layer_label(row: dict[str, Any]) -> str:
+    """'3', or 'encoder 3' for a layer of a named stack."""
+    stack = row.get("stack") or ""
+    return f"{stack} {row['layer']}" if stack else str(row["layer"])
+
+
 def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), one-sentence verdict."""
     from rich.console import Console
@@ -436,6 +444,8 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
         f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
         f"fold-norm {fold} · {null_text}"
     )
+    for note in settings.get("notes", ()):
+        console.print(f"note: {note}")
     summary = layer_summary(df)
     table = rich_table(
         "Symmetric energy per layer",
@@ -444,7 +454,7 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
     )
     for r in summary.to_dict(orient="records"):
         table.add_row(
-            str(r["layer"]),
+            _layer_label(r),
             str(r["heads"]),
             format_fixed(r["symmetric_energy_median"]),
             format_fixed(r["symmetric_energy_iqr"]),
@@ -467,7 +477,7 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
         )
         for r in layers.to_dict(orient="records"):
             form.add_row(
-                str(r["layer"]),
+                _layer_label(r),
                 format_fixed(r["symmetric_energy"]),
                 format_fixed(r["symmetry_score"]),
                 format_fixed(r["directionality"], 3),

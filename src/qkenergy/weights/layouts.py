@@ -1,10 +1,14 @@
 """Declarative architecture layouts: where each head's W_Q, W_K live in a checkpoint.
 
-A :class:`Layout` says, for one model family, which config.json keys give the
-sizes, the names of the query/key tensors relative to a layer (``{i}`` is the
-layer index, the checkpoint's own name prefix such as ``model.`` is found at
-read time), how Q and K are stored, and which norm's gain feeds attention (for
-the fold-norm option). Adding a family is a few lines in :data:`LAYOUTS`.
+A :class:`Family` (one config.json ``model_type``) has one :class:`Layout` per
+attention stack (encoder, decoder and cross-attention of t5; text and vision
+towers of clip; a single unnamed stack for most models). A layout says which
+config.json keys give the sizes, the names of the query/key tensors relative to
+a layer (``{i}`` is the layer index, the checkpoint's own name prefix such as
+``model.`` is found at read time), how Q and K are stored, which norm's gain
+feeds attention (for the fold-norm option), how positions enter, and any
+qk-norm or latent projections folded into the form. Adding a family is a few
+declarative lines in :data:`FAMILIES`.
 
 Head weights come back in the shared convention: ``(heads, n, N)``, the head's
 row block of an ``nn.Linear`` weight ``[out_features, in_features]``, so the
@@ -24,26 +28,48 @@ import numpy as np
 from qkenergy.errors import ArgumentError, QKEnergyError
 
 __all__ = [
-    "LAYOUTS",
+    "FAMILIES",
+    "LAYOUT_COLUMNS",
+    "POSITIONAL",
+    "STACKS",
     "Architecture",
+    "Family",
+    "LatentAttention",
     "LayerWeights",
     "Layout",
+    "QKNorm",
     "TensorReader",
     "architecture",
+    "architectures",
+    "describe_families",
+    "family_of",
     "find_prefix",
     "read_layer",
     "supported_model_types",
 ]
 
-Storage = Literal["separate", "stacked", "conv1d", "interleaved"]
+Storage = Literal["separate", "stacked", "conv1d", "interleaved", "grouped", "latent"]
 """How Q and K are stored:
 
 - ``separate``: one ``[H*n, N]`` query weight and one ``[H_kv*n, N]`` key weight.
-- ``stacked``: one fused ``[(H + 2*H_kv)*n, N]`` weight, rows ``[q; k; v]`` (phi3 qkv_proj).
+- ``stacked``: one fused ``[(H + 2*H_kv)*n, N]`` weight, rows ``[q; k; v]`` (phi3 qkv_proj,
+  multi-query falcon with H_kv = 1).
 - ``conv1d``: one fused GPT-2 ``Conv1D`` weight stored ``[N, 3*H*n]``, columns ``q | k | v``.
 - ``interleaved``: one fused ``[3*H*n, N]`` weight whose rows reshape to
   ``(H, 3, n)`` (q, k, v per head: gpt_neox query_key_value, bloom).
+- ``grouped``: one fused ``[(H + 2*H_kv)*n, N]`` weight whose rows reshape to
+  ``(H_kv, H/H_kv + 2, n)``: each key group's query heads, then its key, then its value
+  (falcon's new decoder architecture).
+- ``latent``: multi-head latent attention (DeepSeek-V2/V3), see :class:`LatentAttention`.
 """
+
+Positional = Literal["absolute", "rope", "alibi", "relative_bias", "none"]
+"""How a stack sees positions. Only ``rope`` acts inside the bilinear form (the form read
+is the one at relative offset 0); ``absolute`` embeddings are added to the residual stream
+before the layers, ``alibi`` and ``relative_bias`` add a term to the scores that is not part
+of L, and ``none`` has no position signal at all."""
+POSITIONAL: tuple[str, ...] = ("absolute", "rope", "alibi", "relative_bias", "none")
+STACKS: tuple[str, ...] = ("", "encoder", "decoder", "cross", "text", "vision")
 
 
 class TensorReader(Protocol):
@@ -58,15 +84,64 @@ class TensorReader(Protocol):
 
 
 @dataclass(frozen=True)
+class QKNorm:
+    """Norms applied to the projected queries and keys before the score (qk-norm).
+
+    The score is the bilinear form of the normalised query and key. Normalising divides a
+    token's query (key) by a positive number, which scales its scores and does not change
+    the form; the gains g_Q, g_K do change it and are folded in, always:
+    L = (diag(g_K) W_K)^T (diag(g_Q) W_Q). A LayerNorm (``centred``) also subtracts the
+    mean of the normalised entries, a fixed linear projection P that is folded too:
+    W -> diag(g) P W.
+    """
+
+    query: str  # gain of the query norm; "{h}" in the name: each head has its own norm
+    key: str
+    # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
+    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,)).
+    scope: Literal["head", "projection"] = "head"
+    offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
+    centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and K with normed latents.
+
+    With the query latent c_Q = W_QA x (normed, gain g_Q) and the key latent
+    [c_K; k_rope] = W_KVA x (c_K normed, gain g_K), head h's query is
+    W_QB[h] diag(g_Q) W_QA x and its key is [W_KVB[h, :d_nope] diag(g_K) W_KVA[:r]; W_KVA[r:]] x:
+    the part without RoPE (d_nope rows) and the decoupled RoPE part shared by every head
+    (d_rope rows), concatenated into one form at offset 0. The layout's ``query`` names
+    W_QA (or the plain query projection when the model has no query latent: q_lora_rank
+    null) and its ``key`` names W_KVA.
+    """
+
+    query_norm: str | None  # None: no query latent
+    query_up: str | None
+    key_norm: str
+    key_up: str
+    nope_key: str = "qk_nope_head_dim"  # config keys of the sizes
+    rope_key: str = "qk_rope_head_dim"
+    value_key: str = "v_head_dim"
+    rank_key: str = "kv_lora_rank"
+
+
+@dataclass(frozen=True)
 class Layout:
-    """Where one family keeps its attention weights; templates are relative to the prefix."""
+    """One attention stack of a family; tensor names are relative to the checkpoint's prefix.
+
+    ``{i}`` in a name is the layer index. A family has one stack per kind of attention
+    (see :class:`Family`).
+    """
 
     query: str
     key: str | None = None  # None for fused storage: the query tensor holds q, k and v
     storage: Storage = "separate"
     norm: str | None = None  # gain of the norm that feeds attention, or None if there is none
-    # Post-norm (BERT-style): layer i is fed by layer i-1's output norm, layer 0 by
-    # ``first_norm`` (the embeddings norm; None when the embeddings are not normed).
+    # Post-norm (BERT-style): layer i is fed by layer i-1's output norm. Layer 0 is fed by
+    # ``first_norm`` (the embeddings norm; None when the embeddings are not normed); a
+    # pre-norm stack may name a ``first_norm`` too, for a layer 0 without its own norm (modernbert).
     post_norm: bool = False
     first_norm: str | None = None
     norm_offset: float = 0.0  # gemma's RMSNorm multiplies by (1 + weight)
@@ -75,31 +150,59 @@ class Layout:
     hidden_keys: tuple[str, ...] = ("hidden_size",)
     layers_keys: tuple[str, ...] = ("num_hidden_layers",)
     kv_heads_key: str | None = None  # None: every query head has its own key head
+    kv_heads: int | None = None  # a fixed key-head count (multi-query: 1), overrides kv_heads_key
     head_dim_key: str | None = None  # None: head_dim = hidden_size / heads
+    stack: str = ""  # "", encoder, decoder, cross, text, vision
+    positional: Positional = "absolute"
+    qk_norm: QKNorm | None = None
+    latent: LatentAttention | None = None
+    config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)
+    # Cross-attention: keys read the output of this stack (its final norm, ``final_norm``, or for
+    # a post-norm stack its last layer's norm, feeds them).
+    key_stack: str | None = None
+    final_norm: str | None = None
     # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False
     )
 
 
-def _bert_like(root: str) -> Layout:
+@dataclass(frozen=True)
+class Family:
+    """Everything qkenergy knows about one config.json ``model_type``."""
+
+    stacks: tuple[Layout, ...]
+    models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`
+    note: str = ""  # what a user must know about the rows (printed with the analysis)
+    proof: str = ""  # the transformers class tests/test_layouts_reference.py proves it against
+
+    def stack(self, name: str) -> Layout:
+        for layout in self.stacks:
+            if layout.stack == name:
+                return layout
+        raise KeyError(name)
+
+
+def _bert_like(root: str, **kw: Any) -> Layout:
     return Layout(
         query=f"{root}.layer.{{i}}.attention.self.query.weight",
         key=f"{root}.layer.{{i}}.attention.self.key.weight",
         norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
         post_norm=True,
         first_norm="embeddings.LayerNorm.weight",
+        **kw,
     )
 
 
 def _llama_like(**kw: Any) -> Layout:
-    """Pre-RMSNorm decoder with separate q_proj / k_proj and grouped-query attention."""
+    """Pre-RMSNorm decoder with separate q_proj / k_proj, grouped-query attention and RoPE."""
     return Layout(
         query="layers.{i}.self_attn.q_proj.weight",
         key="layers.{i}.self_attn.k_proj.weight",
         norm="layers.{i}.input_layernorm.weight",
         kv_heads_key="num_key_value_heads",
         head_dim_key="head_dim",
+        positional="rope",
         **kw,
     )
 
@@ -116,68 +219,99 @@ def _opt_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return layout
 
 
-LAYOUTS: dict[str, Layout] = {
-    "bert": _bert_like("encoder"),
-    "roberta": _bert_like("encoder"),
-    "distilbert": Layout(
-        query="transformer.layer.{i}.attention.q_lin.weight",
-        key="transformer.layer.{i}.attention.k_lin.weight",
-        norm="transformer.layer.{i}.output_layer_norm.weight",
-        post_norm=True,
-        first_norm="embeddings.LayerNorm.weight",
-        heads_keys=("n_heads", "num_attention_heads"),
-        hidden_keys=("dim", "hidden_size"),
-        layers_keys=("n_layers", "num_hidden_layers"),
+def _family(layout: Layout, proof: str, models: str = "", note: str = "") -> Family:
+    return Family((layout,), models=models, note=note, proof=proof)
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
+    "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
+    "distilbert": _family(
+        Layout(
+            query="transformer.layer.{i}.attention.q_lin.weight",
+            key="transformer.layer.{i}.attention.k_lin.weight",
+            norm="transformer.layer.{i}.output_layer_norm.weight",
+            post_norm=True,
+            first_norm="embeddings.LayerNorm.weight",
+            heads_keys=("n_heads", "num_attention_heads"),
+            hidden_keys=("dim", "hidden_size"),
+            layers_keys=("n_layers", "num_hidden_layers"),
+        ),
+        "DistilBertModel",
+        "DistilBERT",
     ),
-    "gpt2": Layout(
-        query="h.{i}.attn.c_attn.weight",
-        storage="conv1d",
-        norm="h.{i}.ln_1.weight",
-        heads_keys=("n_head", "num_attention_heads"),
-        hidden_keys=("n_embd", "hidden_size"),
-        layers_keys=("n_layer", "num_hidden_layers"),
+    "gpt2": _family(
+        Layout(
+            query="h.{i}.attn.c_attn.weight",
+            storage="conv1d",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+        ),
+        "GPT2LMHeadModel",
+        "GPT-2",
     ),
-    "gpt_neox": Layout(
-        query="layers.{i}.attention.query_key_value.weight",
-        storage="interleaved",
-        norm="layers.{i}.input_layernorm.weight",
+    "gpt_neox": _family(
+        Layout(
+            query="layers.{i}.attention.query_key_value.weight",
+            storage="interleaved",
+            norm="layers.{i}.input_layernorm.weight",
+            positional="rope",
+        ),
+        "GPTNeoXForCausalLM",
+        "GPT-NeoX, Pythia",
     ),
-    "bloom": Layout(
-        query="h.{i}.self_attention.query_key_value.weight",
-        storage="interleaved",
-        norm="h.{i}.input_layernorm.weight",
-        heads_keys=("n_head", "num_attention_heads"),
-        hidden_keys=("hidden_size", "n_embed"),
-        layers_keys=("n_layer", "num_hidden_layers"),
+    "bloom": _family(
+        Layout(
+            query="h.{i}.self_attention.query_key_value.weight",
+            storage="interleaved",
+            norm="h.{i}.input_layernorm.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("hidden_size", "n_embed"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+            positional="alibi",
+        ),
+        "BloomForCausalLM",
+        "BLOOM",
     ),
-    "opt": Layout(
-        query="layers.{i}.self_attn.q_proj.weight",
-        key="layers.{i}.self_attn.k_proj.weight",
-        norm="layers.{i}.self_attn_layer_norm.weight",
-        adjust=_opt_adjust,
+    "opt": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+            adjust=_opt_adjust,
+        ),
+        "OPTForCausalLM",
+        "OPT",
     ),
-    "llama": _llama_like(),
-    "mistral": _llama_like(),
-    "qwen2": _llama_like(),
-    "gemma": _llama_like(norm_offset=1.0),
-    "phi3": Layout(
-        query="layers.{i}.self_attn.qkv_proj.weight",
-        storage="stacked",
-        norm="layers.{i}.input_layernorm.weight",
-        kv_heads_key="num_key_value_heads",
-        head_dim_key="head_dim",
+    "llama": _family(_llama_like(), "LlamaForCausalLM", "Llama 1-3, CodeLlama, TinyLlama"),
+    "mistral": _family(_llama_like(), "MistralModel", "Mistral"),
+    "qwen2": _family(_llama_like(), "Qwen2ForCausalLM", "Qwen2, Qwen2.5"),
+    "gemma": _family(_llama_like(norm_offset=1.0), "GemmaForCausalLM", "Gemma"),
+    "phi3": _family(
+        Layout(
+            query="layers.{i}.self_attn.qkv_proj.weight",
+            storage="stacked",
+            norm="layers.{i}.input_layernorm.weight",
+            kv_heads_key="num_key_value_heads",
+            head_dim_key="head_dim",
+            positional="rope",
+        ),
+        "Phi3ForCausalLM",
+        "Phi-3, Phi-3.5, Phi-4",
     ),
 }
 
 
 def supported_model_types() -> list[str]:
     """The config.json ``model_type`` values qkenergy can read."""
-    return sorted(LAYOUTS)
+    return sorted(FAMILIES)
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """Attention sizes of a checkpoint (from config.json) and its layout."""
+    """Attention sizes of one stack of a checkpoint (from config.json) and its layout."""
 
     model_type: str
     n_layers: int
@@ -186,6 +320,24 @@ class Architecture:
     head_dim: int
     hidden_size: int
     layout: Layout
+    # Cross-attention: the norm (relative name) on the output of the stack its keys read,
+    # folded into W_K by fold_norm; None for self-attention (keys see the query's norm).
+    key_norm: str | None = None
+    # Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
+    latent: tuple[int, int, int, int] | None = None
+
+    @property
+    def stack(self) -> str:
+        return self.layout.stack
+
+    @property
+    def positional(self) -> str:
+        return self.layout.positional
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether queries and keys are normalised after projection (qk-norm or latent norms)."""
+        return self.layout.qk_norm is not None or self.layout.latent is not None
 
     @property
     def kv_head(self) -> np.ndarray:
@@ -209,56 +361,78 @@ def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: st
 _OVERRIDES = "pass --model-type TYPE to read it as a supported type, or --layout FILE.toml to describe it"
 
 
-def architecture(
+def family_of(
     config: Mapping[str, Any],
     source: str = "config.json",
     *,
     model_type: str | None = None,
-    layout: Layout | None = None,
-) -> Architecture:
-    """Sizes and layout of the model described by a config.json dict.
+    layout: Layout | Family | None = None,
+) -> tuple[str, Family]:
+    """The ``model_type`` of a config.json dict and its :class:`Family`.
 
-    ``source`` names the config file in error messages (e.g. its full path).
     ``model_type`` reads the checkpoint as that supported type whatever its
-    config says; ``layout`` (e.g. from :func:`qkenergy.weights.layout_toml.load_layout`)
-    is used as given, for an architecture qkenergy does not ship.
+    config says; ``layout`` (a Layout, e.g. from
+    :func:`qkenergy.weights.layout_toml.load_layout`, or a whole Family) is used
+    as given, for an architecture qkenergy does not ship.
     """
     if model_type is not None:
-        if model_type not in LAYOUTS:
+        if model_type not in FAMILIES:
             raise ArgumentError(
                 f"--model-type {model_type!r} is not a supported type; supported: "
                 + ", ".join(supported_model_types())
             )
     else:
         model_type = config.get("model_type")
-    if layout is None:
-        if model_type is None:
+    if layout is not None:
+        family = layout if isinstance(layout, Family) else Family((layout,))
+        return str(model_type or "custom"), family
+    if model_type is None:
+        raise QKEnergyError(
+            f"{source} has no 'model_type' ({_OVERRIDES}); supported: " + ", ".join(supported_model_types())
+        )
+    found = FAMILIES.get(str(model_type))
+    if found is None:
+        raise QKEnergyError(
+            f"{source}: model_type {model_type!r} is not supported ({_OVERRIDES}); supported: "
+            + ", ".join(supported_model_types())
+        )
+    return str(model_type), found
+
+
+def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
+    if layout.config_section is not None:
+        section = config.get(layout.config_section)
+        if not isinstance(section, Mapping):
             raise QKEnergyError(
-                f"{source} has no 'model_type' ({_OVERRIDES}); supported: "
-                + ", ".join(supported_model_types())
+                f"{source} has no {layout.config_section!r} section, needed for the {layout.stack} "
+                f"stack of a {mt} model"
             )
-        layout = LAYOUTS.get(str(model_type))
-        if layout is None:
-            raise QKEnergyError(
-                f"{source}: model_type {model_type!r} is not supported ({_OVERRIDES}); supported: "
-                + ", ".join(supported_model_types())
-            )
-    elif model_type is None:
-        model_type = "custom"
+        config = section
+        source = f"{source} ({layout.config_section})"
     if layout.adjust is not None:
         layout = layout.adjust(config, layout)
-    mt = str(model_type)
     n_heads = _config_int(config, layout.heads_keys, mt, source)
     hidden = _config_int(config, layout.hidden_keys, mt, source)
     n_layers = _config_int(config, layout.layers_keys, mt, source)
     n_kv = n_heads
-    if layout.kv_heads_key is not None and config.get(layout.kv_heads_key) is not None:
-        n_kv = _config_int(config, (layout.kv_heads_key,), mt, source)
+    kv_key = layout.kv_heads_key
+    if layout.kv_heads is not None:
+        n_kv, kv_key = layout.kv_heads, "key heads"
+    elif kv_key is not None and config.get(kv_key) is not None:
+        n_kv = _config_int(config, (kv_key,), mt, source)
     if n_heads % n_kv:
         raise QKEnergyError(
-            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of {layout.kv_heads_key}={n_kv}"
+            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of {kv_key}={n_kv}"
         )
-    if layout.head_dim_key is not None and config.get(layout.head_dim_key) is not None:
+    latent = None
+    if layout.latent is not None:
+        lat = layout.latent
+        keys = (lat.nope_key, lat.rope_key, lat.value_key, lat.rank_key)
+        d_nope, d_rope, d_value, rank = (_config_int(config, (k,), mt, source) for k in keys)
+        latent = (d_nope, d_rope, d_value, rank)
+        head_dim = d_nope + d_rope
+        n_kv = n_heads  # every head has its own key (its own up-projection of the latent)
+    elif layout.head_dim_key is not None and config.get(layout.head_dim_key) is not None:
         head_dim = _config_int(config, (layout.head_dim_key,), mt, source)
     else:
         if hidden % n_heads:
@@ -267,7 +441,64 @@ def architecture(
                 f"{layout.heads_keys[0]}={n_heads}"
             )
         head_dim = hidden // n_heads
-    return Architecture(mt, n_layers, n_heads, n_kv, head_dim, hidden, layout)
+    return Architecture(mt, n_layers, n_heads, n_kv, head_dim, hidden, layout, latent=latent)
+
+
+def _output_norm(arch: Architecture) -> str | None:
+    """The norm on a stack's output (relative name): its final norm, or a post-norm stack's last."""
+    lay = arch.layout
+    if lay.final_norm is not None:
+        return lay.final_norm
+    if lay.post_norm and lay.norm is not None:
+        return lay.norm.format(i=arch.n_layers - 1)
+    return None
+
+
+def architectures(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    model_type: str | None = None,
+    layout: Layout | Family | None = None,
+) -> tuple[Architecture, ...]:
+    """One :class:`Architecture` per attention stack of the model a config.json dict describes.
+
+    ``model_type`` and ``layout`` override the lookup of the config's ``model_type``
+    (see :func:`family_of`). ``source`` names the config file in error messages.
+    """
+    mt, family = family_of(config, source, model_type=model_type, layout=layout)
+    archs = [_stack_architecture(config, layout, mt, source) for layout in family.stacks]
+    by_name = {a.stack: a for a in archs}
+    for k, arch in enumerate(archs):
+        if arch.layout.key_stack is not None:
+            archs[k] = dataclasses.replace(arch, key_norm=_output_norm(by_name[arch.layout.key_stack]))
+    return tuple(archs)
+
+
+def architecture(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    stack: str | None = None,
+    model_type: str | None = None,
+    layout: Layout | Family | None = None,
+) -> Architecture:
+    """Sizes and layout of one attention stack (``stack``: its name; None for single-stack models).
+
+    ``source`` names the config file in error messages (e.g. its full path);
+    ``model_type`` and ``layout`` as for :func:`family_of`.
+    """
+    archs = architectures(config, source, model_type=model_type, layout=layout)
+    if stack is None and len(archs) == 1:
+        return archs[0]
+    for arch in archs:
+        if arch.stack == stack:
+            return arch
+    names = ", ".join(repr(a.stack) for a in archs)
+    raise QKEnergyError(
+        f"{source}: a {archs[0].model_type} model has the attention stacks {names}; "
+        + ("name one" if stack is None else f"not {stack!r}")
+    )
 
 
 @dataclass(frozen=True)
@@ -279,6 +510,8 @@ class LayerWeights:
     w_key: np.ndarray  # (H_kv, n, N)
     kv_head: np.ndarray  # (H,) int
     norm_gain: np.ndarray | None  # (N,) effective gain folded in, or None
+    # Cross-attention: the gain folded into W_K (the key stream's own norm), when it differs.
+    key_norm_gain: np.ndarray | None = None
 
 
 def _where(tensors: object) -> str:
@@ -300,9 +533,10 @@ def find_prefix(tensors: TensorReader, arch: Architecture) -> str:
     dotted = "." + suffix
     found = [n[: len(n) - len(suffix)] for n in tensors.names if n == suffix or n.endswith(dotted)]
     if not found:
+        what = f"the {arch.stack} stack of " if arch.stack else ""
         raise QKEnergyError(
             f"{_where(tensors)}: no tensor named {suffix!r} (with any prefix); "
-            f"is this a {arch.model_type} checkpoint?"
+            f"is this {what}a {arch.model_type} checkpoint?"
         )
     return min(found, key=lambda p: (len(p), p))
 
@@ -317,11 +551,17 @@ def _check_shape(tensors: TensorReader, name: str, expected: tuple[int, ...], wh
 
 
 def _norm_name(layout: Layout, layer: int) -> str | None:
-    if not layout.post_norm:
-        return None if layout.norm is None else layout.norm.format(i=layer)
-    if layer == 0:
+    """The norm whose output feeds layer ``layer``'s attention (relative name), if any."""
+    if layer == 0 and (layout.post_norm or layout.first_norm is not None):
         return layout.first_norm
-    return None if layout.norm is None else layout.norm.format(i=layer - 1)
+    if layout.norm is None:
+        return None
+    return layout.norm.format(i=layer - 1 if layout.post_norm else layer)
+
+
+def _float(w: np.ndarray) -> np.dtype:
+    """The dtype forms are folded in: float32, or float64 for weights stored so."""
+    return np.dtype(np.float64 if w.dtype == np.float64 else np.float32)
 
 
 def read_layer(
@@ -334,10 +574,13 @@ def read_layer(
 ) -> LayerWeights:
     """Read one layer's W_Q (H, n, N) and W_K (H_kv, n, N), reading only that layer's tensors.
 
-    The dtype is kept as stored, except with ``fold_norm``: then the columns of
-    W_Q and W_K are multiplied by the gain of the norm feeding attention
-    (L -> D L D) in float32 (float64 if stored so). The norm's bias is not part
-    of L and is ignored. ``prefix`` skips prefix detection (see :func:`find_prefix`).
+    The dtype is kept as stored, except when something is folded in: then the weights
+    come back in float32 (float64 if stored so). qk-norm gains (and a LayerNorm's
+    centring) and the latent norms of latent attention are part of the form and always
+    folded in. With ``fold_norm`` the columns of W_Q and W_K are also multiplied by the
+    gain of the norm feeding attention (L -> D L D; for cross-attention the keys' own
+    norm: L -> D_K L D_Q). Norm biases are not part of L and are ignored. ``prefix``
+    skips prefix detection (see :func:`find_prefix`).
     """
     if not 0 <= layer < arch.n_layers:
         raise QKEnergyError(
@@ -361,6 +604,15 @@ def read_layer(
             )
         return name
 
+    def gain(template: str, size: int, what: str, offset: float = 0.0) -> np.ndarray:
+        # Checkpoints from the original BERT code name LayerNorm weights 'gamma'.
+        relative = template.format(i=layer)
+        legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
+        name = need(relative, legacy)
+        _check_shape(tensors, name, (size,), what)
+        g = tensors.tensor(name).astype(np.float64)
+        return g + offset
+
     sizes = f"{H} heads x head_dim {n}, hidden {N}"
     qname = need(lay.query.format(i=layer))
     if lay.storage == "separate":
@@ -370,7 +622,7 @@ def read_layer(
         _check_shape(tensors, kname, (Hkv * n, N), f"{Hkv} key heads x head_dim {n}, hidden {N}")
         wq = tensors.tensor(qname).reshape(H, n, N)
         wk = tensors.tensor(kname).reshape(Hkv, n, N)
-    elif lay.storage == "stacked":
+    elif lay.storage in ("stacked", "grouped"):
         _check_shape(
             tensors,
             qname,
@@ -378,8 +630,13 @@ def read_layer(
             f"({H} + 2 x {Hkv} key/value heads) x head_dim {n}, hidden {N}",
         )
         w = tensors.tensor(qname)
-        wq = w[: H * n].reshape(H, n, N)
-        wk = w[H * n : (H + Hkv) * n].reshape(Hkv, n, N)
+        if lay.storage == "stacked":
+            wq = w[: H * n].reshape(H, n, N)
+            wk = w[H * n : (H + Hkv) * n].reshape(Hkv, n, N)
+        else:
+            groups = w.reshape(Hkv, H // Hkv + 2, n, N)
+            wq = groups[:, :-2].reshape(H, n, N)
+            wk = groups[:, -2]
     elif lay.storage == "conv1d":
         _check_shape(tensors, qname, (N, 3 * H * n), f"Conv1D [in, out]: {sizes}")
         w = tensors.tensor(qname)
@@ -389,21 +646,127 @@ def read_layer(
         _check_shape(tensors, qname, (3 * H * n, N), f"fused q, k, v per head: {sizes}")
         w = tensors.tensor(qname).reshape(H, 3, n, N)
         wq, wk = w[:, 0], w[:, 1]
+    elif lay.storage == "latent":
+        assert lay.latent is not None and lay.key is not None, "a latent layout names its latents"
+        wq, wk = _read_latent(tensors, arch, layer, qname, need(lay.key.format(i=layer)), need, gain)
     else:  # pragma: no cover - guarded by the Storage literal
         raise AssertionError(f"unknown storage {lay.storage!r}")
     # Contiguous copies: drop the value rows of fused tensors and the file mapping.
     wq, wk = np.ascontiguousarray(wq), np.ascontiguousarray(wk)
 
-    gain = None
+    if lay.qk_norm is not None:
+        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain)
+
+    query_gain = key_gain = None
     if fold_norm:
         norm = _norm_name(lay, layer)
         if norm is not None:
-            # Checkpoints from the original BERT code name LayerNorm weights 'gamma'.
-            legacy = norm[: -len(".weight")] + ".gamma" if norm.endswith(".weight") else norm
-            gname = need(norm, legacy)
-            _check_shape(tensors, gname, (N,), f"hidden {N}")
-            gain = tensors.tensor(gname).astype(np.float64 if wq.dtype == np.float64 else np.float32)
-            gain = gain + np.asarray(lay.norm_offset, dtype=gain.dtype)
-            wq = wq.astype(gain.dtype) * gain
-            wk = wk.astype(gain.dtype) * gain
-    return LayerWeights(layer, wq, wk, arch.kv_head, gain)
+            query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
+        key_norm = norm if lay.key_stack is None else arch.key_norm
+        if key_norm is not None:
+            key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wk))
+        if query_gain is not None:
+            wq = wq.astype(query_gain.dtype) * query_gain
+        if key_gain is not None:
+            wk = wk.astype(key_gain.dtype) * key_gain
+    cross_gain = key_gain if lay.key_stack is not None else None
+    return LayerWeights(layer, wq, wk, arch.kv_head, query_gain, cross_gain)
+
+
+def _fold_qk_norm(
+    qk: QKNorm, wq: np.ndarray, wk: np.ndarray, gain: Callable[..., np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """W -> diag(g) P W per head (P: the LayerNorm's centring, or the identity for RMSNorm)."""
+    out = []
+    for template, w, side in ((qk.query, wq, "query"), (qk.key, wk, "key")):
+        heads, n, N = w.shape
+        w = w.astype(_float(w))
+        if qk.scope == "projection":
+            if qk.centred:
+                w = w - w.reshape(heads * n, N).mean(axis=0)
+            g = gain(template, heads * n, f"{side} norm over {heads} heads x head_dim {n}", qk.offset)
+            g = g.reshape(heads, n)
+        else:
+            if qk.centred:
+                w = w - w.mean(axis=1, keepdims=True)
+            if "{h}" in template:
+                g = np.stack(
+                    [
+                        gain(template.replace("{h}", str(h)), n, f"{side} norm of head {h}", qk.offset)
+                        for h in range(heads)
+                    ]
+                )
+            else:
+                g = np.broadcast_to(
+                    gain(template, n, f"{side} norm over head_dim {n}", qk.offset), (heads, n)
+                )
+        out.append(w * g.astype(w.dtype)[:, :, None])
+    return out[0], out[1]
+
+
+def _read_latent(
+    tensors: TensorReader,
+    arch: Architecture,
+    layer: int,
+    qname: str,
+    kname: str,
+    need: Callable[..., str],
+    gain: Callable[..., np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-head W_Q, W_K of multi-head latent attention, latent gains folded in (see LatentAttention)."""
+    lat = arch.layout.latent
+    assert lat is not None and arch.latent is not None
+    H, n, N = arch.n_heads, arch.head_dim, arch.hidden_size
+    d_nope, d_rope, d_value, rank = arch.latent
+    _check_shape(tensors, kname, (rank + d_rope, N), f"kv rank {rank} + rope dim {d_rope}, hidden {N}")
+    up = need(lat.key_up.format(i=layer))
+    _check_shape(
+        tensors, up, (H * (d_nope + d_value), rank), f"{H} heads x (nope {d_nope} + value {d_value})"
+    )
+    w_kva = tensors.tensor(kname)
+    dtype = _float(w_kva)
+    w_kva = w_kva.astype(dtype)
+    g_k = gain(lat.key_norm, rank, f"kv rank {rank}").astype(dtype)
+    w_kvb = tensors.tensor(up).astype(dtype).reshape(H, d_nope + d_value, rank)[:, :d_nope]
+    k_nope = w_kvb @ (g_k[:, None] * w_kva[:rank])
+    k_rope = np.broadcast_to(w_kva[rank:], (H, d_rope, N))  # decoupled RoPE key: shared by all heads
+    wk = np.concatenate([k_nope, k_rope], axis=1)
+    if lat.query_up is None:
+        _check_shape(tensors, qname, (H * n, N), f"{H} heads x head_dim {n}, hidden {N}")
+        return tensors.tensor(qname).astype(dtype).reshape(H, n, N), wk
+    assert lat.query_norm is not None
+    q_rank = tensors.shape(qname)[0]
+    _check_shape(tensors, qname, (q_rank, N), f"q rank x hidden {N}")
+    q_up = need(lat.query_up.format(i=layer))
+    _check_shape(tensors, q_up, (H * n, q_rank), f"{H} heads x head_dim {n}, q rank {q_rank}")
+    g_q = gain(lat.query_norm, q_rank, f"q rank {q_rank}").astype(dtype)
+    w_qb = tensors.tensor(q_up).astype(dtype).reshape(H, n, q_rank)
+    return w_qb @ (g_q[:, None] * tensors.tensor(qname).astype(dtype)), wk
+
+
+LAYOUT_COLUMNS: tuple[str, ...] = ("model_type", "models", "stacks", "positional", "qk_norm", "proven by")
+
+
+def describe_families(families: Mapping[str, Family] | None = None) -> list[dict[str, str]]:
+    """One row per supported ``model_type``: what `qkenergy layouts` lists (columns LAYOUT_COLUMNS).
+
+    ``stacks`` is "-" for single-stack models; ``positional`` lists each stack's kind
+    (the default variant where the config can choose); ``proven by`` names the
+    transformers class whose attention scores the layout reproduces.
+    """
+    rows = []
+    for model_type, family in sorted((families or FAMILIES).items()):
+        stacks = [layout.stack for layout in family.stacks]
+        positional = list(dict.fromkeys(layout.positional for layout in family.stacks))
+        qk = any(layout.qk_norm is not None or layout.latent is not None for layout in family.stacks)
+        rows.append(
+            {
+                "model_type": model_type,
+                "models": family.models,
+                "stacks": ", ".join(stacks) if any(stacks) else "-",
+                "positional": ", ".join(positional),
+                "qk_norm": "yes" if qk else "no",
+                "proven by": f"transformers {family.proof}" if family.proof else "not proven",
+            }
+        )
+    return rows
