@@ -378,7 +378,7 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
         positive = bool((medians["step"] > 0).all()) and medians["step"].max() >= 100 * medians["step"].min()
         for key, line in medians.groupby(keys, sort=True):
             key = key if isinstance(key, tuple) else (key,)
-            label = "layer " + " ".join(str(k) for k in reversed(key))
+            label = "layer " + " ".join(str(k) for k in reversed(key) if str(k))  # no "" stack
             colour = sample_colorscale("Viridis", [float(np.clip(line["depth"].iloc[0], 0, 1))])[0]
             fig.add_trace(
                 go.Scatter(
