@@ -304,3 +304,15 @@ def test_directionality_orientation() -> None:
         assert forward["directionality"] == pytest.approx(-1.0)
         assert backward["directionality_raw"] == pytest.approx(-1.0)
         assert backward["directionality"] == pytest.approx(1.0)
+
+
+def test_threads_change_nothing(tmp_path: Path, cache_dir: Path) -> None:
+    # Heads and null blocks spread over threads give bitwise the same table as one thread.
+    _llama_checkpoint(tmp_path, np.random.default_rng(11))
+    one = analyze_model(tmp_path, samples=SAMPLES, seed=5, threads=1)
+    two = analyze_model(tmp_path, samples=SAMPLES, seed=5, threads=2)
+    assert one.settings["threads"] == 1 and two.settings["threads"] == 2
+    columns = [c for c in one.heads.columns if c not in ("alpha", "beta")]
+    assert one.heads[columns].equals(two.heads[columns])
+    with pytest.raises(QKEnergyError, match="--threads"):
+        analyze_model(tmp_path, null=False, threads=0)

@@ -378,6 +378,15 @@ def test_analyze_good_checkpoint_writes_the_table(capsys: pytest.CaptureFixture[
     )
     assert code == 0, err
     assert output.is_file()
+    # --threads: any count >= 1 (same table); 0 is a usage error
+    again = tmp_path / "heads-2.csv"
+    code, _, err = run(
+        capsys, "analyze", str(tmp_path / "m"), "--no-null", "--quiet", "--threads", "2", "-o", str(again)
+    )
+    assert code == 0, err
+    assert again.read_text() == output.read_text()
+    code, _, err = run(capsys, "analyze", str(tmp_path / "m"), "--no-null", "--threads", "0")
+    assert code == 2 and "--threads" in err
 
 
 def test_unwritable_cache_directory_is_one_warning(

@@ -179,11 +179,30 @@ def test_head_gram_keeps_batch_shape_and_chunks(monkeypatch: pytest.MonkeyPatch)
     w_key = rng.standard_normal((2, 3, 4, 10)).astype(np.float32)
     whole = head_gram(w_query, w_key)
     assert whole.shape == (2, 3, 8, 8)
-    monkeypatch.setattr(gram, "_CHUNK_BYTES", 1)  # one head per chunk
+    monkeypatch.setattr(gram, "_PIECE_VALUES", 1)  # one head per piece
     np.testing.assert_array_equal(head_gram(w_query, w_key), whole)
     single = head_gram(w_query[1, 2], w_key[1, 2])
     assert single.shape == (8, 8)
     np.testing.assert_array_equal(single, whole[1, 2])
+
+
+def test_head_gram_grouped_query_attention_pairs_each_query_with_its_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # kv_head pairs query heads with shared key heads without copying them; the
+    # query-key blocks of a piece come from one product, so compare with the
+    # expanded keys to rounding, and with one head per piece bitwise.
+    rng = np.random.default_rng(8)
+    w_query = rng.standard_normal((6, 4, 16))
+    w_key = rng.standard_normal((2, 4, 16))
+    kv_head = np.array([0, 0, 0, 1, 1, 1])
+    grouped = head_gram(w_query, w_key, kv_head)
+    np.testing.assert_allclose(grouped, head_gram(w_query, w_key[kv_head]), rtol=1e-13, atol=1e-13)
+    assert [list(p) for p in gram.query_pieces(kv_head, 4, 16)] == [[0, 1, 2], [3, 4, 5]]
+    monkeypatch.setattr(gram, "_PIECE_VALUES", 1)
+    np.testing.assert_array_equal(head_gram(w_query, w_key, kv_head), head_gram(w_query, w_key[kv_head]))
+    with pytest.raises(ValueError, match="kv_head"):
+        head_gram(w_query, w_key, np.array([0, 0, 0, 1, 1, 2]))
 
 
 def test_head_gram_accepts_float32_exactly() -> None:

@@ -221,10 +221,12 @@ def test_null_law_columns_and_exact_mean(small_law):
 
 
 def test_null_law_matches_gram_statistics(small_law):
+    # The null law reads the Bartlett factors directly; the Gram route forms G from
+    # the same draws and re-factors it: the same numbers to rounding.
     G = mc.draw(lambda rng, size: nulls.null_gram(rng, 2, 6, size), 1500, seed=3)
     cols = statistics.gram_statistics(G, 6).columns()
-    for name in ("symmetric_energy", "rho", "pairing", "trace_ratio"):
-        np.testing.assert_array_equal(small_law.samples(name), cols[name])
+    for name in statistics.STATISTICS:
+        np.testing.assert_allclose(small_law.samples(name), cols[name], rtol=1e-12, atol=1e-13, err_msg=name)
     ours = _summaries(G, 2)
     np.testing.assert_allclose(small_law.samples("symmetric_energy"), ours["symmetric_energy"], rtol=1e-10)
     np.testing.assert_allclose(small_law.samples("trace_ratio"), ours["trace_ratio"], rtol=1e-8, atol=1e-12)
@@ -236,6 +238,22 @@ def test_null_law_chunk_invariance():
     for chunk in (3 * mc.BLOCK_SIZE, samples):
         got = nulls.null_law(3, 7, samples=samples, seed=1, chunk_size=chunk).values
         np.testing.assert_array_equal(got, ref)
+
+
+def test_null_law_threads_and_names():
+    # Bitwise the same whatever the threads; a subset of names gives the same columns.
+    samples = 3 * mc.BLOCK_SIZE + 5
+    names = nulls.NULL_STATISTICS
+    one = nulls.null_law(16, 40, samples=samples, seed=4, names=names, threads=1)
+    two = nulls.null_law(
+        16, 40, samples=samples, seed=4, names=names, threads=2, chunk_size=2 * mc.BLOCK_SIZE
+    )
+    np.testing.assert_array_equal(one.values, two.values)
+    every = nulls.null_law(16, 40, samples=samples, seed=4)
+    for name in names:
+        np.testing.assert_array_equal(one.samples(name), every.samples(name))
+    with pytest.raises(QKEnergyError, match="unknown statistic"):
+        nulls.null_law(2, 6, samples=10, names=("nope",))
 
 
 def test_null_law_rank_one_exact():

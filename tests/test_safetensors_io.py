@@ -313,3 +313,18 @@ def test_release_drops_resident_pages_and_keeps_arrays_valid(tmp_path: Path) -> 
         np.testing.assert_array_equal(view, x)  # touches every page
         source.release()
         np.testing.assert_array_equal(view, x)  # pages come back from the file
+
+
+def test_prefetch_reads_named_tensors_without_changing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qkenergy.weights import safetensors_io
+
+    monkeypatch.setattr(safetensors_io, "_PREFETCH_BYTES", 24)  # several reads per tensor
+    a = np.arange(100, dtype=np.float32).reshape(10, 10)
+    save_file({"a": a, "b": a[:3].copy()}, str(tmp_path / "m.safetensors"))
+    with TensorSource([tmp_path / "m.safetensors"]) as source:
+        source.prefetch(["a", "b"])
+        np.testing.assert_array_equal(source.tensor("a"), a)
+        with pytest.raises(QKEnergyError, match="no tensor 'c'"):
+            source.prefetch(["c"])

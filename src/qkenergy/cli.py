@@ -617,6 +617,12 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     default=None,
     help="TOML layout file for an architecture qkenergy does not ship (see docs/models.md).",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads for heads and null samples, BLAS on one thread each (default: every available core).",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -635,6 +641,7 @@ def analyze(
     cache_dir: Path | None,
     model_type: str | None,
     layout_file: Path | None,
+    threads: int | None,
     quiet: bool,
 ) -> None:
     """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM)."""
@@ -666,6 +673,7 @@ def analyze(
         null_kind=null_kind,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
         progress=not quiet and sys.stderr.isatty(),
+        threads=threads,
         **options,
     )
     if not quiet:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,13 @@ from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import head_gram
-from qkenergy.math.nulls import NullLaw
+from qkenergy.math.nulls import (
+    NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
+    NullLaw,
+)
 from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
+from qkenergy.parallel import resolve_threads
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import load_layout
 from qkenergy.weights.layouts import (
@@ -42,6 +47,7 @@ from qkenergy.weights.layouts import (
     Layout,
     architectures,
     find_prefix,
+    layer_tensors,
     read_layer,
 )
 
@@ -56,8 +62,6 @@ __all__ = [
     "layer_form_statistics",
 ]
 
-# Statistics judged against their null law, each with mean / sd / z / p columns.
-NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
 NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
 ROTATION_SAMPLES = 500
 """Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
@@ -92,6 +96,7 @@ def analyze_model(
     null_kind: str = "gaussian",
     rotation_samples: int = ROTATION_SAMPLES,
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
+    threads: int | None = None,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -112,6 +117,10 @@ def analyze_model(
     or "both". ``null_laws``: Gaussian null laws already drawn with these samples,
     seed and radius, by (n, N) (a survey shares them between its units); other
     shapes are drawn here.
+    ``threads``: heads and null samples are spread over this many threads with
+    BLAS on one thread each (None: every core this process may use; pass 1
+    inside Dask workers or other process pools); results do not depend on it.
+    While a layer is analysed, the next one is read into the page cache.
 
     Columns of ``heads``: model, stack ("" for a single-stack model, else
     encoder, decoder, cross, text or vision: one row per head per stack),
@@ -146,6 +155,7 @@ def analyze_model(
       (0 when nothing stands out, NaN for L = 0); directionality = -raw, the
       sign of their published tables. See :mod:`qkenergy.math.directionality`.
     """
+    threads = resolve_threads(threads, "--threads")
     if null:
         samples = check_integer(samples, "--samples", 2)
     if null_kind not in NULL_KINDS:
@@ -176,8 +186,21 @@ def analyze_model(
         ]
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
-        with _layer_progress(progress, len(todo)) as advance:
-            for stack, prefix, layer, stack_heads in todo:
+        with _layer_progress(progress, len(todo)) as advance, ThreadPoolExecutor(1) as reader:
+            # sources without a page cache behind them (models in memory) need no prefetch
+            prefetch = getattr(source.tensors, "prefetch", lambda names: None)
+            first = todo[0]
+            ahead = reader.submit(
+                prefetch, layer_tensors(source.tensors, first[0], first[2], prefix=first[1])
+            )
+            for i, (stack, prefix, layer, stack_heads) in enumerate(todo):
+                ahead.result()  # this layer is in the page cache (or failed to read: raise now)
+                if i + 1 < len(todo):
+                    # One layer of read-ahead: the disk works while this layer's statistics run.
+                    nxt = todo[i + 1]
+                    ahead = reader.submit(
+                        prefetch, layer_tensors(source.tensors, nxt[0], nxt[2], prefix=nxt[1])
+                    )
                 weights = read_layer(tensors, stack, layer, fold_norm=fold_norm, prefix=prefix)
                 head_frames.append(
                     _head_rows(
@@ -188,6 +211,7 @@ def analyze_model(
                         radius,
                         rotation_samples=rotation_samples if rotation else 0,
                         seed=seed,
+                        threads=threads,
                     )
                 )
                 if per_layer:
@@ -195,6 +219,7 @@ def analyze_model(
                 del weights  # release this layer before the next is read
                 source.tensors.release()
                 advance()
+            ahead.result()
         name = source.name
         model_source = provenance.model_source(model, source, tensors.fingerprints())
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
@@ -209,6 +234,7 @@ def analyze_model(
         cache_dir=cache_dir,
         progress=progress,
         laws=null_laws or {},
+        threads=threads,
     )
     table = _with_rotation_bh(table)
     table = with_integer_counts(table)
@@ -238,6 +264,7 @@ def analyze_model(
         "radius": float(radius),
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "directionality_gamma": DIRECTIONALITY_GAMMA if per_layer else None,
+        "threads": threads,
         "qkenergy_version": __version__,
     }
     # the run's provenance (version, date, command line, model source and fingerprints) first
@@ -354,19 +381,21 @@ def _head_rows(
     *,
     rotation_samples: int = 0,
     seed: int = 0,
+    threads: int = 1,
 ) -> pd.DataFrame:
-    """One batched statistics call for the selected heads of one layer (and their rotation nulls)."""
+    """The selected heads of one layer (and their rotation nulls); GQA keys are never copied per query head."""
     sel = np.asarray(head_ids)
     kv = np.asarray(weights.kv_head)[sel]
-    H, H_kv = weights.w_query.shape[0], weights.w_key.shape[0]
-    # Fancy indexing copies a layer's worth of weights: skip it when it is the identity.
-    every = len(sel) == H
-    w_query = weights.w_query if every else weights.w_query[sel]
-    identity_kv = len(kv) == H_kv and np.array_equal(kv, np.arange(H_kv))
-    w_key = weights.w_key if identity_kv else weights.w_key[kv]  # GQA: pair each query head with its key head
     n, N = weights.w_query.shape[-2:]
-    grams = head_gram(w_query, w_key)
-    stats = gram_statistics(grams, int(N), radius=radius)
+    if rotation_samples:
+        # the rotation null starts from each head's G
+        grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
+        stats = gram_statistics(grams, int(N), radius=radius)
+    else:
+        grams = np.empty((len(sel), 0, 0))
+        stats = head_statistics(
+            weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, radius=radius
+        )
     rows: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,
@@ -460,6 +489,7 @@ def _with_null_columns(
     cache_dir: str | Path | None,
     progress: bool,
     laws: Mapping[tuple[int, int], NullLaw],
+    threads: int,
 ) -> pd.DataFrame:
     """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s."""
     extra = {c: np.full(len(table), np.nan) for c in _null_columns()}
@@ -475,6 +505,8 @@ def _with_null_columns(
                 cache_dir=cache_dir,
                 progress=progress,
                 radius=radius,
+                names=NULL_STATISTICS,
+                threads=threads,
             )
             rows = ((table["n"] == n) & (table["N"] == N)).to_numpy()
             for x in NULL_STATISTICS:

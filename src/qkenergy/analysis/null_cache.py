@@ -26,6 +26,7 @@ import stat
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +62,16 @@ def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], 
 
 
 def null_cache_path(
-    cache_dir: str | os.PathLike[str], n: int, N: int, samples: int, seed: int, radius: float = 0.02
+    cache_dir: str | os.PathLike[str],
+    n: int,
+    N: int,
+    samples: int,
+    seed: int,
+    radius: float = 0.02,
+    names: Sequence[str] | None = None,
 ) -> Path:
-    """Path of the cached null law for these arguments (the file may not exist)."""
-    key = _cache_key(n, N, samples, seed, tuple(STATISTICS), radius)
+    """Path of the cached null law for these arguments (the file may not exist); names None: all."""
+    key = _cache_key(n, N, samples, seed, tuple(STATISTICS) if names is None else tuple(names), radius)
     return Path(cache_dir) / (
         f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
     )
@@ -183,27 +190,32 @@ def null_law(
     progress: bool = False,
     radius: float = 0.02,
     chunk_size: int | None = None,
+    names: Sequence[str] | None = None,
+    threads: int | None = 1,
 ) -> nulls.NullLaw:
     """:func:`qkenergy.math.nulls.null_law`, kept on disk under ``cache_dir`` (None: no cache).
 
     A cached file that is not exactly what this module writes is a miss: the
-    law is drawn again and the file replaced.
+    law is drawn again and the file replaced. A law of some ``names`` is also
+    read from the cached law of every statistic (same draws), when present.
     """
+    draw = dict(samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size)
     if cache_dir is None:
-        return nulls.null_law(
-            n, N, samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size
-        )
+        return nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
     n, N = check_integer(n, "n"), check_integer(N, "N")
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
-    names = tuple(STATISTICS)
-    path = null_cache_path(cache_dir, n, N, samples, seed, radius)
+    every = tuple(STATISTICS)
+    names = every if names is None else tuple(names)
+    path = null_cache_path(cache_dir, n, N, samples, seed, radius, names)
     values = load_cached(path, names, samples)
+    if values is None and names != every and set(names) <= set(every):
+        whole = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius), every, samples)
+        if whole is not None:
+            values = whole[:, [every.index(name) for name in names]]
     if values is not None:
         values.flags.writeable = False
         return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
-    law = nulls.null_law(
-        n, N, samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size
-    )
+    law = nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
     save_cached(path, law.values, law.names)
     return law

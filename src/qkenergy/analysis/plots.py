@@ -182,6 +182,7 @@ def _null_histogram(
     population: str = "heads",
 ) -> Figure:
     from qkenergy.analysis.null_cache import null_law
+    from qkenergy.math.nulls import NULL_STATISTICS
 
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
@@ -192,7 +193,9 @@ def _null_histogram(
     colours = ["0.25", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     for k, (n, N) in enumerate(shapes):
-        law = null_law(int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir)
+        law = null_law(
+            int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
+        )
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]

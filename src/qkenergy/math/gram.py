@@ -11,13 +11,12 @@ matrix L is never formed: one (2n x N)(N x 2n) product per head.
 
 from __future__ import annotations
 
+import math
+import threading
+
 import numpy as np
 
 from qkenergy.math.energies import Energies, energies_from_invariants, power_of_two_scale
-
-# Heads are converted a few at a time: a llama layer holds 32 x 128 x 4096
-# entries per matrix, 128 MiB per matrix in float64.
-_CHUNK_BYTES = 32 * 2**20
 
 
 def accumulator_dtype(*dtypes: np.dtype) -> np.dtype:
@@ -50,42 +49,119 @@ def _scale_heads(heads: np.ndarray) -> np.ndarray:
     return non_finite
 
 
-def head_gram(w_query: np.ndarray, w_key: np.ndarray) -> np.ndarray:
+# The query heads of one key head are multiplied against it in pieces of at
+# most this many float values (16 MiB in float32). A piece depends only on the
+# shapes, never on memory settings or threads, so every G is bitwise the same
+# however the work is split.
+_PIECE_VALUES = 1 << 22
+_buffers = threading.local()
+
+
+def _scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A per-thread scratch array for ``role``, reused across calls (fresh pages cost a fault each)."""
+    size = math.prod(shape)
+    name = f"{role}_{dtype}"
+    held = getattr(_buffers, name, None)
+    if held is None or held.size < size:
+        held = np.empty(size, dtype)
+        setattr(_buffers, name, held)
+    return held[:size].reshape(shape)
+
+
+def query_pieces(kv_head: np.ndarray, n: int, N: int, heads: np.ndarray | None = None) -> list[np.ndarray]:
+    """Query heads (indices, in order of ``heads``) grouped by key head, in pieces sharing one key head.
+
+    ``kv_head[h]``: the key head of query head h. Each piece holds at most
+    max(1, 2^22 // (n N)) query heads of one key head: the unit of work of
+    :func:`piece_gram` and the natural unit to spread over threads.
+    """
+    kv_head = np.asarray(kv_head)
+    heads = np.arange(len(kv_head)) if heads is None else np.asarray(heads)
+    most = max(1, _PIECE_VALUES // max(1, n * N))
+    pieces: list[np.ndarray] = []
+    start = 0
+    while start < len(heads):
+        stop = start + 1
+        while stop < len(heads) and stop - start < most and kv_head[heads[stop]] == kv_head[heads[start]]:
+            stop += 1
+        pieces.append(heads[start:stop])
+        start = stop
+    return pieces
+
+
+def piece_gram(w_query: np.ndarray, w_key: np.ndarray, key: int, queries: np.ndarray) -> np.ndarray:
+    """G (len(queries), 2n, 2n) of query heads ``queries`` (H, n, N) sharing key head ``key`` of w_key.
+
+    MATH.md: Gram route, with grouped-query attention in mind: the key head is
+    converted and rescaled once and G_KK = W_K W_K^T formed once; the query-key
+    blocks G_QK of the piece come from one (c n x N)(N x n) product; each
+    G_QQ = W_Q W_Q^T from a symmetric rank-k update. Scaling and dtypes as
+    :func:`head_gram`.
+    """
+    n, N = w_query.shape[-2:]
+    dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
+    c = len(queries)
+    K = _scratch("key", (1, n, N), dtype)
+    K[0] = w_key[key]  # the conversion to ``dtype`` happens in the copy
+    key_bad = bool(_scale_heads(K)[0])
+    Q = _scratch("query", (c, n, N), dtype)
+    for i, h in enumerate(queries):
+        Q[i] = w_query[h]
+    bad = _scale_heads(Q) | key_bad
+    G = np.empty((c, 2 * n, 2 * n))
+    G[:, :n, :n] = K[0] @ K[0].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
+    qk = (Q.reshape(c * n, N) @ K[0].T).reshape(c, n, n)  # G_QK of the whole piece at once
+    G[:, n:, :n] = qk
+    G[:, :n, n:] = np.swapaxes(qk, 1, 2)
+    for i in range(c):
+        G[i, n:, n:] = Q[i] @ Q[i].T
+    G[bad] = np.nan
+    return G
+
+
+def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None = None) -> np.ndarray:
     """Gram matrix G = C C^T, C = [W_K; W_Q], of each head: (..., n, N) x 2 -> (..., 2n, 2n) float64.
 
     MATH.md: Gram route. Each of W_K and W_Q is rescaled per head by (the power
     of two of) its own largest absolute entry before the product, so
     normalized statistics are exact at any weight scale. Accepts float16,
     ml_dtypes.bfloat16, float32 and float64 (also memory-mapped); heads are
-    converted in chunks and multiplied in ``accumulator_dtype`` (float32 for
-    16-bit weights, else float64). A head with a non-finite weight gets a G
-    full of NaN.
+    converted a piece at a time and multiplied in ``accumulator_dtype``
+    (float32 for 16-bit weights, else float64). A head with a non-finite
+    weight gets a G full of NaN.
+
+    Grouped-query attention: with ``kv_head`` (H,), ``w_query`` is (H, n, N)
+    and ``w_key`` (H_kv, n, N); query head h pairs with key head kv_head[h],
+    and no key is copied per query head (see :func:`piece_gram`).
     """
     w_query = np.asarray(w_query)
     w_key = np.asarray(w_key)
-    if w_query.shape != w_key.shape or w_query.ndim < 2:
-        raise ValueError(
-            "head_gram: w_query and w_key must share a shape (..., n, N), "
-            f"got {w_query.shape} and {w_key.shape}"
-        )
-    *batch, n, N = w_query.shape
-    queries = w_query.reshape(-1, n, N)
-    keys = w_key.reshape(-1, n, N)
-    dtype = accumulator_dtype(queries.dtype, keys.dtype)
-    heads = queries.shape[0]
-    gram = np.empty((heads, 2 * n, 2 * n))
-    chunk = max(1, _CHUNK_BYTES // max(1, 2 * n * N * dtype.itemsize))
-    C = np.empty((min(chunk, heads), 2 * n, N), dtype)  # C = [W_K; W_Q], reused per chunk
-    for start in range(0, heads, chunk):
-        stop = min(start + chunk, heads)
-        c = C[: stop - start]
-        c[:, :n] = keys[start:stop]  # the conversion to ``dtype`` happens in the copy
-        c[:, n:] = queries[start:stop]
-        bad = _scale_heads(c[:, :n]) | _scale_heads(c[:, n:])
-        for offset, head in enumerate(c):
-            # 2-D c @ c.T lets numpy use the symmetric rank-k BLAS update
-            gram[start + offset] = head @ head.T
-        gram[start:stop][bad] = np.nan
+    if kv_head is None:
+        if w_query.shape != w_key.shape or w_query.ndim < 2:
+            raise ValueError(
+                "head_gram: w_query and w_key must share a shape (..., n, N), "
+                f"got {w_query.shape} and {w_key.shape}"
+            )
+        *batch, n, N = w_query.shape
+        queries = w_query.reshape(-1, n, N)
+        keys = w_key.reshape(-1, n, N)
+        kv_head = np.arange(len(queries))
+    else:
+        kv_head = np.asarray(kv_head)
+        if w_query.ndim != 3 or w_key.ndim != 3 or w_query.shape[1:] != w_key.shape[1:]:
+            raise ValueError(
+                "head_gram: with kv_head, w_query must be (H, n, N) and w_key (H_kv, n, N), "
+                f"got {w_query.shape} and {w_key.shape}"
+            )
+        if kv_head.shape != (w_query.shape[0],) or np.any((kv_head < 0) | (kv_head >= w_key.shape[0])):
+            raise ValueError(
+                f"head_gram: kv_head must give a key head in [0, {w_key.shape[0]}) per query head"
+            )
+        batch, (n, N) = [w_query.shape[0]], w_query.shape[1:]
+        queries, keys = w_query, w_key
+    gram = np.empty((len(queries), 2 * n, 2 * n))
+    for piece in query_pieces(kv_head, n, N):
+        gram[piece] = piece_gram(queries, keys, int(kv_head[piece[0]]), piece)
     return gram.reshape(*batch, 2 * n, 2 * n)
 
 

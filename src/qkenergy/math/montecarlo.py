@@ -13,7 +13,8 @@ one chunk. Results are therefore bitwise identical for every ``chunk_size``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
+from qkenergy.parallel import single_threaded_blas
 
 __all__ = [
     "BLOCK_SIZE",
@@ -95,6 +97,7 @@ def draw(
     transform: Transform | None = None,
     progress: bool = False,
     description: str = "sampling",
+    threads: int = 1,
 ) -> np.ndarray:
     """Draw ``samples`` rows: ``sampler(rng, size)`` per block, then ``transform`` per chunk.
 
@@ -102,11 +105,15 @@ def draw(
     (optional) maps a chunk of sampler rows to rows of output, row by row
     (it must treat rows independently, as batched numpy code does).
     ``chunk_size`` is in samples and rounded up to whole blocks; the result
-    does not depend on it. A rich progress bar is shown when ``progress`` and
-    there is more than one chunk.
+    does not depend on it. ``threads`` > 1 runs chunks on that many threads
+    (BLAS on one thread each; sampler and transform must be thread-safe, as
+    numpy code without shared state is); the result does not depend on it
+    either, since every block draws from its own generator. A rich progress
+    bar is shown when ``progress`` and there is more than one chunk.
     """
     samples = check_integer(samples, "samples")
     seed = check_integer(seed, "seed", 0)
+    threads = check_integer(threads, "threads")
     if chunk_size is None:
         chunk_blocks = DEFAULT_CHUNK_BLOCKS
     else:
@@ -114,28 +121,30 @@ def draw(
     n_blocks = -(-samples // BLOCK_SIZE)
     n_chunks = -(-n_blocks // chunk_blocks)
 
+    def run_chunk(c: int) -> tuple[int, np.ndarray]:
+        first = c * chunk_blocks
+        last = min(n_blocks, first + chunk_blocks)
+        parts = []
+        for b in range(first, last):
+            size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
+            rows = np.asarray(sampler(block_generator(seed, b), size))
+            if rows.ndim == 0 or rows.shape[0] != size:
+                raise ValueError(f"sampler returned shape {rows.shape}, expected leading axis {size}")
+            parts.append(rows)
+        chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        if transform is not None:
+            chunk = np.asarray(transform(chunk))
+        return first * BLOCK_SIZE, chunk
+
     out: np.ndarray | None = None
     bar = _progress_bar() if progress and n_chunks > 1 else None
     task = bar.add_task(description, total=samples) if bar is not None else None
     if bar is not None:
         bar.start()
     try:
-        for c in range(n_chunks):
-            first = c * chunk_blocks
-            last = min(n_blocks, first + chunk_blocks)
-            parts = []
-            for b in range(first, last):
-                size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
-                rows = np.asarray(sampler(block_generator(seed, b), size))
-                if rows.ndim == 0 or rows.shape[0] != size:
-                    raise ValueError(f"sampler returned shape {rows.shape}, expected leading axis {size}")
-                parts.append(rows)
-            chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-            if transform is not None:
-                chunk = np.asarray(transform(chunk))
+        for start, chunk in _chunks_in_threads(run_chunk, n_chunks, threads):
             if out is None:
                 out = np.empty((samples, *chunk.shape[1:]), dtype=chunk.dtype)
-            start = first * BLOCK_SIZE
             out[start : start + chunk.shape[0]] = chunk
             if bar is not None:
                 bar.update(task, advance=chunk.shape[0])
@@ -144,6 +153,24 @@ def draw(
             bar.stop()
     assert out is not None
     return out
+
+
+def _chunks_in_threads(
+    run_chunk: Callable[[int], tuple[int, np.ndarray]], n_chunks: int, threads: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """run_chunk(c) for every chunk: inline with one thread, else as they finish on a thread pool."""
+    if threads <= 1 or n_chunks <= 1:
+        for c in range(n_chunks):
+            yield run_chunk(c)
+        return
+    with single_threaded_blas(), ThreadPoolExecutor(max_workers=min(threads, n_chunks)) as pool:
+        futures = [pool.submit(run_chunk, c) for c in range(n_chunks)]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 @dataclass(frozen=True)

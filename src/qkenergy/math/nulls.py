@@ -12,27 +12,32 @@ See MATH.md, "Exact null laws".
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
+from qkenergy.parallel import resolve_threads, single_threaded_blas
 
 __all__ = [
+    "NULL_STATISTICS",
     "NullLaw",
+    "bartlett_factors",
     "bartlett_gram",
     "direct_gram",
     "null_gram",
     "null_law",
+    "null_statistics_sampler",
 ]
+
+NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
+"""The statistics a trained head is judged on against its null law (analysis, plots, CLI baseline)."""
 
 # Sub-batches keep the temporary arrays near this many float64 values (32 MiB);
 # they depend only on (n, N), so seeded results never depend on memory settings.
@@ -42,18 +47,9 @@ _MIRROR_TILE = 32  # rows per strip of the symmetrising copy (32 x 8 B x 2n: in 
 _STRICT_LOWER = np.tri(_MIRROR_TILE, k=-1, dtype=bool)
 _LAUUM_MIN_P = 32  # below this 2n, batched matmul beats per-matrix dlauum calls (measured)
 
-# Memory target for one chunk of Gram matrices handed to the statistics.
-_CHUNK_VALUES = 1 << 24
-
 
 def _check_shape(n: object, N: object) -> tuple[int, int]:
     return check_integer(n, "n"), check_integer(N, "N")
-
-
-@functools.cache
-def _blas_controller() -> ThreadpoolController:
-    # Built once (about 0.5 ms); its limit() then costs about 20 us per call.
-    return ThreadpoolController()
 
 
 def _mirror_upper(src: np.ndarray, dst: np.ndarray) -> None:
@@ -74,6 +70,44 @@ def _mirror_upper(src: np.ndarray, dst: np.ndarray) -> None:
         )
 
 
+def _bartlett_batches(
+    rng: np.random.Generator, n: int, N: int, size: int
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """The Bartlett draws of :func:`bartlett_gram`, one sub-batch at a time: (lo, hi, upper, lower).
+
+    ``upper`` (pairs, p, p) holds the factors U of samples lo..lo+pairs-1 in
+    its upper triangle, ``lower`` (full, p, p) the factors L of the next
+    samples up to hi in its lower triangle (G = L^T L); the two overlap in one
+    buffer (the other triangle of each belongs to the other sample), which is
+    reused: use a batch before asking for the next.
+    """
+    n, N = _check_shape(n, N)
+    size = check_integer(size, "size", minimum=0)
+    p = 2 * n
+    if p > N:
+        raise QKEnergyError(
+            f"the Bartlett sampler needs N >= 2n, got n={n}, N={N}; use direct_gram or null_gram"
+        )
+    # Sub-batches of pairs depend only on (n, N) and size: seeded values do not
+    # depend on memory settings or chunking (montecarlo.draw passes whole blocks).
+    step = max(1, _BARTLETT_BATCH_VALUES // (p * (p + 1)))  # pairs per sub-batch
+    buffer = np.empty((min(step, -(-size // 2)), p + 1, p))
+    dof = (N - p + 1 + np.arange(p)).astype(np.float64)  # chi^2(N - p + i), i = 1..p
+    diag = np.arange(p)
+    for lo in range(0, size, 2 * step):
+        hi = min(size, lo + 2 * step)
+        pairs = -(-(hi - lo) // 2)
+        X = buffer[:pairs]
+        rng.standard_normal(out=X)
+        chi = np.sqrt(rng.chisquare(dof, size=(pairs, 2, p)))
+        upper, lower = X[:, :p, :], X[:, 1:, :]  # overlapping views, disjoint triangles
+        # The diagonal draws of X are overwritten: they are independent of everything kept.
+        upper[:, diag, diag] = chi[:, 0]
+        lower[:, diag, diag] = chi[:, 1]
+        full = (hi - lo) // 2  # pairs whose L is used; an odd tail draws one L unused
+        yield lo, hi, upper, lower[:full]
+
+
 def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
     """Wishart_2n(N, I) samples of shape (size, 2n, 2n) by the Bartlett decomposition.
 
@@ -90,63 +124,54 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     normals are drawn straight into place with no scatter, and LAPACK dlauum
     forms U U^T (and L^T L) in place reading and writing only its own triangle,
     with p^3/3 flops where a general product needs 2 p^3 (syrk p^3).
+    The null laws never form G: see :func:`bartlett_factors`.
     """
     n, N = _check_shape(n, N)
     size = check_integer(size, "size", minimum=0)
     p = 2 * n
-    if p > N:
-        raise QKEnergyError(
-            f"the Bartlett sampler needs N >= 2n, got n={n}, N={N}; use direct_gram or null_gram"
-        )
     out = np.empty((size, p, p))
-    # Sub-batches of pairs depend only on (n, N) and size: seeded values do not
-    # depend on memory settings or chunking (montecarlo.draw passes whole blocks).
-    step = max(1, _BARTLETT_BATCH_VALUES // (p * (p + 1)))  # pairs per sub-batch
-    buffer = np.empty((min(step, -(-size // 2)), p + 1, p))
     # Many small products: BLAS threads only contend there (on a busy 2-core
     # machine the dlauum loop ran over 100 times slower with 2 threads).
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        _bartlett_fill(rng, p, N, size, step, buffer, out)
+    with single_threaded_blas():
+        for lo, hi, upper, lower in _bartlett_batches(rng, n, N, size):
+            pairs = len(upper)
+            if p < _LAUUM_MIN_P:
+                # Tiny matrices: one LAPACK call per matrix costs more than the
+                # arithmetic, so form the zero-padded factors and use batched products.
+                U, L = np.triu(upper), np.tril(lower)
+                np.matmul(U, np.swapaxes(U, 1, 2), out=out[lo : lo + pairs])
+                np.matmul(np.swapaxes(L, 1, 2), L, out=out[lo + pairs : hi])
+                continue
+            from scipy.linalg.lapack import dlauum  # ~0.25 s import: only when G is asked for
+
+            # A C-ordered matrix seen by Fortran is its transpose: the Fortran lower
+            # triangle of upper[k].T is U^T, so lower=1 gives (U^T)^T U^T = U U^T; likewise
+            # lower=0 on lower[k].T gives L^T L. Both run in place (overwrite_c=1).
+            for k in range(pairs):
+                dlauum(upper[k].T, lower=1, overwrite_c=1)
+                if k < len(lower):
+                    dlauum(lower[k].T, lower=0, overwrite_c=1)
+            # Outputs of a sub-batch in the order U_1..U_pairs, L_1..L_full (all iid):
+            # contiguous destinations copy faster than interleaved ones.
+            _mirror_upper(upper, out[lo : lo + pairs])
+            _mirror_upper(np.swapaxes(lower, 1, 2), out[lo + pairs : hi])
     return out
 
 
-def _bartlett_fill(
-    rng: np.random.Generator, p: int, N: int, size: int, step: int, buffer: np.ndarray, out: np.ndarray
-) -> None:
-    """The loop of :func:`bartlett_gram`: fills ``out`` in sub-batches of ``step`` pairs."""
-    dof = (N - p + 1 + np.arange(p)).astype(np.float64)  # chi^2(N - p + i), i = 1..p
-    diag = np.arange(p)
-    for lo in range(0, size, 2 * step):
-        hi = min(size, lo + 2 * step)
-        pairs = -(-(hi - lo) // 2)
-        X = buffer[:pairs]
-        rng.standard_normal(out=X)
-        chi = np.sqrt(rng.chisquare(dof, size=(pairs, 2, p)))
-        upper, lower = X[:, :p, :], X[:, 1:, :]  # overlapping views, disjoint triangles
-        # The diagonal draws of X are overwritten: they are independent of everything kept.
-        upper[:, diag, diag] = chi[:, 0]
-        lower[:, diag, diag] = chi[:, 1]
-        full = (hi - lo) // 2  # pairs whose L is used; an odd tail draws one L unused
-        if p < _LAUUM_MIN_P:
-            # Tiny matrices: one LAPACK call per matrix costs more than the
-            # arithmetic, so form the zero-padded factors and use batched products.
-            U, L = np.triu(upper), np.tril(lower[:full])
-            np.matmul(U, np.swapaxes(U, 1, 2), out=out[lo : lo + pairs])
-            np.matmul(np.swapaxes(L, 1, 2), L, out=out[lo + pairs : hi])
-            continue
-        # A C-ordered matrix seen by Fortran is its transpose: the Fortran lower
-        # triangle of upper[k].T is U^T, so lower=1 gives (U^T)^T U^T = U U^T; likewise
-        # lower=0 on lower[k].T gives L^T L. Both run in place (overwrite_c=1).
-        from scipy.linalg.lapack import dlauum as _dlauum  # ~0.25 s import: only when sampling
+def bartlett_factors(rng: np.random.Generator, n: int, N: int, size: int) -> Iterator[np.ndarray]:
+    """Upper-triangular Bartlett factors V (G = V V^T ~ Wishart_2n(N, I)), a sub-batch at a time.
 
-        for k in range(pairs):
-            _dlauum(upper[k].T, lower=1, overwrite_c=1)
-            if k < full:
-                _dlauum(lower[k].T, lower=0, overwrite_c=1)
-        # Outputs of a sub-batch in the order U_1..U_pairs, L_1..L_full (all iid):
-        # contiguous destinations copy faster than interleaved ones.
-        _mirror_upper(upper, out[lo : lo + pairs])
-        _mirror_upper(np.swapaxes(lower[:full], 1, 2), out[lo + pairs : hi])
+    The same draws, in the same order, as :func:`bartlett_gram` (U, and L^T for
+    the samples drawn as G = L^T L), so the factor route and the Gram route
+    see the same G; each yielded array (k, 2n, 2n) is fresh and may be kept.
+    ``statistics.factor_statistic_columns(V, N, names, upper=True)`` reads them
+    without forming and re-factoring G (MATH.md, exact null laws).
+    """
+    for _, _, upper, lower in _bartlett_batches(rng, n, N, size):
+        V = np.empty((len(upper) + len(lower), *upper.shape[1:]))
+        V[: len(upper)] = np.triu(upper)
+        V[len(upper) :] = np.triu(np.swapaxes(lower, 1, 2))
+        yield V
 
 
 def direct_gram(
@@ -188,13 +213,41 @@ def _statistics_module():
     return statistics
 
 
-def _statistic_names() -> tuple[str, ...]:
-    return tuple(_statistics_module().STATISTICS)
+def _statistic_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
+    every = tuple(_statistics_module().STATISTICS)
+    if names is None:
+        return every
+    names = tuple(names)
+    unknown = [name for name in names if name not in every]
+    if unknown or not names:
+        raise QKEnergyError(f"unknown statistic {unknown[0] if unknown else ''!r}; valid: {', '.join(every)}")
+    return names
 
 
-def _gram_columns(G: np.ndarray, N: int, names: tuple[str, ...], radius: float) -> np.ndarray:
-    cols = _statistics_module().gram_statistics(G, N, radius=radius).columns()
-    return np.stack([np.asarray(cols[k], dtype=np.float64) for k in names], axis=1)
+def null_statistics_sampler(
+    n: int, N: int, names: Sequence[str], *, radius: float = 0.02
+) -> montecarlo.Sampler:
+    """A montecarlo sampler of the statistics ``names`` of Gaussian heads (n, N): rows (size, len(names)).
+
+    For N >= 2n the Bartlett factor is used as the triangular factor of G
+    (:func:`bartlett_factors` into ``statistics.factor_statistic_columns``): G
+    is never formed nor re-factored, and only what ``names`` need is computed,
+    a sub-batch at a time (memory independent of the block size). For N < 2n,
+    G = C C^T (:func:`direct_gram`) into ``statistics.statistic_columns``.
+    """
+    statistics = _statistics_module()
+    names = _statistic_names(names)
+
+    def sample(rng: np.random.Generator, size: int) -> np.ndarray:
+        if 2 * n > N:
+            return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names, radius=radius)
+        rows = [
+            statistics.factor_statistic_columns(V, N, names, upper=True, radius=radius)
+            for V in bartlett_factors(rng, n, N, size)
+        ]
+        return np.concatenate(rows) if rows else np.empty((0, len(names)))
+
+    return sample
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,14 +363,19 @@ def null_law(
     progress: bool = False,
     radius: float = 0.02,
     chunk_size: int | None = None,
+    names: Sequence[str] | None = None,
+    threads: int | None = 1,
 ) -> NullLaw:
-    """Null law of every statistic in ``statistics.STATISTICS`` for a Gaussian head (n, N).
+    """Null law of the statistics ``names`` (default: every one of ``statistics.STATISTICS``), Gaussian head (n, N).
 
-    Draws G ~ Wishart_2n(N, I) with :func:`null_gram` through
-    :func:`montecarlo.draw` (seeded, chunk-invariant) and evaluates
-    ``statistics.gram_statistics`` on them. This module does no I/O:
-    ``cache_dir`` is handed to :func:`qkenergy.analysis.null_cache.null_law`,
-    which keeps the samples on disk and calls back here on a miss.
+    Draws G ~ Wishart_2n(N, I) through :func:`montecarlo.draw` (seeded,
+    chunk-invariant) and evaluates the statistics on them with
+    :func:`null_statistics_sampler` (Bartlett factors, no G formed, for N >= 2n).
+    ``threads`` (None: every available core) spreads the seeded blocks over
+    threads with BLAS on one thread each; the values are bitwise the same for
+    any ``threads`` and ``chunk_size``. This module does no I/O: ``cache_dir``
+    is handed to :func:`qkenergy.analysis.null_cache.null_law`, which keeps
+    the samples on disk and calls back here on a miss.
     """
     if cache_dir is not None:
         from qkenergy.analysis import null_cache  # the I/O layer; imported only when asked for
@@ -331,21 +389,21 @@ def null_law(
             progress=progress,
             radius=radius,
             chunk_size=chunk_size,
+            names=names,
+            threads=threads,
         )
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
-    names = _statistic_names()
-    if chunk_size is None:
-        chunk_size = max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * n * n))
+    names = _statistic_names(names)
     values = montecarlo.draw(
-        lambda rng, size: null_gram(rng, n, N, size),
+        null_statistics_sampler(n, N, names, radius=radius),
         samples,
         seed=seed,
-        chunk_size=chunk_size,
-        transform=lambda G: _gram_columns(G, N, names, radius),
+        chunk_size=montecarlo.BLOCK_SIZE if chunk_size is None else chunk_size,
         progress=progress,
         description=f"null law n={n} N={N}",
+        threads=resolve_threads(threads),
     )
     values.flags.writeable = False
     return NullLaw(n=n, N=N, seed=seed, names=names, values=values)

@@ -46,19 +46,75 @@ def psd_factor(G: np.ndarray) -> np.ndarray:
     C = [W_K; W_Q] below sqrt(m * eps) * max (about 1e-7 for n = 128) count
     as 0, which is the resolution of any route through G.
     """
+    return psd_factor_lower(G)[0]
+
+
+def psd_factor_lower(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`psd_factor` and a mask (...,) of the heads whose V is the lower Cholesky factor."""
     G = np.asarray(G, dtype=np.float64)
     m = G.shape[-1]
     try:
         V = np.linalg.cholesky(G)
     except np.linalg.LinAlgError:
-        return _eigh_factor(G)
+        return _eigh_factor(G), np.zeros(G.shape[:-2], dtype=bool)
     largest = np.max(np.diagonal(G, axis1=-2, axis2=-1), axis=-1, initial=0.0)
     pivots_sq = np.diagonal(V, axis1=-2, axis2=-1) ** 2
     floor = _PIVOT_TOL * m * np.finfo(np.float64).eps * largest
     resolved = np.all(pivots_sq > floor[..., None], axis=-1)
     if not np.all(resolved):
         V[~resolved] = _eigh_factor(G[~resolved])
-    return V
+    return V, resolved
+
+
+def triangular_blocks(V: np.ndarray, *, upper: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks (X, Y, Z) of P = V_K^T V_Q for a triangular factor V of G = V V^T (..., 2n, 2n).
+
+    For lower V = [[A, 0], [B, D]], P = [[X, Y], [0, 0]] with X = A^T B and
+    Y = A^T D; for upper V = [[D, B], [0, A]] (the Bartlett factor) the same
+    holds up to the block swap, with X = A^T B and Y = A^T D. Either way
+    Z = A^T [the other block row] is one (n x n)(n x 2n) product holding X
+    and Y, so P, a (2n)^3 product of the dense route, is never formed:
+
+        symmetric core 1/2 (P + P^T) ~ 1/2 [[X + X^T, Y], [Y^T, 0]]  (same eigenvalues),
+        ||S||^2 = ||X + X^T||^2/4 + ||Y||^2/2,  ||T||^2 = ||X - X^T||^2/4 + ||Y||^2/2,
+        singular values of L: those of P, h^2 = eig(Z Z^T) (n x n).
+    """
+    n = V.shape[-1] // 2
+    if upper:
+        anchor, rest = V[..., n:, n:], V[..., :n, :]
+        Z = np.swapaxes(anchor, -1, -2) @ rest  # A^T [D, B] = [Y, X]
+        return Z[..., n:], Z[..., :n], Z
+    anchor, rest = V[..., :n, :n], V[..., n:, :]
+    Z = np.swapaxes(anchor, -1, -2) @ rest  # A^T [B, D] = [X, Y]
+    return Z[..., :n], Z[..., n:], Z
+
+
+def block_symmetric_core(X: np.ndarray, Y: np.ndarray, *, upper_only: bool = False) -> np.ndarray:
+    """1/2 [[X + X^T, Y], [Y^T, 0]]: orthogonally similar to the symmetric core of :func:`triangular_blocks`.
+
+    ``upper_only``: leave the block below the diagonal zero (for eigvalsh with
+    UPLO="U", which reads only the upper triangle): saves a transposed copy.
+    """
+    n = X.shape[-1]
+    M = np.zeros((*X.shape[:-2], 2 * n, 2 * n))
+    np.add(X, np.swapaxes(X, -1, -2), out=M[..., :n, :n])
+    M[..., :n, :n] *= 0.5
+    np.multiply(Y, 0.5, out=M[..., :n, n:])
+    if not upper_only:
+        M[..., n:, :n] = np.swapaxes(M[..., :n, n:], -1, -2)
+    return M
+
+
+def block_skew_energy(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """||T||^2 = ||X - X^T||^2/4 + ||Y||^2/2 from the blocks of :func:`triangular_blocks` (O(n^2))."""
+    skew = X - np.swapaxes(X, -1, -2)
+    return 0.25 * np.sum(skew * skew, axis=(-2, -1)) + 0.5 * np.sum(Y * Y, axis=(-2, -1))
+
+
+def block_singular_values(Z: np.ndarray) -> np.ndarray:
+    """Singular values h of L (descending, n per head) from Z of :func:`triangular_blocks`: h^2 = eig(Z Z^T)."""
+    h_sq = np.linalg.eigvalsh(Z @ np.swapaxes(Z, -1, -2))
+    return np.flip(np.sqrt(np.maximum(h_sq, 0.0)), axis=-1)
 
 
 def _swap_halves(V: np.ndarray, sign: float) -> np.ndarray:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from qkenergy.math.energies import divide_or_nan, energies, rescale_by_power_of_two
 from qkenergy.math.gram import (
@@ -29,18 +28,25 @@ from qkenergy.math.gram import (
     head_dim,
     head_gram,
     key_block,
+    piece_gram,
     query_block,
+    query_pieces,
 )
 from qkenergy.math.spectrum import (
+    block_singular_values,
+    block_skew_energy,
+    block_symmetric_core,
     dense_singular_values,
     dense_symmetric_eigenvalues,
     eigenvalue_tolerance,
     lobes,
-    psd_factor,
+    psd_factor_lower,
     singular_values,
     skew_core,
     symmetric_core,
+    triangular_blocks,
 )
+from qkenergy.parallel import single_threaded_blas, thread_map
 
 STATISTICS: tuple[str, ...] = (
     "symmetric_energy",
@@ -69,6 +75,9 @@ STATISTICS: tuple[str, ...] = (
     "limit_d_sym",
     "limit_distance",
 )
+
+# Statistics that need the singular values h of L (an extra n x n eigenproblem per head).
+SINGULAR_VALUE_STATISTICS: tuple[str, ...] = ("participation_ratio", "stable_rank", "leading_share")
 
 REASON_ZERO_HEAD = "zero head (L = 0)"
 REASON_NON_FINITE = "non-finite weights"
@@ -143,7 +152,7 @@ def _statistics_from_spectra(
     norm_s_sq: np.ndarray,
     norm_t_sq: np.ndarray,
     trace_l: np.ndarray,
-    h: np.ndarray,
+    h: np.ndarray | None,
     N: int,
     lobe_length: int,
     reason: np.ndarray,
@@ -153,7 +162,8 @@ def _statistics_from_spectra(
     """Every statistic of MATH.md for heads (H,) from their spectra.
 
     eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq: ||S||^2, ||T||^2;
-    trace_l: tr L; h: singular values of L, descending; reason: failures.
+    trace_l: tr L; h: singular values of L, descending (None: their
+    statistics are NaN); reason: failures.
     """
     norm_l_sq = norm_s_sq + norm_t_sq  # Lemma 5
     symmetric_energy = divide_or_nan(norm_s_sq, norm_l_sq)
@@ -209,7 +219,7 @@ def _statistics_from_spectra(
     )
 
     trace_ratio = divide_or_nan(np.abs(trace_l), np.sqrt(norm_l_sq))
-    h_sq = h * h
+    h_sq = np.full((len(reason), 1), np.nan) if h is None else h * h
     sum_h_sq = np.sum(h_sq, axis=-1)
     leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
     participation_ratio = divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
@@ -278,52 +288,168 @@ def _failure_reason(non_finite: np.ndarray, zero_head: np.ndarray) -> np.ndarray
     return np.where(non_finite, REASON_NON_FINITE, reason).astype(str)
 
 
-def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
-    """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
-
-    MATH.md: Gram route and Per-head statistics. The eigenvalues of S come
-    from 1/2 V^T J V (G = V V^T), ||S||^2 and ||T||^2 from the Frobenius
-    norms of 1/2 V^T J V and 1/2 V^T J' V, h from R^T G_QQ R (G_KK = R R^T),
-    tr L = tr G_QK. N is needed for n_zero (zero eigenvalues of the N x N S).
-    Counts use the tolerance zero_tol * max|eigenvalue of S|; `radius` is
-    the Type II radius of the head type.
-    """
-    G = np.asarray(G, dtype=np.float64)
+def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat (H, 2n, 2n) float64 Gram matrices, rescaled, failed heads replaced; and their reasons."""
     n = head_dim(G)
-    batch = G.shape[:-2]
-    G = G.reshape(-1, 2 * n, 2 * n)
-
+    G = np.asarray(G, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
     non_finite = ~np.all(np.isfinite(G), axis=(-2, -1))
     # Failed heads are computed on a harmless stand-in and overwritten with NaN.
     stand_in = np.eye(2 * n)
     G = np.where(non_finite[:, None, None], stand_in, G)
     G, _ = rescale_by_power_of_two(G)
-
     weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(query_block(G), axis1=-2, axis2=-1)
     zero_head = ~non_finite & (gram_norm_sq(G) <= ZERO_HEAD_TOL**2 * weight_scale)
     G = np.where(zero_head[:, None, None], stand_in, G)
+    return G, _failure_reason(non_finite, zero_head)
 
+
+def _block_spectra(V: np.ndarray, *, upper: bool, with_h: bool) -> dict[str, np.ndarray | None]:
+    """Spectra of heads from triangular factors V of their G (see spectrum.triangular_blocks)."""
+    X, Y, Z = triangular_blocks(V, upper=upper)
+    core = block_symmetric_core(X, Y, upper_only=True)
+    n = X.shape[-1]
+    top_left, top_right = core[..., :n, :n], core[..., :n, n:]
+    return {
+        "eigs": np.linalg.eigvalsh(core, UPLO="U"),
+        # ||core||^2 with the block below the diagonal counted as the transpose of the one above
+        "norm_s_sq": np.sum(top_left * top_left, axis=(-2, -1))
+        + 2.0 * np.sum(top_right * top_right, axis=(-2, -1)),
+        "norm_t_sq": block_skew_energy(X, Y),
+        "h": block_singular_values(Z) if with_h else None,
+    }
+
+
+def _gram_spectra(G: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None]:
+    """Eigenvalues of S, ||S||^2, ||T||^2 and (with_h) the singular values of L, per head of G (H, 2n, 2n).
+
+    Heads with a resolved Cholesky factor take the block route (two n^3
+    products); the rest (rank-deficient G, eigh factor) the general cores.
+    """
+    V, triangular = psd_factor_lower(G)
+    if np.all(triangular):
+        return _block_spectra(V, upper=False, with_h=with_h)
+    n2 = G.shape[-1]
+    out: dict[str, np.ndarray | None] = {
+        "eigs": np.empty((len(G), n2)),
+        "norm_s_sq": np.empty(len(G)),
+        "norm_t_sq": np.empty(len(G)),
+        "h": np.empty((len(G), n2 // 2)) if with_h else None,
+    }
+    if np.any(triangular):
+        for key, value in _block_spectra(V[triangular], upper=False, with_h=with_h).items():
+            if value is not None:
+                out[key][triangular] = value  # type: ignore[index]
+    general = ~triangular
+    symmetric = symmetric_core(V[general])
+    out["eigs"][general] = np.linalg.eigvalsh(symmetric)  # type: ignore[index]
+    out["norm_s_sq"][general] = np.sum(symmetric * symmetric, axis=(-2, -1))  # type: ignore[index]
+    out["norm_t_sq"][general] = np.sum(skew_core(V[general]) ** 2, axis=(-2, -1))  # type: ignore[index]
+    if with_h:
+        out["h"][general] = singular_values(G[general])  # type: ignore[index]
+    return out
+
+
+def _check_names(names: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(names)
+    unknown = [name for name in names if name not in STATISTICS]
+    if unknown:
+        raise ValueError(f"unknown statistic {unknown[0]!r}; valid: {', '.join(STATISTICS)}")
+    return names
+
+
+def _gram_values(
+    G: np.ndarray, N: int, *, radius: float, zero_tol: float, with_h: bool
+) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
+    batch = np.shape(G)[:-2]
+    n = head_dim(G)
+    G, reason = _prepare_gram(G)
     # Many small eigenproblems: BLAS threads only contend here (several times
     # slower on a busy 2-core machine), so run them on one thread.
-    with threadpool_limits(1, user_api="blas"):
-        V = psd_factor(G)
-        symmetric = symmetric_core(V)
-        eigs = np.linalg.eigvalsh(symmetric)
-        norm_t_sq = np.sum(skew_core(V) ** 2, axis=(-2, -1))
-        h = singular_values(G)
+    with single_threaded_blas():
+        spectra = _gram_spectra(G, with_h=with_h)
     values = _statistics_from_spectra(
-        eigs=eigs,
-        norm_s_sq=np.sum(symmetric * symmetric, axis=(-2, -1)),
-        norm_t_sq=norm_t_sq,
+        **spectra,  # type: ignore[arg-type]
         trace_l=gram_trace(G),
-        h=h,
         N=N,
         lobe_length=n,
-        reason=_failure_reason(non_finite, zero_head),
+        reason=reason,
         radius=radius,
         zero_tol=zero_tol,
     )
+    return values, batch
+
+
+def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
+    """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
+
+    MATH.md: Gram route and Per-head statistics. With G = V V^T (Cholesky,
+    V lower triangular), the eigenvalues of S are those of the block core
+    1/2 [[X + X^T, Y], [Y^T, 0]], X, Y from one (n x n)(n x 2n) product of V's
+    blocks (spectrum.triangular_blocks); ||S||^2 and ||T||^2 are the norms of
+    its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK. N is
+    needed for n_zero (zero eigenvalues of the N x N S). Counts use the
+    tolerance zero_tol * max|eigenvalue of S|; `radius` is the Type II radius
+    of the head type.
+    """
+    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True)
     return _assemble(values, batch)
+
+
+def statistic_columns(
+    G: np.ndarray,
+    N: int,
+    names: Sequence[str] = STATISTICS,
+    *,
+    radius: float = 0.02,
+    zero_tol: float = 1e-9,
+) -> np.ndarray:
+    """``gram_statistics(G, N).stack(names)`` reshaped to (..., len(names)), computing only what names need.
+
+    The fast path for null laws: without a name of ``SINGULAR_VALUE_STATISTICS``
+    the singular values of L (an n x n eigenproblem per head) are skipped; the
+    values are the same numbers gram_statistics gives.
+    """
+    names = _check_names(names)
+    with_h = any(name in SINGULAR_VALUE_STATISTICS for name in names)
+    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=with_h)
+    return np.stack([values[name] for name in names], axis=-1).reshape(*batch, len(names))
+
+
+def factor_statistic_columns(
+    V: np.ndarray,
+    N: int,
+    names: Sequence[str] = STATISTICS,
+    *,
+    upper: bool = False,
+    radius: float = 0.02,
+    zero_tol: float = 1e-9,
+) -> np.ndarray:
+    """:func:`statistic_columns` of G = V V^T from triangular factors V (..., 2n, 2n), G never formed.
+
+    ``upper``: V is upper triangular (the Bartlett factor of nulls.bartlett_factors),
+    else lower (a Cholesky factor); the other triangle must hold zeros. Every head is
+    taken as a full-rank head: no zero-head or non-finite checks (a Wishart
+    sample with N >= 2n has rank 2n almost surely).
+    """
+    names = _check_names(names)
+    n = V.shape[-1] // 2
+    batch = V.shape[:-2]
+    V = np.asarray(V, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
+    with_h = any(name in SINGULAR_VALUE_STATISTICS for name in names)
+    with single_threaded_blas():
+        spectra = _block_spectra(V, upper=upper, with_h=with_h)
+    # tr L = tr G_QK = <V_Q rows, V_K rows>: one row-wise product of the two block rows.
+    trace_l = np.einsum("hij,hij->h", V[:, n:, :], V[:, :n, :])
+    values = _statistics_from_spectra(
+        **spectra,  # type: ignore[arg-type]
+        trace_l=trace_l,
+        N=N,
+        lobe_length=n,
+        reason=np.full(len(V), "", dtype=str),
+        radius=radius,
+        zero_tol=zero_tol,
+    )
+    return np.stack([values[name] for name in names], axis=-1).reshape(*batch, len(names))
 
 
 def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
@@ -363,8 +489,39 @@ def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1
 
 
 def head_statistics(
-    w_query: np.ndarray, w_key: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9
+    w_query: np.ndarray,
+    w_key: np.ndarray,
+    *,
+    kv_head: np.ndarray | None = None,
+    heads: Sequence[int] | np.ndarray | None = None,
+    threads: int = 1,
+    radius: float = 0.02,
+    zero_tol: float = 1e-9,
 ) -> HeadStatistics:
-    """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N)."""
+    """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N).
+
+    With ``kv_head`` (grouped-query attention): w_query (H, n, N), w_key
+    (H_kv, n, N), query head h paired with key head kv_head[h] (no key copied
+    per query head); ``heads`` then picks query heads (default: all), in that
+    order. The work goes in pieces of query heads sharing a key head
+    (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
+    results do not depend on ``threads``.
+    """
     N = np.shape(w_query)[-1]
-    return gram_statistics(head_gram(w_query, w_key), N, radius=radius, zero_tol=zero_tol)
+    if kv_head is None and heads is None and threads <= 1:
+        return gram_statistics(head_gram(w_query, w_key), N, radius=radius, zero_tol=zero_tol)
+    if kv_head is None:
+        w_query, w_key = np.asarray(w_query), np.asarray(w_key)
+        if w_query.ndim != 3:
+            raise ValueError("head_statistics: heads and threads need w_query of shape (H, n, N)")
+        kv_head = np.arange(w_query.shape[0])
+    n = w_query.shape[-2]
+    pieces = query_pieces(kv_head, n, N, None if heads is None else np.asarray(heads, dtype=np.intp))
+
+    def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
+        G = piece_gram(w_query, w_key, int(kv_head[piece[0]]), piece)
+        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True)[0]
+
+    parts = thread_map(piece_values, pieces, threads)
+    values = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    return _assemble(values, (sum(len(piece) for piece in pieces),))

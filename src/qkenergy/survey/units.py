@@ -155,6 +155,7 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             null_kind=spec.null_kind,
             rotation_samples=spec.rotation_samples,
             null_laws=laws,
+            threads=1,  # one core per Dask worker thread: no nested thread pools
         )
     return UnitResult(
         spec, fingerprint, analysis.heads, analysis.layers, _worker_name(), started, time.time()

@@ -44,6 +44,7 @@ __all__ = [
     "describe_families",
     "family_of",
     "find_prefix",
+    "layer_tensors",
     "read_layer",
     "supported_model_types",
 ]
@@ -562,6 +563,14 @@ def _norm_name(layout: Layout, layer: int) -> str | None:
 def _float(w: np.ndarray) -> np.dtype:
     """The dtype forms are folded in: float32, or float64 for weights stored so."""
     return np.dtype(np.float64 if w.dtype == np.float64 else np.float32)
+
+
+def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, prefix: str = "") -> list[str]:
+    """Names of the tensors holding layer ``layer``'s W_Q and W_K (those present), e.g. to prefetch them."""
+    lay = arch.layout
+    relative = [lay.query] + ([lay.key] if lay.storage == "separate" and lay.key is not None else [])
+    names = set(tensors.names)
+    return [prefix + r.format(i=layer) for r in relative if prefix + r.format(i=layer) in names]
 
 
 def read_layer(

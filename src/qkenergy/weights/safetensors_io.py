@@ -59,6 +59,8 @@ DTYPES: dict[str, np.dtype] = {
 
 # Same cap as the reference implementation: real headers are well below 100 MB.
 MAX_HEADER_BYTES = 100_000_000
+# Read size of prefetch(): large enough for sequential disk reads, small in memory.
+_PREFETCH_BYTES = 8 << 20
 
 
 def show_path(path: os.PathLike | str) -> str:
@@ -287,6 +289,25 @@ class SafetensorsFile(_TensorIndex):
                 raise QKEnergyError(f"{show_path(self.path)}: cannot map: {exc.strerror or exc}") from None
         return self._map
 
+    def prefetch(self, name: str) -> None:
+        """Read tensor ``name``'s bytes into the page cache (blocking: call it from a helper thread).
+
+        The bytes go through a small scratch buffer, not the memory map, so the
+        process's resident memory does not grow; a later :meth:`tensor` view
+        then finds its pages in memory instead of waiting for the disk.
+        """
+        info = self.info(name)
+        scratch = bytearray(_PREFETCH_BYTES)
+        view = memoryview(scratch)
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(info.begin)
+            left = info.end - info.begin
+            while left > 0:
+                got = fh.readinto(view[: min(left, len(view))])
+                if not got:
+                    break
+                left -= got
+
     def release(self) -> None:
         """Drop the mapped pages read so far from this process's resident memory.
 
@@ -357,6 +378,11 @@ class TensorSource(_TensorIndex):
     def tensor(self, name: str) -> np.ndarray:
         """Read-only zero-copy array of tensor ``name`` from whichever shard holds it."""
         return self.file_of(name).tensor(name)
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Read these tensors into the page cache (see SafetensorsFile.prefetch; blocking)."""
+        for name in names:
+            self.file_of(name).prefetch(name)
 
     def release(self) -> None:
         """Drop the mapped pages read so far from resident memory (see SafetensorsFile.release)."""

@@ -1,0 +1,89 @@
+"""Using the machine's cores in-process: threads over independent work, BLAS on one thread each.
+
+numpy's products and LAPACK calls release the GIL, so a standard-library
+thread pool runs one head group (or one null block) per core. Each of those
+calls is small (2n x 2n eigenproblems, n x N products), where a multi-threaded
+BLAS only adds synchronisation: with a busy neighbour on a 2-core machine it
+made runs several times slower. So while work is spread over threads, BLAS
+is held at one thread (threadpoolctl), and the thread count never exceeds the
+cores this process may run on. Process-level parallelism (a cluster, many
+models) belongs to Dask; callers there pass ``threads=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+from threadpoolctl import ThreadpoolController
+
+from qkenergy.errors import check_integer
+
+__all__ = ["available_cores", "resolve_threads", "single_threaded_blas", "thread_map"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_lock = threading.Lock()
+_depth = 0
+_limiter: object | None = None
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(threads: int | None, name: str = "threads") -> int:
+    """``threads`` checked (an integer >= 1), or every available core when None."""
+    return available_cores() if threads is None else check_integer(threads, name)
+
+
+@functools.cache
+def _controller() -> ThreadpoolController:
+    # Built once (it inspects the loaded libraries, ~0.5 ms); limit() is then cheap.
+    return ThreadpoolController()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Hold BLAS at one thread inside this block; nestable and safe to enter from several threads.
+
+    threadpoolctl limits are process-wide, so the first thread to enter sets
+    the limit and the last to leave restores the previous setting.
+    """
+    global _depth, _limiter
+    with _lock:
+        if _depth == 0:
+            _limiter = _controller().limit(limits=1, user_api="blas")
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _limiter is not None:
+                _limiter.restore_original_limits()  # type: ignore[attr-defined]
+                _limiter = None
+
+
+def thread_map(func: Callable[[T], R], items: Iterable[T], threads: int) -> list[R]:
+    """``[func(x) for x in items]`` over ``threads`` threads, BLAS on one thread, results in order.
+
+    Items are handed out one at a time, so a core slowed by a busy neighbour
+    simply takes fewer of them. With one thread (or one item) it runs inline.
+    """
+    work = list(items)
+    with single_threaded_blas():
+        if threads <= 1 or len(work) <= 1:
+            return [func(item) for item in work]
+        with ThreadPoolExecutor(max_workers=min(threads, len(work))) as pool:
+            return list(pool.map(func, work))
