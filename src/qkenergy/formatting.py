@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
     from rich.table import Table
 
 MISSING = "–"
@@ -92,3 +93,15 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) ->
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` on ``console``: boxed on a terminal, plain aligned text on a pipe or file.
+
+    Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters.
+    """
+    if not console.is_terminal:
+        table.box = None
+        table.show_edge = False
+        table.pad_edge = False
+    console.print(table)

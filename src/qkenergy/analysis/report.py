@@ -16,10 +16,18 @@ import pandas as pd
 from qkenergy.analysis.provenance import METADATA_KEY, read_settings, settings_json, sidecar_path
 from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import QKEnergyError
-from qkenergy.formatting import format_fixed, format_percent, json_safe, rich_table
+from qkenergy.formatting import (
+    format_fixed,
+    format_number,
+    format_percent,
+    json_safe,
+    print_table,
+    rich_table,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
+    from rich.table import Table
 
     from qkenergy.analysis.analyze import Analysis
 
@@ -33,6 +41,7 @@ __all__ = [
     "ensure_directory",
     "layer_summary",
     "layers_path",
+    "notable_heads",
     "print_summary",
     "read_table",
     "rotation_verdict",
@@ -418,8 +427,40 @@ def _layer_label(row: dict[str, Any]) -> str:
     return f"{stack} {row['layer']}" if stack else str(row["layer"])
 
 
-def print_summary(analysis: Analysis, console: Console | None = None) -> None:
-    """Header line, per-layer table (and the layer forms, when analysed), one-sentence verdict."""
+def notable_heads(df: pd.DataFrame, top: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``top`` most symmetric heads (largest s) and the ``top`` most skew (smallest s)."""
+    defined = df[np.isfinite(df["symmetric_energy"].to_numpy(np.float64))]
+    return defined.nlargest(top, "symmetric_energy"), defined.nsmallest(top, "symmetric_energy")
+
+
+def _notable_table(df: pd.DataFrame, top: int) -> Table:
+    table = rich_table(
+        "Heads worth a look",
+        [("", "left"), "layer", "head", "s", "z", "p_bh", ("type", "left")],
+        title_justify="left",
+    )
+    for label, rows in zip(("most symmetric", "most skew"), notable_heads(df, top)):
+        for i, r in enumerate(rows.to_dict(orient="records")):
+            table.add_row(
+                label if i == 0 else "",
+                _layer_label(r),
+                str(r["head"]),
+                format_fixed(r["symmetric_energy"]),
+                format_fixed(r.get("symmetric_energy_z"), 1),
+                format_number(r.get("symmetric_energy_p_bh"), 2),
+                str(r.get("head_type", "")),
+                end_section=i == len(rows) - 1,
+            )
+    return table
+
+
+def print_summary(analysis: Analysis, console: Console | None = None, *, top: int = 5) -> None:
+    """Header line, per-layer table (and the layer forms, when analysed), the ``top`` most
+    symmetric and most skew heads (none when ``top`` is 0), one-sentence verdict.
+
+    On a console that is not a terminal (a pipe, a file) the tables are plain
+    text: aligned columns without box drawing.
+    """
     from rich.console import Console
 
     console = console or Console()
@@ -465,7 +506,7 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
             str(r["type_I+"]),
             str(r["type_I-"]),
         )
-    console.print(table)
+    print_table(console, table)
     layers = analysis.layers
     if layers is not None and len(layers):
         form = rich_table(
@@ -485,7 +526,9 @@ def print_summary(analysis: Analysis, console: Console | None = None) -> None:
                 str(r.get("head_type", "")),
                 str(r.get("route", "")),
             )
-        console.print(form)
+        print_table(console, form)
+    if top > 0:
+        print_table(console, _notable_table(df, top))
     rotation_line = rotation_verdict(df)
     if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
         console.print(verdict(df, null=null))
