@@ -16,3 +16,9 @@ def survey_frames(tmp_path_factory: pytest.TempPathFactory):
 
     cache = tmp_path_factory.getbasetemp() / "qkenergy-null-cache"  # shared with the other modules
     return survey_tables(tmp_path_factory.mktemp("survey-checkpoints"), cache)
+
+
+@pytest.fixture(autouse=True)
+def tracebacks_for_bugs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CLI turns unexpected exceptions into one line; in tests a bug must show its traceback.
+    monkeypatch.setenv("QKENERGY_DEBUG", "1")

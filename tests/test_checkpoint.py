@@ -122,7 +122,7 @@ def test_invalid_config_json(tmp_path: Path) -> None:
     root = make_dir(tmp_path / "m", config=None)
     (root / "config.json").write_text('{"model_type": ')
     save_file({Q: np.eye(4, dtype=np.float32)}, str(root / "model.safetensors"))
-    error(root, "config.json", "not valid JSON")
+    error(root, "config.json", "not valid UTF-8 JSON")
     (root / "config.json").write_text("[1]")
     error(root, "config.json", "must be a JSON object")
 
@@ -188,7 +188,7 @@ def test_sharded_index_missing_shard(tmp_path: Path) -> None:
 def test_sharded_index_invalid_json(tmp_path: Path) -> None:
     root = make_sharded(tmp_path / "m")
     (root / "model.safetensors.index.json").write_text("{not json")
-    error(root, "model.safetensors.index.json", "not valid JSON")
+    error(root, "model.safetensors.index.json", "not valid UTF-8 JSON")
 
 
 def test_sharded_index_without_weight_map(tmp_path: Path) -> None:

@@ -318,7 +318,7 @@ BAD_CHECKPOINTS = {
     ),
     "header length beyond the file": (
         lambda tmp: _raw_checkpoint(tmp / "m", b"{}", length=10**6),
-        "model.safetensors: header length 1000000 is larger than the rest of the file",
+        "model.safetensors: the header length is larger than the rest of the file",
     ),
     "header not JSON": (
         lambda tmp: _raw_checkpoint(tmp / "m", b"{not json"),

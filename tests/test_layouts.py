@@ -206,7 +206,7 @@ def test_missing_config_key_named() -> None:
     [
         ({"hidden_size": "32"}, r"'hidden_size' is '32'; expected a positive integer"),
         ({"num_attention_heads": 0}, r"'num_attention_heads' is 0"),
-        ({"num_attention_heads": True}, r"'num_attention_heads' is True"),
+        ({"num_attention_heads": True}, r"'num_attention_heads' is true"),
         ({"num_key_value_heads": 3}, r"not a multiple of num_key_value_heads=3"),
         ({"hidden_size": 30}, r"hidden_size=30 is not a multiple of num_attention_heads=8"),
     ],

@@ -154,12 +154,14 @@ def test_file_too_short(tmp_path: Path) -> None:
 
 def test_header_length_larger_than_file(tmp_path: Path) -> None:
     path = write_raw(tmp_path / "m.safetensors", valid_header(), bytes(64), length=10_000)
-    one_line_error(path, "header length 10000", "larger than")
+    msg = one_line_error(path, "header length is larger than")
+    assert "10000" not in msg  # the number read from the file is never echoed
 
 
 def test_header_length_absurd(tmp_path: Path) -> None:
     path = write_raw(tmp_path / "m.safetensors", b"{}", length=2**62)
-    one_line_error(path, "exceeds")
+    msg = one_line_error(path, "absurd header length")
+    assert str(2**62) not in msg
 
 
 def test_pickle_bytes_are_not_a_header(tmp_path: Path) -> None:
@@ -189,7 +191,7 @@ def test_entry_not_a_dict(tmp_path: Path) -> None:
     one_line_error(path, repr(NAME), "must be an object")
 
 
-@pytest.mark.parametrize("dtype", ["F4", "Q8", None, 32])
+@pytest.mark.parametrize("dtype", ["F4", "Q8", None, 32, ["F32"], {"F32": 1}, True])
 def test_unknown_dtype(tmp_path: Path, dtype: Any) -> None:
     header = valid_header()
     header[NAME]["dtype"] = dtype
@@ -197,12 +199,12 @@ def test_unknown_dtype(tmp_path: Path, dtype: Any) -> None:
     one_line_error(path, repr(NAME), "dtype", "expected one of")
 
 
-@pytest.mark.parametrize("shape", [[4, -4], [4.0, 4], "4x4", [True, 4], None])
+@pytest.mark.parametrize("shape", [[4, -4], [4.0, 4], "4x4", [True, 4], None, [[4], 4], [4, {"4": 4}]])
 def test_bad_shape(tmp_path: Path, shape: Any) -> None:
     header = valid_header()
     header[NAME]["shape"] = shape
     path = write_raw(tmp_path / "m.safetensors", header, bytes(64))
-    one_line_error(path, repr(NAME), "non-negative ints")
+    one_line_error(path, repr(NAME), "field 'shape'", "non-negative integer")
 
 
 @pytest.mark.parametrize("offsets", [[64, 0], [0], [0, 64, 1], [-1, 63], [0, "64"], None])

@@ -1,6 +1,6 @@
 """``python -m qkenergy``: the command line, as the ``qkenergy`` script runs it (profilers, debuggers)."""
 
-from qkenergy.cli import main
+from qkenergy.console import main
 
 if __name__ == "__main__":
     main()

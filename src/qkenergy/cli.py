@@ -20,8 +20,9 @@ from typing import Any, NoReturn
 import click
 import numpy as np
 
-from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.errors import ArgumentError, QKEnergyError, check_memory
 from qkenergy.formatting import format_number, json_safe, print_table, rich_table
+from qkenergy.interrupt import Interrupted, signals_raise
 
 PROG = "qkenergy"
 QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -57,33 +58,31 @@ class IntListType(click.ParamType):
 
 
 class IndexSelectionType(click.ParamType):
-    """Non-negative indices as a list and/or ranges: ``0,1,5``, ``0-3`` or ``0-3,7``."""
+    """Non-negative indices as a list and/or ranges: ``0,1,5``, ``0-3`` or ``0-3,7``.
+
+    Ranges stay ``range`` objects (never expanded here): the data checks their ends,
+    so ``0-100000000`` on a 2-layer model is refused at once.
+    """
 
     name = "indices"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[int, ...]:
+    ) -> tuple[range, ...]:
         if isinstance(value, tuple):
             return value
-        out: list[int] = []
+        out: list[range] = []
         for item in (part.strip() for part in str(value).split(",")):
             if not item:
                 continue
             low, dash, high = item.partition("-")
-            if dash:
-                first, last = _parse_int(low), _parse_int(high)
-                if first is None or last is None or first < 0 or last < first:
-                    self.fail(f"expected indices such as 0,1,5 or 0-3, got {item!r}", param, ctx)
-                out.extend(range(first, last + 1))
-            else:
-                index = _parse_int(item)
-                if index is None or index < 0:
-                    self.fail(f"expected indices such as 0,1,5 or 0-3, got {item!r}", param, ctx)
-                out.append(index)
+            first, last = (_parse_int(low), _parse_int(high)) if dash else (_parse_int(item),) * 2
+            if first is None or last is None or first < 0 or last < first:
+                self.fail(f"expected indices such as 0,1,5 or 0-3, got {item!r}", param, ctx)
+            out.append(range(first, last + 1))
         if not out:
             self.fail("expected indices such as 0,1,5 or 0-3", param, ctx)
-        return tuple(dict.fromkeys(out))  # keep order, drop repeats
+        return tuple(out)
 
 
 class HeadType(click.ParamType):
@@ -127,6 +126,29 @@ def _validated_by(lookup: Any) -> Any:
     def callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
         try:
             lookup(value)
+        except QKEnergyError as error:
+            raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
+        return value
+
+    return callback
+
+
+# Memory of one Monte Carlo sample or lobe entry, for the checks below: a null-law sample
+# holds 25 statistics (8 bytes each) plus a sorted copy; a lobe entry two lobes and their sorts.
+_BYTES_PER_NULL_SAMPLE = 400
+_BYTES_PER_LOBE_ENTRY = 32
+_BYTES_PER_REPEAT = 512  # one child SeedSequence and its generator
+
+
+def _fits_in_memory(bytes_each: int) -> Any:
+    """A click callback refusing a count (or the largest of a list) whose memory would be absurd (exit 2)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        count = max(value) if isinstance(value, tuple) else value
+        try:
+            check_memory(count * bytes_each, str(count))
         except QKEnergyError as error:
             raise click.BadParameter(_one_line(error), ctx=ctx, param=param) from None
         return value
@@ -186,6 +208,7 @@ def cli(ctx: click.Context) -> None:
     "--samples",
     type=click.IntRange(min=50),
     default=None,
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     help="Monte Carlo draws per row.  [default: 100000, verify.DEFAULT_SAMPLES]",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
@@ -316,6 +339,7 @@ def _print_checks_narrow(checks: Sequence[Any], console: Any, caption: str) -> N
     "--samples",
     type=click.IntRange(min=2),
     default=DEFAULT_BASELINE_SAMPLES,
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     show_default=True,
     help="Random heads drawn.",
 )
@@ -335,6 +359,12 @@ def baseline(
         raise click.BadParameter(
             f"expected n <= N (Proposition 6), got n = {head_dim} > N = {model_dim}", param_hint="'--n'"
         )
+    from qkenergy.math import nulls
+
+    try:
+        nulls.check_null_memory(head_dim, model_dim, samples)
+    except QKEnergyError as error:
+        raise click.UsageError(_one_line(error)) from None
     result = random_head_baseline(
         head_dim,
         model_dim,
@@ -523,6 +553,7 @@ def _quantile_key(level: float) -> str:
     "--n",
     "ns",
     type=IntListType(),
+    callback=_fits_in_memory(_BYTES_PER_LOBE_ENTRY),
     default="10,100,1000,100000",
     show_default=True,
     help="Lobe lengths, comma-separated.",
@@ -531,6 +562,7 @@ def _quantile_key(level: float) -> str:
 @click.option(
     "--repeats",
     type=click.IntRange(min=2),
+    callback=_fits_in_memory(_BYTES_PER_REPEAT),
     default=DEFAULT_LOBE_REPEATS,
     show_default=True,
     help="Independent pairs of lobes per length.",
@@ -606,6 +638,7 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     "--samples",
     type=click.IntRange(min=2),
     default=None,
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (cached per shape).  [default: 2000]",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
@@ -622,6 +655,7 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
 @click.option(
     "--rotation-samples",
     type=click.IntRange(min=2),
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     default=None,
     help="Rotation-null draws per head (not cached).  [default: 500]",
 )
@@ -748,7 +782,11 @@ def analyze(
 )
 @click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
 @click.option(
-    "--samples", type=click.IntRange(min=2), default=None, help="Null-law samples for the overlays."
+    "--samples",
+    type=click.IntRange(min=2),
+    default=None,
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
+    help="Null-law samples for the overlays.",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option(
@@ -821,6 +859,7 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
     type=click.IntRange(min=2),
     default=DEFAULT_BASELINE_SAMPLES,
     show_default=True,
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (one law per shape per survey).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
@@ -837,6 +876,7 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
 @click.option(
     "--rotation-samples",
     type=click.IntRange(min=2),
+    callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     default=500,
     show_default=True,
     help="Rotation-null draws per head (with --null rotation or both).",
@@ -953,8 +993,12 @@ def _warning_line(
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Console entry point: run the command line and exit with its status."""
-    with warnings.catch_warnings():
+    """Console entry point: run the command line and exit with its status.
+
+    Every failure is one line on stderr. Set QKENERGY_DEBUG=1 to get the traceback of an
+    unexpected exception (a bug, or an input class not checked yet) instead of its one line.
+    """
+    with warnings.catch_warnings(), signals_raise():
         warnings.showwarning = _warning_line
         _run(argv)
 
@@ -964,6 +1008,8 @@ def _run(argv: Sequence[str] | None) -> NoReturn:
         status = cli.main(
             args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False
         )
+    except Interrupted as interrupt:  # SIGINT / SIGTERM: clean-ups have run on the way up
+        _fail(str(interrupt), 128 + interrupt.signum)
     except click.UsageError as error:  # includes BadParameter, NoSuchOption, MissingParameter
         _fail(_one_line(error.format_message()), 2)
     except ArgumentError as error:  # e.g. --layers beyond the checkpoint's layers
@@ -983,6 +1029,12 @@ def _run(argv: Sequence[str] | None) -> NoReturn:
         # A file the library does not check up front (an unwritable cache directory, a full disk):
         # still one line, naming the file.
         _fail(f"{error.filename}: {error.strerror}" if error.filename else str(error), 1)
+    except MemoryError:
+        _fail("out of memory", 1)
+    except Exception as error:  # anything else is a bug or an unchecked input: still one line
+        if os.environ.get("QKENERGY_DEBUG", "").strip() not in ("", "0"):
+            raise
+        _fail(f"unexpected {type(error).__name__}: {error} (set QKENERGY_DEBUG=1 for the traceback)", 1)
     sys.exit(status if isinstance(status, int) else 0)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 
 class QKEnergyError(Exception):
@@ -41,3 +42,37 @@ def check_positive(value: object, name: str) -> float:
     ):
         raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def memory_limit() -> int:
+    """Bytes one array of qkenergy may take: half of this machine's physical memory.
+
+    Counts that size an allocation (Monte Carlo samples, head shapes, lobe
+    lengths) are checked against it before anything is allocated, so an absurd
+    count is refused at once instead of after gigabytes of swapping.
+    """
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 1 << 36  # 64 GiB where the platform cannot say
+    return max(1 << 30, total // 2)
+
+
+def format_bytes(count: int) -> str:
+    """``count`` bytes in binary units, e.g. '1.5 GiB' (inf-safe for huge counts)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """QKEnergyError naming ``what`` when ``nbytes`` exceed :func:`memory_limit` (nothing is allocated)."""
+    limit = memory_limit()
+    if nbytes > limit:
+        raise QKEnergyError(
+            f"{what} would need {format_bytes(nbytes)} of memory, more than the {format_bytes(limit)} "
+            "allowed (half of this machine's memory)"
+        )

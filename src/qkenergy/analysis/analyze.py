@@ -83,8 +83,8 @@ def analyze_model(
     config: Mapping[str, Any] | None = None,
     model_type: str | None = None,
     layout: Layout | str | Path | None = None,
-    layers: Sequence[int] | None = None,
-    heads: Sequence[int] | None = None,
+    layers: Sequence[int | range] | None = None,
+    heads: Sequence[int | range] | None = None,
     per_layer: bool = False,
     fold_norm: bool = False,
     samples: int = 2000,
@@ -106,7 +106,7 @@ def analyze_model(
     names to arrays with ``config``, the config.json dict). ``model_type`` reads
     the checkpoint as that supported type; ``layout`` is a Layout or a TOML layout
     file for an architecture qkenergy does not ship. ``layers`` / ``heads``: 0-based indices as in the
-    checkpoint (query heads; None = all). ``per_layer`` adds a table of the
+    checkpoint (query heads; None = all), ints and/or ``range`` objects. ``per_layer`` adds a table of the
     layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``
     folds the gain of the norm feeding attention into W_Q, W_K. ``samples``,
     ``seed``: the null laws' Monte Carlo size and seed; ``null=False`` skips
@@ -178,11 +178,10 @@ def analyze_model(
         arch = stacks[0][0]
         layer_ids = _select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
         head_ids = _select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
+        # One heads list per stack, shared by its layers (a config may claim many layers).
+        stack_heads = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
         todo = [
-            (a, p, layer, [h for h in head_ids if h < a.n_heads])
-            for a, p in stacks
-            for layer in layer_ids
-            if layer < a.n_layers
+            (a, p, layer, stack_heads[id(a)]) for a, p in stacks for layer in layer_ids if layer < a.n_layers
         ]
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
@@ -321,18 +320,30 @@ def _notes(archs: Iterable[Architecture]) -> list[str]:
 # ----------------------------------------------------------------------------- selection
 
 
-def _select(option: str, chosen: Sequence[int] | None, count: int, what: str) -> list[int]:
+def _select(
+    option: str, chosen: Sequence[int | range] | int | range | None, count: int, what: str
+) -> list[int]:
     """Validated, sorted, de-duplicated 0-based indices (all when ``chosen`` is None).
 
+    ``chosen`` holds indices and/or ``range`` objects (the command line's ``0-3``); a range is
+    checked by its ends, never expanded before it is known to fit, so ``0-100000000`` costs nothing.
     Raises ArgumentError: the option is fine on the command line but does not fit this checkpoint.
     """
     if chosen is None:
-        return list(range(count))
-    if isinstance(chosen, int | np.integer):
-        chosen = [int(chosen)]
+        return list(range(count))  # count <= layouts.MAX_CONFIG_SIZE
+    if isinstance(chosen, int | np.integer | range):
+        chosen = [chosen]
     valid = f"valid {what} are 0..{count - 1}"
     picked: set[int] = set()
     for value in chosen:
+        if isinstance(value, range):
+            if not value:
+                continue
+            low, high = min(value[0], value[-1]), max(value[0], value[-1])
+            if low < 0 or high >= count:
+                raise ArgumentError(f"{option}: {low}-{high} is out of range; {valid}")
+            picked.update(value)
+            continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
             raise ArgumentError(f"{option}: {value!r} is not an integer; {valid}")
         if not 0 <= value < count:

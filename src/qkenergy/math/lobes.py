@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer, check_positive
+from qkenergy.errors import QKEnergyError, check_integer, check_memory, check_positive
 from qkenergy.math.entry_laws import law_spec, resolve_spec, sample_shape
 
 __all__ = [
@@ -193,6 +193,8 @@ def lobe_departure_curve(
     seed = check_integer(seed, "seed", 0)
     ns_arr = ns_arr.astype(np.int64)
     n_max = int(ns_arr.max())
+    # two lobes of n_max entries and their sorted copies; one seed sequence per repeat
+    check_memory(32 * n_max + 512 * repeats, f"lobes of length {n_max} with {repeats} repeats")
 
     values = np.empty((repeats, ns_arr.size))
     for r, child in enumerate(np.random.SeedSequence(seed).spawn(repeats)):

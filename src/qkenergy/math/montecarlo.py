@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer
+from qkenergy.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
@@ -118,6 +118,7 @@ def draw(
         chunk_blocks = DEFAULT_CHUNK_BLOCKS
     else:
         chunk_blocks = max(1, -(-check_integer(chunk_size, "chunk_size") // BLOCK_SIZE))
+    check_memory(8 * samples, f"{samples} Monte Carlo samples")  # at least one float64 each
     n_blocks = -(-samples // BLOCK_SIZE)
     n_chunks = -(-n_blocks // chunk_blocks)
 
@@ -144,6 +145,7 @@ def draw(
     try:
         for start, chunk in _chunks_in_threads(run_chunk, n_chunks, threads):
             if out is None:
+                check_memory(samples * chunk[:1].nbytes, f"{samples} Monte Carlo samples")
                 out = np.empty((samples, *chunk.shape[1:]), dtype=chunk.dtype)
             out[start : start + chunk.shape[0]] = chunk
             if bar is not None:

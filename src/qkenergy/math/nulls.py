@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer
+from qkenergy.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
@@ -30,6 +30,7 @@ __all__ = [
     "NullLaw",
     "bartlett_factors",
     "bartlett_gram",
+    "check_null_memory",
     "direct_gram",
     "null_gram",
     "null_law",
@@ -395,6 +396,7 @@ def null_law(
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
+    check_null_memory(n, N, samples)
     names = _statistic_names(names)
     values = montecarlo.draw(
         null_statistics_sampler(n, N, names, radius=radius),
@@ -407,3 +409,18 @@ def null_law(
     )
     values.flags.writeable = False
     return NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+
+
+def check_null_memory(n: int, N: int, samples: int) -> None:
+    """Refuse (QKEnergyError) a null law whose memory would be absurd, before anything is allocated.
+
+    Counts the samples of every statistic with a sorted copy, one block of
+    2n x 2n matrices with the statistics' work space (about three times the
+    block), and the direct route's C (2n x N) for N < 2n or non-Gaussian heads.
+    """
+    n, N = _check_shape(n, N)
+    samples = check_integer(samples, "samples", minimum=2)
+    p = 2 * n
+    chunk = montecarlo.BLOCK_SIZE
+    needed = 16 * samples * len(_statistic_names()) + 3 * 8 * chunk * p * p + 8 * p * N
+    check_memory(needed, f"the null law of a head n={n}, N={N} with {samples} samples")

@@ -13,7 +13,6 @@ arbitrary code.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.errors import QKEnergyError
+from qkenergy.weights.json_input import read_object, show_name
 from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,8 @@ CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
+# config.json and the shard index are kilobytes to a few megabytes in real checkpoints.
+MAX_JSON_BYTES = 64 << 20
 # Hub ids: "name" or "org/name" (the Hub's own character set).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -187,16 +189,8 @@ def _pickle_error(path: Path) -> QKEnergyError:
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise QKEnergyError(f"{show_path(path)}: cannot read {what}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QKEnergyError(f"{show_path(path)}: {what} is not valid JSON ({msg})") from None
-    if not isinstance(data, dict):
-        raise QKEnergyError(f"{show_path(path)}: {what} must be a JSON object, got {type(data).__name__}")
-    return data
+    """A JSON object from a checkpoint file, through the bounded reader of json_input."""
+    return read_object(path, show_path(path), what, MAX_JSON_BYTES)
 
 
 def _config(root: Path, weights: Path) -> dict[str, Any]:
@@ -206,7 +200,7 @@ def _config(root: Path, weights: Path) -> dict[str, Any]:
             f"{show_path(path)}: not found; config.json (beside {show_path(weights.name)}) is needed "
             "to know the architecture"
         )
-    return _read_json(path, "config.json")
+    return _read_json(path, "the config")
 
 
 def _build(root: Path, weights: list[Path], name: str, origin: str) -> ModelSource:
@@ -263,11 +257,13 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
         # Shards must live in the checkpoint directory, not anywhere the index points.
         if Path(shard).is_absolute() or ".." in Path(shard).parts:
             raise QKEnergyError(
-                f"{show_path(index_path)}: shard {shard!r} must be a file name inside the directory"
+                f"{show_path(index_path)}: shard {show_name(shard)} must be a file name inside the directory"
             )
         path = root / shard
         if not path.is_file():
-            raise QKEnergyError(f"{show_path(index_path)}: lists shard {shard!r}, which does not exist")
+            raise QKEnergyError(
+                f"{show_path(index_path)}: lists shard {show_name(shard)}, which does not exist or is not a regular file"
+            )
         shards.append(path)
     source = _build(root, shards, name, origin)
     tensors = source.tensors
@@ -276,7 +272,9 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
         if where != Path(shard).name:
             source.close()
             found = f"it is in {where!r}" if where else "no listed shard holds it"
-            raise QKEnergyError(f"{show_path(index_path)}: maps tensor {tensor!r} to {shard!r} but {found}")
+            raise QKEnergyError(
+                f"{show_path(index_path)}: maps tensor {show_name(tensor)} to {show_name(shard)} but {found}"
+            )
     return source
 
 

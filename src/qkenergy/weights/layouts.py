@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.weights.json_input import get_bool, get_int, get_str, show_name
 
 __all__ = [
     "FAMILIES",
@@ -346,15 +347,18 @@ class Architecture:
         return np.arange(self.n_heads) // (self.n_heads // self.n_kv_heads)
 
 
+# Boolean config.json keys that change a layout (see the ``adjust`` functions).
+_FLAGS = ("layer_norm_elementwise_affine", "do_layer_norm_before")
+# Sizes in config.json beyond this are no real model's: refused before anything is sized by them.
+MAX_CONFIG_SIZE = 1 << 20
+
+
 def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: str, source: str) -> int:
-    """The first of ``keys`` present in the config, checked to be a positive integer."""
+    """The first of ``keys`` present in the config, checked to be a positive integer of sane size."""
     for key in keys:
-        value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise QKEnergyError(f"{source}: {key!r} is {value!r}; expected a positive integer ({model_type})")
-        return value
+        value = get_int(config, key, source, minimum=1, maximum=MAX_CONFIG_SIZE)
+        if value is not None:
+            return value
     also = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
     raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
 
@@ -383,7 +387,7 @@ def family_of(
                 + ", ".join(supported_model_types())
             )
     else:
-        model_type = config.get("model_type")
+        model_type = get_str(config, "model_type", source)
     if layout is not None:
         family = layout if isinstance(layout, Family) else Family((layout,))
         return str(model_type or "custom"), family
@@ -394,7 +398,7 @@ def family_of(
     found = FAMILIES.get(str(model_type))
     if found is None:
         raise QKEnergyError(
-            f"{source}: model_type {model_type!r} is not supported ({_OVERRIDES}); supported: "
+            f"{source}: model_type {show_name(model_type)} is not supported ({_OVERRIDES}); supported: "
             + ", ".join(supported_model_types())
         )
     return str(model_type), found
@@ -410,6 +414,8 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
             )
         config = section
         source = f"{source} ({layout.config_section})"
+    for flag in _FLAGS:  # read by the adjust functions: true, false or absent, nothing else
+        get_bool(config, flag, source, default=True)
     if layout.adjust is not None:
         layout = layout.adjust(config, layout)
     n_heads = _config_int(config, layout.heads_keys, mt, source)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import json
+import math
 import mmap
 import os
 import struct
@@ -33,6 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from qkenergy.errors import QKEnergyError
+from qkenergy.weights.json_input import describe, json_type, open_regular, parse_object, show_name
 
 __all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
 
@@ -61,6 +62,8 @@ DTYPES: dict[str, np.dtype] = {
 MAX_HEADER_BYTES = 100_000_000
 # Read size of prefetch(): large enough for sequential disk reads, small in memory.
 _PREFETCH_BYTES = 8 << 20
+# Most axes a tensor may have (numpy's own limit is 64).
+MAX_RANK = 32
 
 
 def show_path(path: os.PathLike | str) -> str:
@@ -91,7 +94,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
     """Read and validate the header; returns (tensors, metadata, file size)."""
     where = show_path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, where) as f:
             size = os.fstat(f.fileno()).st_size
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -99,27 +102,24 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
                     f"{where}: file has {size} bytes, too short for a safetensors header "
                     "(needs an 8-byte length first)"
                 )
+            # The length is whatever the first 8 bytes of the file hold: never echoed in a message.
             (n,) = struct.unpack("<Q", prefix)
             if n > MAX_HEADER_BYTES:
                 raise QKEnergyError(
-                    f"{where}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit; "
+                    f"{where}: absurd header length (over the {MAX_HEADER_BYTES}-byte limit); "
                     "not a safetensors file"
                 )
             if n > size - 8:
                 raise QKEnergyError(
-                    f"{where}: header length {n} is larger than the rest of the file "
+                    f"{where}: the header length is larger than the rest of the file "
                     f"({size - 8} bytes); truncated, or not a safetensors file"
                 )
             raw = f.read(n)
     except OSError as exc:
         raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QKEnergyError(f"{where}: header is not valid UTF-8 JSON ({msg})") from None
-    if not isinstance(header, dict):
-        raise QKEnergyError(f"{where}: header must be a JSON object, got {type(header).__name__}")
+    if len(raw) < n:
+        raise QKEnergyError(f"{where}: file shrank while its header was read")
+    header = parse_object(raw, where, "header")
 
     data_start = 8 + n
     data_len = size - data_start
@@ -131,28 +131,33 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
 
     tensors: dict[str, TensorInfo] = {}
     for name, entry in header.items():
-        t = f"{where}: tensor {name!r}"
+        t = f"{where}: tensor {show_name(name)}"
         if not isinstance(entry, dict):
             raise QKEnergyError(
-                f"{t} must be an object with dtype, shape, data_offsets; got {type(entry).__name__}"
+                f"{t} must be an object with dtype, shape, data_offsets; got {json_type(entry)}"
             )
         dtype = entry.get("dtype")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise QKEnergyError(
-                f"{t} has unknown or unsupported dtype {dtype!r} (expected one of {', '.join(DTYPES)})"
+                f"{t}: field 'dtype' is {describe(dtype)}; expected one of {', '.join(DTYPES)}"
             )
         shape = entry.get("shape")
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise QKEnergyError(f"{t} has shape {shape!r}; expected a list of non-negative ints")
-        offsets = entry.get("data_offsets")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(_is_int(o) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]
-        ):
+        if not isinstance(shape, list) or len(shape) > MAX_RANK:
             raise QKEnergyError(
-                f"{t} has data_offsets {offsets!r}; expected [begin, end] with 0 <= begin <= end"
+                f"{t}: field 'shape' is {describe(shape)}; expected an array of at most "
+                f"{MAX_RANK} non-negative integers"
+            )
+        for axis, d in enumerate(shape):
+            if not _is_int(d) or d < 0:
+                raise QKEnergyError(
+                    f"{t}: field 'shape' has entry {axis} = {describe(d)}; expected a non-negative integer"
+                )
+        offsets = entry.get("data_offsets")
+        pair = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+        if not pair or not 0 <= offsets[0] <= offsets[1]:
+            shown = f"[{offsets[0]}, {offsets[1]}]" if pair else describe(offsets)
+            raise QKEnergyError(
+                f"{t}: field 'data_offsets' is {shown}; expected [begin, end] with 0 <= begin <= end"
             )
         begin, end = offsets
         if end > data_len:
@@ -160,10 +165,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
                 f"{t} has data_offsets [{begin}, {end}] beyond the {data_len}-byte data "
                 "section; file truncated or corrupt"
             )
-        count = 1
-        for d in shape:
-            count *= d
-        need = count * DTYPES[dtype].itemsize
+        need = DTYPES[dtype].itemsize * math.prod(shape)  # shape <= MAX_RANK entries of <= 30 digits
         if end - begin != need:
             dims = ", ".join(map(str, shape))
             raise QKEnergyError(

@@ -1,0 +1,190 @@
+"""Hardened reading of the JSON in a checkpoint: safetensors header, config.json, shard index.
+
+Every such file comes from whoever published the checkpoint, so it is read
+with bounds: the file must be a regular file (opened non-blocking: a FIFO
+never blocks the open) no larger than a cap, its nesting no deeper than
+:data:`MAX_DEPTH` (checked before parsing, so no RecursionError), and no
+integer longer than :data:`MAX_INT_DIGITS` digits (Python refuses to convert
+very long ones, and nothing in a checkpoint needs them). Values are then read
+through typed accessors that name the file and the field when a value has the
+wrong JSON type. Messages describe a bad value by its JSON type (and short
+scalars by value), so they stay one short line whatever the file holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from typing import IO, Any
+
+import numpy as np
+
+from qkenergy.errors import QKEnergyError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "describe",
+    "get_bool",
+    "get_int",
+    "get_str",
+    "json_type",
+    "open_regular",
+    "parse_object",
+    "read_object",
+    "show_name",
+]
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted (real configs nest about 4 deep)."""
+MAX_INT_DIGITS = 30
+"""Longest integer accepted: 30 digits is far beyond any byte offset or size."""
+
+# A JSON string (escapes included): removed before the brackets are counted.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_OPEN = np.frombuffer(b"[{", np.uint8)
+_CLOSE = np.frombuffer(b"]}", np.uint8)
+
+
+class _TooLong(ValueError):
+    """An integer literal longer than MAX_INT_DIGITS."""
+
+
+def open_regular(path: str | os.PathLike[str], where: str, limit: int | None = None) -> IO[bytes]:
+    """``path`` opened for binary reading if it is a regular file (of at most ``limit`` bytes).
+
+    The open is non-blocking and the check is fstat on the open descriptor, so a
+    FIFO, a device or a symlink to one is refused without waiting or reading.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise QKEnergyError(f"{where}: not a regular file")
+        if limit is not None and info.st_size > limit:
+            raise QKEnergyError(f"{where}: larger than the {limit}-byte limit for this file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int) -> dict[str, Any]:
+    """The JSON object in file ``path`` (at most ``limit`` bytes); one-line QKEnergyError otherwise."""
+    try:
+        with open_regular(path, where, limit) as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise QKEnergyError(f"{where}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(raw) > limit:  # grew since fstat
+        raise QKEnergyError(f"{where}: {what} is larger than the {limit}-byte limit")
+    return parse_object(raw, where, what)
+
+
+def _depth(raw: bytes) -> int:
+    """Deepest nesting of [ and { outside strings (an upper bound for malformed text)."""
+    text = np.frombuffer(_STRING.sub(b'""', raw), np.uint8)
+    opens, closes = np.isin(text, _OPEN), np.isin(text, _CLOSE)
+    marks = np.flatnonzero(opens | closes)
+    if marks.size == 0:
+        return 0
+    steps = np.where(opens[marks], 1, -1).astype(np.int64)
+    return int(np.cumsum(steps).max())
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _TooLong
+    return int(text)
+
+
+def parse_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
+    """Parse ``raw`` (UTF-8 JSON) into a dict, with the depth and integer bounds of this module."""
+    if _depth(raw) > MAX_DEPTH:
+        raise QKEnergyError(f"{where}: {what} is nested more than {MAX_DEPTH} levels deep")
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+    except _TooLong:
+        raise QKEnergyError(f"{where}: {what} holds an integer longer than {MAX_INT_DIGITS} digits") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = (
+            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else exc.reason
+        )
+        raise QKEnergyError(f"{where}: {what} is not valid UTF-8 JSON ({reason})") from None
+    except RecursionError:  # pragma: no cover - excluded by the depth check
+        raise QKEnergyError(f"{where}: {what} is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise QKEnergyError(f"{where}: {what} must be a JSON object, got {json_type(data)}")
+    return data
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a parsed value, for a message: 'an object', 'an array', 'a string', ..., 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    for kind, name in ((dict, "an object"), (list, "an array"), (str, "a string"), (float, "a number")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def describe(value: object) -> str:
+    """A bad value for a message: short scalars by value, everything else by JSON type."""
+    if isinstance(value, bool | int | float) or value is None:
+        text = json.dumps(value)
+        return text if len(text) <= 24 else json_type(value)
+    if isinstance(value, str) and len(value) <= 40:
+        return repr(value)
+    return json_type(value)
+
+
+def show_name(name: str, limit: int = 120) -> str:
+    """A name read from a file (tensor, key), quoted, cut to ``limit`` characters."""
+    return repr(name) if len(name) <= limit else repr(name[:limit]) + "..."
+
+
+def get_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    """``obj[key]`` if it is a string, None if absent; else one line naming ``where`` and ``key``."""
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected a string")
+
+
+def get_bool(obj: Mapping[str, Any], key: str, where: str, *, default: bool) -> bool:
+    """``obj[key]`` if it is a boolean, ``default`` if absent or null; else one line naming the field."""
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected true or false")
+
+
+def get_int(
+    obj: Mapping[str, Any], key: str, where: str, *, minimum: int = 0, maximum: int | None = None
+) -> int | None:
+    """``obj[key]`` if it is an integer in [minimum, maximum], None if absent; else one line naming the field."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    wrong_type = isinstance(value, bool) or not isinstance(value, int)
+    if wrong_type or value < minimum or (maximum is not None and value > maximum):
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if maximum is not None:
+            expected += f" (at most {maximum})"
+        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected {expected}")
+    return value
