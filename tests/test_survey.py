@@ -341,3 +341,45 @@ def test_cli_survey_errors(tmp_path: Path) -> None:
     bad = _manifest(tmp_path / "bad.toml", '[[model]]\nsource = "a"\ncolour = 1\n')
     result = CliRunner().invoke(cli, ["survey", str(bad), "-o", str(tmp_path / "out")], standalone_mode=False)
     assert isinstance(result.exception, QKEnergyError) and "unknown key 'colour'" in str(result.exception)
+
+
+def test_sigterm_stops_cleanly(tmp_path: Path, scheduler: str) -> None:
+    """SIGTERM (a batch system's cancel): exit 130, in-flight units back to pending, the run recorded
+    as interrupted, finished units kept."""
+    root = tmp_path / "models"
+    many = {
+        f"m{i}": write_checkpoint(root / f"m{i}", "llama", layers=6, N=48, heads=4, head_dim=6, seed=i)
+        for i in range(2)
+    }
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "qkenergy.cli",
+        "survey",
+        str(_toml(tmp_path / "m.toml", many, embedded=False)),
+        "-o",
+        str(out),
+        "--samples",
+        str(SAMPLES),
+        "--scheduler",
+        scheduler,
+        "--quiet",
+    ]
+    proc = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    done: list[tuple] = []
+    while not done or done[0][0] < 1:
+        assert proc.poll() is None and time.monotonic() < deadline, "survey ended before SIGTERM"
+        time.sleep(0.02)
+        with contextlib.suppress(sqlite3.OperationalError):
+            done = _ledger(out, "SELECT count(*) FROM units WHERE status = 'done'")
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr and "rerun the same command" in stderr
+    assert _ledger(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert _ledger(out, "SELECT count(*) FROM units WHERE status = 'running'") == [(0,)]
+    finished = _ledger(out, "SELECT count(*) FROM units WHERE status = 'done'")[0][0]
+    # a SIGTERM between a file's rename and its ledger entry leaves that one file, rewritten next time
+    assert finished >= 1 and finished <= len(list(out.glob("heads/model=*/layer-*.parquet"))) <= finished + 1
+    assert not list(out.rglob("*.tmp"))

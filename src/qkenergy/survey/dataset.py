@@ -50,9 +50,12 @@ def unit_path(out: str | os.PathLike, table: str, model: str, layer: int) -> Pat
     return Path(out) / table / f"model={model}" / f"layer-{layer:05d}.parquet"
 
 
-def _arrow_table(frame: Any, extra: dict[str, Any]) -> Any:
-    """The unit's frame as an Arrow table with stable column types (every file of a dataset agrees)."""
+def _arrow_table(frame: Any, extra: dict[str, Any], settings: dict[str, Any] | None) -> Any:
+    """The unit's frame as an Arrow table with stable column types (every file of a dataset agrees),
+    the settings it was made with in the file's metadata (as every qkenergy Parquet table has them)."""
     import pyarrow as pa
+
+    from qkenergy.analysis.provenance import METADATA_KEY, settings_json
 
     frame = frame.drop(columns=[c for c in ("model", *BH_COLUMNS) if c in frame.columns])
     for key in MANIFEST_COLUMNS:
@@ -67,19 +70,27 @@ def _arrow_table(frame: Any, extra: dict[str, Any]) -> Any:
     for i, field in enumerate(table.schema):
         if pa.types.is_null(field.type):
             table = table.set_column(i, pa.field(field.name, pa.string()), table.column(i).cast(pa.string()))
-    return table.replace_schema_metadata(None)
+    return table.replace_schema_metadata(
+        None if settings is None else {METADATA_KEY: settings_json(settings)}
+    )
 
 
 def write_unit(
-    out: str | os.PathLike, table: str, model: str, layer: int, frame: Any, extra: dict[str, Any]
+    out: str | os.PathLike,
+    table: str,
+    model: str,
+    layer: int,
+    frame: Any,
+    extra: dict[str, Any],
+    settings: dict[str, Any] | None = None,
 ) -> Path:
-    """Write one unit's file atomically; returns its path."""
+    """Write one unit's file atomically (``settings`` in its Parquet metadata); returns its path."""
     import pyarrow.parquet as pq
 
     from qkenergy.analysis.report import atomic_path
 
     target = unit_path(out, table, model, layer)
-    arrow = _arrow_table(frame, extra)
+    arrow = _arrow_table(frame, extra, settings)
     with atomic_path(target) as tmp:
         pq.write_table(arrow, tmp)
     return target

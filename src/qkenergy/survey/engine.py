@@ -145,7 +145,10 @@ def _settings_check(out: Path, settings: dict[str, Any]) -> None:
 
 
 def _provenance() -> dict[str, Any]:
+    """qkenergy's common provenance keys (version, date, command line), the host and package versions."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from qkenergy.analysis.provenance import run_settings
 
     packages = {}
     for name in ("numpy", "scipy", "pandas", "pyarrow", "dask", "distributed"):
@@ -153,14 +156,9 @@ def _provenance() -> dict[str, Any]:
             packages[name] = version(name)
         except PackageNotFoundError:
             packages[name] = None
-    return {
-        "qkenergy_version": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "host": platform.node(),
-        "packages": packages,
-        "argv": list(sys.argv),
-    }
+    return run_settings(
+        python=sys.version.split()[0], platform=platform.platform(), host=platform.node(), packages=packages
+    )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -196,6 +194,8 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, s
             processes=True,
             host="127.0.0.1",
             dashboard_address=None,
+            # no dashboard, and its bare HTTP server on a free port (8787 may belong to another cluster)
+            scheduler_kwargs={"dashboard_address": ":0"},
             silence_logs=logging.ERROR,
         ) as cluster,
         Client(cluster) as client,
@@ -475,10 +475,11 @@ def _record(unit: UnitResult, plan: ModelPlan, out: Path, ledger: Ledger, result
     written: dict[str, str] = {}
     if not unit.unchanged:
         extra = {"group": entry.group, "step": entry.step, "source": entry.source, "revision": entry.revision}
-        path = write_unit(out, "heads", entry.name, unit.spec.layer, unit.heads, extra)
+        settings = {**(unit.settings or {}), "model": entry.name, **extra}
+        path = write_unit(out, "heads", entry.name, unit.spec.layer, unit.heads, extra, settings)
         written["heads_file"] = str(path.relative_to(out))
         if unit.layers is not None:
-            path = write_unit(out, "layers", entry.name, unit.spec.layer, unit.layers, extra)
+            path = write_unit(out, "layers", entry.name, unit.spec.layer, unit.layers, extra, settings)
             written["layers_file"] = str(path.relative_to(out))
         result.computed += 1
         result.heads += len(unit.heads)

@@ -9,6 +9,7 @@ parallelism of a survey is one process per core.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Collection, Mapping
@@ -17,9 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UnitResult", "UnitSpec", "layer_fingerprint", "run_null_law", "run_unit"]
-
-_CHUNK = 1 << 24  # bytes hashed per read: bounded memory whatever the tensor size
+__all__ = ["UnitResult", "UnitSpec", "files_fingerprint", "layer_fingerprint", "run_null_law", "run_unit"]
 
 
 @dataclass(frozen=True)
@@ -43,12 +42,14 @@ class UnitSpec:
 
 @dataclass(frozen=True)
 class UnitResult:
-    """A unit's tables (None when ``unchanged``), the fingerprint of the tensors read, and who ran it."""
+    """A unit's tables and settings (None when ``unchanged``), the fingerprint of the tensors read,
+    and who ran it."""
 
     spec: UnitSpec
     fingerprint: str
     heads: Any  # pandas.DataFrame | None
     layers: Any  # pandas.DataFrame | None
+    settings: dict[str, Any] | None  # analyze_model's settings (provenance) of this layer
     worker: str
     started: float  # unix seconds, measured on the worker
     finished: float
@@ -79,33 +80,24 @@ class _Recorder:
         return np.broadcast_to(np.zeros((), self._tensors.dtype(name)), self._tensors.shape(name))
 
 
-def _hash_range(digest: Any, path: os.PathLike | str, begin: int, end: int) -> None:
-    with open(path, "rb", buffering=0) as fh:
-        position = begin
-        while position < end:
-            block = os.pread(fh.fileno(), min(_CHUNK, end - position), position)
-            if not block:
-                raise OSError(f"{path}: file ends before byte {end}")
-            digest.update(block)
-            position += len(block)
+def files_fingerprint(files: list[dict[str, Any]]) -> str:
+    """The unit's fingerprint from provenance.fingerprint_files entries: sha256 over each file's digest
+    (its header and the tensors read) and the names of those tensors."""
+    text = json.dumps([(f["sha256"], f["tensors"]) for f in files])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
-    """sha256 over the name, dtype, shape and bytes of every tensor that analysing ``layer`` reads."""
+    """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it)."""
+    from qkenergy.analysis.provenance import fingerprint_files
     from qkenergy.weights.checkpoint import open_model
     from qkenergy.weights.layouts import architecture, find_prefix, read_layer
-    from qkenergy.weights.safetensors_io import show_path
 
     with open_model(path) as source:
-        arch = architecture(source.config, show_path(source.config_path))
+        arch = architecture(source.config, source.config_where, layout=source.layout)
         recorder = _Recorder(source.tensors)
         read_layer(recorder, arch, layer, fold_norm=fold_norm, prefix=find_prefix(source.tensors, arch))
-        digest = hashlib.sha256()
-        for name in sorted(recorder.read):
-            info = source.tensors.info(name)
-            digest.update(repr((name, info.dtype, info.shape)).encode())
-            _hash_range(digest, source.tensors.file_of(name).path, info.begin, info.end)
-    return digest.hexdigest()
+        return files_fingerprint(fingerprint_files(source.tensors, sorted(recorder.read)))
 
 
 def _worker_name() -> str:
@@ -140,9 +132,12 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
 
     started = time.time()
     with threadpool_limits(limits=1):
-        fingerprint = layer_fingerprint(spec.path, spec.layer, fold_norm=spec.fold_norm)
-        if fingerprint == spec.expected_fingerprint:
-            return UnitResult(spec, fingerprint, None, None, _worker_name(), started, time.time(), True)
+        if spec.expected_fingerprint is not None:
+            fingerprint = layer_fingerprint(spec.path, spec.layer, fold_norm=spec.fold_norm)
+            if fingerprint == spec.expected_fingerprint:
+                return UnitResult(
+                    spec, fingerprint, None, None, None, _worker_name(), started, time.time(), True
+                )
         analysis = analyze_model(
             spec.path,
             layers=[spec.layer],
@@ -157,6 +152,15 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             null_laws=laws,
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
+    # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
+    fingerprint = files_fingerprint(analysis.settings["model_source"]["files"])
     return UnitResult(
-        spec, fingerprint, analysis.heads, analysis.layers, _worker_name(), started, time.time()
+        spec,
+        fingerprint,
+        analysis.heads,
+        analysis.layers,
+        analysis.settings,
+        _worker_name(),
+        started,
+        time.time(),
     )
