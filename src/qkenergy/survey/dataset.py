@@ -148,6 +148,8 @@ def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
     """
     import json
 
+    import pandas as pd
+
     from qkenergy.errors import QKEnergyError
     from qkenergy.weights.safetensors_io import show_path
 
@@ -170,7 +172,14 @@ def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
             continue
         frame = _read_dataset(root / table)
         frame.insert(0, "model", frame.pop("model").astype(str))
-        keys = ["model", "layer", "head"] if table == "heads" else ["model", "layer"]
-        frame = frame.sort_values(keys, kind="stable", ignore_index=True)
+        # analyze's order: stack (in the model's own order, as each unit file lists them), layer, head
+        rank = (
+            frame.groupby("model", sort=False)["stack"].transform(lambda s: pd.factorize(s)[0])
+            if "stack" in frame.columns
+            else 0
+        )
+        keys = ["model", "_stack", "layer", "head"] if table == "heads" else ["model", "_stack", "layer"]
+        frame = frame.assign(_stack=rank).sort_values(keys, kind="stable", ignore_index=True)
+        frame = frame.drop(columns="_stack")
         frames.append(_with_bh(frame, settings) if table == "heads" else frame)
     return frames[0], frames[1]

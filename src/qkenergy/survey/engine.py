@@ -92,27 +92,36 @@ def _digest(value: Any) -> str:
 
 def _resolve(entry: ModelEntry) -> ModelPlan:
     """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read)."""
-    from qkenergy.analysis.analyze import _select
+    from qkenergy.analysis.analyze import _present_stacks, _select, _stack_settings
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.layouts import architecture
+    from qkenergy.weights.layouts import architectures
 
     plan = ModelPlan(entry)
     embedded = entry.source == EMBEDDED and not os.path.exists(entry.source)
     try:
         with open_model(None if embedded else entry.source, revision=entry.revision) as source:
-            arch = architecture(source.config, show_path(source.config_path))
+            # as analyze_model reads them: every attention stack the checkpoint holds
+            stacks = [
+                a
+                for a, _ in _present_stacks(
+                    source.tensors, architectures(source.config, source.config_where, layout=source.layout)
+                )
+            ]
+            arch = stacks[0]
+            n_layers = max(a.n_layers for a in stacks)
             files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
             plan.origin = source.origin
             plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
             plan.arch = {
                 "model_type": arch.model_type,
-                "n_layers": arch.n_layers,
+                "n_layers": n_layers,
                 "n_heads": arch.n_heads,
                 "n_kv_heads": arch.n_kv_heads,
                 "head_dim": arch.head_dim,
                 "hidden_size": arch.hidden_size,
+                "stacks": [_stack_settings(a) for a in stacks],
             }
-            plan.layers = _select(f"{entry.name}: layers", entry.layers, arch.n_layers, "layers")
+            plan.layers = _select(f"{entry.name}: layers", entry.layers, n_layers, "layers")
             stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]]
             plan.files_digest = _digest(stats)
     except QKEnergyError as error:
@@ -206,11 +215,10 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, s
 class _Display:
     """Rich progress on stderr: units and heads done, heads per second, ETA, failures."""
 
-    def __init__(self, enabled: bool, total: int, heads_total: int) -> None:
+    def __init__(self, enabled: bool, total: int) -> None:
         self.enabled = enabled and total > 0
         self.heads = 0
         self.failed = 0
-        self.heads_total = heads_total
         self.start = time.monotonic()
         if not self.enabled:
             return
@@ -330,7 +338,7 @@ def survey(
                 status="failed" if plan.error else "ok",
                 error=plan.error,
                 files_digest=plan.files_digest or None,
-                **plan.arch,
+                **{k: v for k, v in plan.arch.items() if k != "stacks"},  # stacks: in survey.json
             )
             if plan.error:
                 result.model_errors[plan.entry.name] = plan.error
@@ -404,7 +412,8 @@ def _run(
 
     laws: dict[tuple[int, int], Any] = {}
     if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
-        for n, N in sorted({(p.arch["head_dim"], p.arch["hidden_size"]) for p, _, _ in todo}):
+        shapes = {(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]}
+        for n, N in sorted(shapes):
             laws[n, N] = client.submit(
                 run_null_law,
                 n,
@@ -420,15 +429,15 @@ def _run(
     todo = sorted(
         todo, key=lambda t: -t[0].arch["n_heads"] * t[0].arch["head_dim"] * t[0].arch["hidden_size"]
     )
-    display = _Display(progress, len(todo), sum(p.arch["n_heads"] for p, _, _ in todo))
+    display = _Display(progress, len(todo))
     meta: dict[str, tuple[ModelPlan, UnitSpec, int]] = {}
 
     def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
-        shape = (plan.arch["head_dim"], plan.arch["hidden_size"])
+        shapes = {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]}
         future = client.submit(
             run_unit,
             spec,
-            {shape: laws[shape]} if shape in laws else None,
+            {shape: laws[shape] for shape in shapes if shape in laws},
             key=f"unit-{plan.entry.name}-{spec.layer}-run{result.run}-try{attempt}",
             pure=False,
         )
@@ -452,8 +461,9 @@ def _run(
         for future in completed:
             plan, spec, attempt = meta.pop(future.key)
             if future.status == "finished":
-                _record(future.result(), plan, out, ledger, result)
-                display.advance(heads=plan.arch["n_heads"] if not future.result().unchanged else 0)
+                unit = future.result()
+                _record(unit, plan, out, ledger, result)
+                display.advance(heads=0 if unit.heads is None else len(unit.heads))
             else:
                 error = _one_line(future.exception())
                 final = attempt >= retries

@@ -89,14 +89,17 @@ def files_fingerprint(files: list[dict[str, Any]]) -> str:
 
 def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
     """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it)."""
+    from qkenergy.analysis.analyze import _present_stacks
     from qkenergy.analysis.provenance import fingerprint_files
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.layouts import architecture, find_prefix, read_layer
+    from qkenergy.weights.layouts import architectures, read_layer
 
     with open_model(path) as source:
-        arch = architecture(source.config, source.config_where, layout=source.layout)
+        found = architectures(source.config, source.config_where, layout=source.layout)
         recorder = _Recorder(source.tensors)
-        read_layer(recorder, arch, layer, fold_norm=fold_norm, prefix=find_prefix(source.tensors, arch))
+        for arch, prefix in _present_stacks(source.tensors, found):  # every stack, as analyze reads them
+            if layer < arch.n_layers:
+                read_layer(recorder, arch, layer, fold_norm=fold_norm, prefix=prefix)
         return files_fingerprint(fingerprint_files(source.tensors, sorted(recorder.read)))
 
 
