@@ -119,7 +119,7 @@ def run_null_law(n: int, N: int, *, samples: int, seed: int, radius: float, cach
     from qkenergy.analysis.null_cache import null_law
 
     with threadpool_limits(limits=1):
-        return null_law(n, N, samples=samples, seed=seed, radius=radius, cache_dir=cache_dir)
+        return null_law(n, N, samples=samples, seed=seed, radius=radius, cache_dir=cache_dir, threads=1)
 
 
 def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) -> UnitResult:
@@ -153,6 +153,7 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             null_kind=spec.null_kind,
             rotation_samples=spec.rotation_samples,
             null_laws=laws,
+            threads=1,  # the survey's parallelism is one worker process per core
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
     # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
