@@ -153,7 +153,6 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             null_kind=spec.null_kind,
             rotation_samples=spec.rotation_samples,
             null_laws=laws,
-            threads=1,  # the survey's parallelism is one worker process per core
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
     # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
