@@ -20,6 +20,7 @@ CLAIMS = {
     "E[ratio] vs ratio of E",
     "Exact samplers",
     "Rotation null",
+    "Layer null",
     "Beta tail",
 }
 

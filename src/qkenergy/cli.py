@@ -622,8 +622,8 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     "--per-layer",
     is_flag=True,
     help="Also analyse each layer's whole form sum_h W_K^h^T W_Q^h, with the symmetry "
-    "score 2s - 1 and a directionality score (Saponati et al. 2025); "
-    "written to <output>.layers.<ext>.",
+    "score 2s - 1 and the directionality of Saponati et al. 2025, each against the law of "
+    "a Gaussian layer of the same shape; written to <output>.layers.<ext>.",
 )
 @click.option(
     "--fold-norm",

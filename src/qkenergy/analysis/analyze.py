@@ -23,7 +23,7 @@ import pandas as pd
 
 from qkenergy import __version__
 from qkenergy.analysis import provenance
-from qkenergy.analysis.null_cache import null_law
+from qkenergy.analysis.null_cache import layer_null_law, null_law
 from qkenergy.analysis.report import with_integer_counts
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
@@ -31,6 +31,7 @@ from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import head_gram
+from qkenergy.math.layer_null import LAYER_NULL_STATISTICS, layer_null_flops, layer_null_route
 from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
@@ -65,6 +66,8 @@ __all__ = [
 NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
 ROTATION_SAMPLES = 500
 """Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
+LAYER_NULL_MAX_FLOPS = 1e12
+"""Largest arithmetic (flops) spent on one per-layer null law: about a minute on a 2-core machine."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,12 @@ def analyze_model(
     n_kv_heads, n (= H * head_dim), N, positional, qk_norm, route, symmetric_energy_baseline
     ((N+1)/(2N)), every name in ``STATISTICS``, head_type, reason,
     symmetry_score (2s - 1), directionality (published sign) and
-    directionality_raw.
+    directionality_raw, null_route, null_note, then against the Gaussian law of
+    a layer of the same shape (:mod:`qkenergy.math.layer_null`, drawn with the
+    Gaussian null, ``samples`` draws, unless its arithmetic exceeds
+    LAYER_NULL_MAX_FLOPS, which null_note then says):
+    symmetric_energy_{null_mean, null_sd, z, p, p_tail} and
+    directionality_{null_mean, null_sd, z, p}.
 
     Scores of Saponati et al. 2025 ("The underlying structures of
     self-attention: symmetry, directionality, and emergent dynamics in
@@ -237,7 +245,18 @@ def analyze_model(
     )
     table = _with_rotation_bh(table)
     table = with_integer_counts(table)
-    layer_table = with_integer_counts(pd.DataFrame(layer_rows)) if per_layer else None
+    layer_table = (
+        _with_layer_null(
+            with_integer_counts(pd.DataFrame(layer_rows)),
+            null=gaussian,
+            samples=samples,
+            seed=seed,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+        if per_layer
+        else None
+    )
     settings: dict[str, Any] = {
         "model": name,
         "model_type": arch.model_type,
@@ -613,4 +632,59 @@ def _layer_row(model: str, arch: Architecture, weights: LayerWeights, radius: fl
         "symmetric_energy_baseline": symmetric_ratio(N),
     }
     row.update(values)
+    # The layer null's shape: query heads per key head, and the head dimension (dropped later).
+    row["_group_sizes"] = tuple(np.bincount(weights.kv_head, minlength=weights.w_key.shape[0]).tolist())
+    row["_head_dim"] = n
     return row
+
+
+def _layer_null_columns() -> list[str]:
+    names = [f"{x}_{s}" for x in LAYER_NULL_STATISTICS for s in ("null_mean", "null_sd", "z", "p")]
+    return [*names[:4], "symmetric_energy_p_tail", *names[4:]]
+
+
+def _with_layer_null(
+    layers: pd.DataFrame,
+    *,
+    null: bool,
+    samples: int,
+    seed: int,
+    cache_dir: str | Path | None,
+    progress: bool,
+) -> pd.DataFrame:
+    """Judge each layer's s and directionality against the Gaussian law of a layer of its shape.
+
+    One law per shape (query heads per key head, head dimension, N), cached like
+    the per-head laws; a shape whose law would cost more than LAYER_NULL_MAX_FLOPS
+    is not drawn, and ``null_note`` says so.
+    """
+    extra: dict[str, Any] = {c: np.full(len(layers), np.nan) for c in _layer_null_columns()}
+    route = np.full(len(layers), "", dtype=object)
+    note = np.full(len(layers), "" if null else "null laws skipped", dtype=object)
+    shapes = layers[["_group_sizes", "_head_dim", "N"]]
+    if null:
+        for groups, head_dim, N in shapes.drop_duplicates().itertuples(index=False):
+            rows = np.array(
+                [(g, d, m) == (groups, head_dim, N) for g, d, m in shapes.itertuples(index=False)]
+            )
+            n = sum(1 for m in groups if m > 0) * head_dim
+            flops = layer_null_flops(n, N, samples)
+            if flops > LAYER_NULL_MAX_FLOPS:
+                note[rows] = (
+                    f"not drawn: {samples} draws of a form with n = {n}, N = {N} need about {flops:.1e} "
+                    f"flops, above the limit of {LAYER_NULL_MAX_FLOPS:.0e}"
+                )
+                continue
+            law = layer_null_law(
+                groups, head_dim, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress
+            )
+            route[rows] = layer_null_route(n, N)
+            for x in LAYER_NULL_STATISTICS:
+                judged = judge(law, x, layers.loc[rows, x].to_numpy(np.float64))
+                for suffix in ("null_mean", "null_sd", "z", "p", "p_tail"):
+                    if f"{x}_{suffix}" in extra:
+                        extra[f"{x}_{suffix}"][rows] = judged[suffix]
+    out = layers.drop(columns=["_group_sizes", "_head_dim"])
+    out["null_route"] = route
+    out["null_note"] = note
+    return pd.concat([out, pd.DataFrame(extra, index=layers.index)], axis=1)

@@ -32,12 +32,15 @@ from pathlib import Path
 import numpy as np
 
 from qkenergy.errors import check_integer
-from qkenergy.math import montecarlo, nulls
+from qkenergy.math import layer_null, montecarlo, nulls
+from qkenergy.math.directionality import DIRECTIONALITY_GAMMA
 from qkenergy.math.statistics import STATISTICS
 
 __all__ = [
     "CACHE_FORMAT_VERSION",
     "NullCacheWarning",
+    "layer_null_cache_path",
+    "layer_null_law",
     "load_cached",
     "null_cache_path",
     "null_law",
@@ -217,5 +220,65 @@ def null_law(
         values.flags.writeable = False
         return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
     law = nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
+    save_cached(path, law.values, law.names)
+    return law
+
+
+def layer_null_cache_path(
+    cache_dir: str | os.PathLike[str],
+    group_sizes: tuple[int, ...],
+    head_dim: int,
+    N: int,
+    samples: int,
+    seed: int,
+) -> Path:
+    """Path of the cached per-layer null law (:mod:`qkenergy.math.layer_null`) for these arguments."""
+    n = sum(1 for m in group_sizes if m > 0) * head_dim
+    route = layer_null.layer_null_route(n, N)
+    text = repr(
+        (
+            CACHE_FORMAT_VERSION,
+            "gaussian-layer",
+            tuple(group_sizes),
+            head_dim,
+            N,
+            samples,
+            seed,
+            layer_null.LAYER_NULL_STATISTICS,
+            route,
+            DIRECTIONALITY_GAMMA,
+            montecarlo.BLOCK_SIZE,
+        )
+    )
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"null-v{CACHE_FORMAT_VERSION}-layer-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
+
+
+def layer_null_law(
+    group_sizes: tuple[int, ...],
+    head_dim: int,
+    N: int,
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> nulls.NullLaw:
+    """:func:`qkenergy.math.layer_null.layer_null_law`, kept on disk under ``cache_dir`` (None: no cache)."""
+    group_sizes = tuple(int(m) for m in group_sizes)
+    if cache_dir is None:
+        return layer_null.layer_null_law(
+            group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress
+        )
+    samples = check_integer(samples, "samples", minimum=2)
+    seed = check_integer(seed, "seed", minimum=0)
+    names = layer_null.LAYER_NULL_STATISTICS
+    path = layer_null_cache_path(cache_dir, group_sizes, head_dim, N, samples, seed)
+    values = load_cached(path, names, samples)
+    if values is not None:
+        values.flags.writeable = False
+        n = sum(1 for m in group_sizes if m > 0) * head_dim
+        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+    law = layer_null.layer_null_law(group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress)
     save_cached(path, law.values, law.names)
     return law

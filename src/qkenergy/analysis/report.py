@@ -511,22 +511,27 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     if layers is not None and len(layers):
         form = rich_table(
             "Whole-layer forms (sum over heads)",
-            ["layer", "s", "2s-1", "directionality", "baseline", "type", "route"],
-            caption="directionality as published by Saponati et al. 2025: (R - C)/(R + C), "
-            "> 0 when query-side features stand out",
+            ["layer", "s", "2s-1", "z(s)", "dir", "z(dir)", "p(dir)", "type"],
             title_justify="left",
+            caption="dir: directionality as published by Saponati et al. 2025, (R - C)/(R + C), "
+            "> 0 when query-side features stand out; z and p against the Gaussian law of a "
+            "layer of the same shape",
         )
         for r in layers.to_dict(orient="records"):
             form.add_row(
                 _layer_label(r),
                 format_fixed(r["symmetric_energy"]),
                 format_fixed(r["symmetry_score"]),
+                format_fixed(r.get("symmetric_energy_z"), 1),
                 format_fixed(r["directionality"], 3),
-                format_fixed(r["symmetric_energy_baseline"]),
+                format_fixed(r.get("directionality_z"), 2),
+                format_fixed(r.get("directionality_p"), 3),
                 str(r.get("head_type", "")),
-                str(r.get("route", "")),
             )
         print_table(console, form)
+        notes = {str(x) for x in layers.get("null_note", pd.Series(dtype=str)) if isinstance(x, str) and x}
+        for note in sorted(notes):
+            console.print(f"Layer null {note}.")
     if top > 0:
         print_table(console, _notable_table(df, top))
     rotation_line = rotation_verdict(df)

@@ -17,6 +17,9 @@
 - the rotation null: E[s(L U)] = (N+1)/(2N) for any fixed L with U Haar (direct
   QR sampling, heads of rank 1 to N), and its exact O(n^3) block sampler against
   direct Haar rotations (KS);
+- the per-layer null: E[s] = (N+1)/(2N) for a whole Gaussian layer with grouped
+  keys, and its reduction to one head of n = H_kv * head_dim against direct
+  sampling of whole layers (KS);
 - the Beta tail approximation of p-values: exact for an iid Gaussian square L,
   and against the empirical tail of a Gaussian head where both exist.
 
@@ -37,8 +40,9 @@ import numpy as np
 from scipy import stats
 
 from qkenergy.errors import check_integer
-from qkenergy.math import baselines, energies, gram, lobes, montecarlo, nulls, rotation, tails
+from qkenergy.math import baselines, energies, gram, layer_null, lobes, montecarlo, nulls, rotation, tails
 from qkenergy.math import statistics as head_stats
+from qkenergy.math.directionality import dense_norms, directionality
 
 DEFAULT_SAMPLES = 100_000
 """Monte Carlo draws per row: the default run takes about 15 s on 2 cores."""
@@ -682,6 +686,47 @@ def check_rotation(samples: int, seed: int) -> list[Check]:
     return rows
 
 
+LAYER_SHAPE = (4, 2, 3, 24)  # query heads, key heads, head dim, N
+
+
+def _direct_layer(rng: np.random.Generator, size: int) -> np.ndarray:
+    """(s, directionality) of whole Gaussian layers: every query head, key heads repeated (GQA)."""
+    H, H_kv, d, N = LAYER_SHAPE
+    kv_head = np.arange(H) // (H // H_kv)
+    w_query = rng.standard_normal((size, H * d, N))
+    w_key = rng.standard_normal((size, H_kv, d, N))[:, kv_head].reshape(size, H * d, N)
+    L = np.swapaxes(w_key, 1, 2) @ w_query
+    rows, cols = dense_norms(L)
+    return np.stack([energies.energies(L).symmetric_ratio, directionality(rows, cols)], axis=1)
+
+
+def check_layer_null(samples: int, seed: int) -> list[Check]:
+    """A whole Gaussian layer: exact mean of s, and the summed-query-groups reduction against direct sampling."""
+    H, H_kv, d, N = LAYER_SHAPE
+    setting = f"H = {H} query heads, {H_kv} key heads, head dim {d}, N = {N}"
+    direct = montecarlo.draw(_direct_layer, samples, seed=_subseed(seed, "layer direct"))
+    rows = [
+        _within(
+            "Layer null",
+            f"{setting}: E[s] of the layer form = (N+1)/(2N), direct whole layers, K = {samples}",
+            baselines.symmetric_ratio(N),
+            montecarlo.estimate_mean(direct[:, 0]),
+        )
+    ]
+    size = max(200, samples // 4)
+    law = layer_null.layer_null_law([H // H_kv] * H_kv, d, N, samples=size, seed=_subseed(seed, "layer law"))
+    for j, name in enumerate(layer_null.LAYER_NULL_STATISTICS):
+        rows.append(
+            _ks_row(
+                "Layer null",
+                f"{setting}: layer null law (one Gaussian head of n = H_kv d) vs whole layers, {name}",
+                stats.ks_2samp(law.samples(name), direct[:size, j]),
+                f"K = {size} vs {size}",
+            )
+        )
+    return rows
+
+
 TAIL_SHAPE = (16, 128)
 TAIL_LEVELS: tuple[float, ...] = (0.01, 0.001)
 
@@ -740,6 +785,7 @@ CHECKS: tuple[CheckFunction, ...] = (
     check_departures,
     check_samplers,
     check_rotation,
+    check_layer_null,
     check_tails,
 )
 """The checks run_checks runs, in table order (tests replace this to inject a failure)."""
