@@ -38,7 +38,7 @@ from qkenergy.math.nulls import (
 )
 from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
-from qkenergy.parallel import resolve_threads
+from qkenergy.parallel import resolve_threads, thread_map
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import load_layout
 from qkenergy.weights.layouts import (
@@ -439,7 +439,7 @@ def _head_rows(
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     frame = pd.DataFrame(rows)
-    rotation = _rotation_rows(grams, int(N), frame, weights.layer, rotation_samples, seed, radius)
+    rotation = _rotation_rows(grams, int(N), frame, weights.layer, rotation_samples, seed, radius, threads)
     frame = pd.concat([frame, pd.DataFrame(rotation, index=frame.index)], axis=1)
     frame["alpha"] = _trimmed(stats.alpha.reshape(len(sel), -1))
     frame["beta"] = _trimmed(stats.beta.reshape(len(sel), -1))
@@ -467,6 +467,7 @@ def _rotation_rows(
     samples: int,
     seed: int,
     radius: float,
+    threads: int = 1,
 ) -> dict[str, np.ndarray]:
     """Rotation-null columns of one layer's heads (NaN when ``samples`` is 0), and private floor flags."""
     heads = len(frame)
@@ -476,12 +477,15 @@ def _rotation_rows(
         out[f"_{x}_rotation_floor"] = np.zeros(heads, dtype=bool)
     if samples == 0:
         return out
-    for i, (head, reason) in enumerate(zip(frame["head"], frame["reason"], strict=True)):
-        if reason:
-            continue  # zero or non-finite head: no orientation to randomise
-        law = rotation_law(
-            grams[i], N, samples=samples, seed=_rotation_seed(seed, layer, int(head)), radius=radius
-        )
+    # Zero or non-finite heads have no orientation to randomise: their columns stay NaN.
+    todo = [i for i, reason in enumerate(frame["reason"]) if not reason]
+    heads_ids = frame["head"].to_numpy()
+
+    def draw(i: int) -> NullLaw:
+        head_seed = _rotation_seed(seed, layer, int(heads_ids[i]))
+        return rotation_law(grams[i], N, samples=samples, seed=head_seed, radius=radius)
+
+    for i, law in zip(todo, thread_map(draw, todo, threads), strict=True):
         for x in NULL_STATISTICS:
             judged = judge(law, x, frame[x].to_numpy(np.float64)[i : i + 1])
             for suffix in ("null_mean", "null_sd", "z", "p"):

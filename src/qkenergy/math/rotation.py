@@ -32,12 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from qkenergy.errors import QKEnergyError, check_integer
 from qkenergy.math import montecarlo
 from qkenergy.math.gram import gram_norm_sq, head_dim, key_block, query_block
 from qkenergy.math.nulls import NullLaw
+from qkenergy.math.statistics import statistic_columns
+from qkenergy.parallel import single_threaded_blas
 
 __all__ = [
     "ROTATION_STATISTICS",
@@ -193,10 +194,9 @@ def rotation_symmetric_energy(rng: np.random.Generator, head: RotatedHead, size:
 
 
 def _columns(head: RotatedHead, names: tuple[str, ...], radius: float):
-    from qkenergy.math.statistics import gram_statistics  # statistics imports nothing from here
-
     def transform(G: np.ndarray) -> np.ndarray:
-        return gram_statistics(G, head.N, radius=radius).stack(names)
+        # Only what ``names`` need: no singular values of L, no n x n eigenproblem beyond S's.
+        return statistic_columns(G, head.N, names, radius=radius)
 
     return transform
 
@@ -222,18 +222,18 @@ def rotation_law(
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
     names = tuple(names)
-    if names == ("symmetric_energy",):
-        values = montecarlo.draw(
-            lambda rng, size: rotation_symmetric_energy(rng, head, size)[:, None], samples, seed=seed
-        )
-    else:
-        n = head.n
-        with threadpool_limits(1, user_api="blas"):  # many small products: threads only contend
+    # Many small products and factorisations per draw: BLAS threads only contend there.
+    with single_threaded_blas():
+        if names == ("symmetric_energy",):
+            values = montecarlo.draw(
+                lambda rng, size: rotation_symmetric_energy(rng, head, size)[:, None], samples, seed=seed
+            )
+        else:
             values = montecarlo.draw(
                 lambda rng, size: rotation_gram(rng, head, size),
                 samples,
                 seed=seed,
-                chunk_size=max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * n * n)),
+                chunk_size=max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * head.n * head.n)),
                 transform=_columns(head, names, radius),
             )
     values.flags.writeable = False
