@@ -45,7 +45,9 @@ def _scale_heads(heads: np.ndarray) -> np.ndarray:
     max_abs = np.where(np.isnan(max_abs), np.inf, np.maximum(max_abs, 0.0))
     non_finite = ~np.isfinite(max_abs)
     heads[non_finite] = 0.0
-    heads *= np.ldexp(1.0, -power_of_two_scale(max_abs)).astype(heads.dtype)[:, None, None]
+    # ldexp on the entries, not a factor 2**-e: for subnormal weights (float64 near 1e-310, bfloat16
+    # near 1e-39) 2**-e itself overflows, while every scaled entry is exact and below 1.
+    np.ldexp(heads, -power_of_two_scale(max_abs)[:, None, None], out=heads)
     return non_finite
 
 

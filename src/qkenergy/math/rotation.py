@@ -160,7 +160,7 @@ def rotated_head(gram: np.ndarray, N: int) -> RotatedHead:
         raise QKEnergyError("rotation null: the head's Gram matrix is not finite")
     scale = np.max(np.abs(G), initial=0.0)
     if scale > 0:
-        G = G * np.ldexp(1.0, -int(np.frexp(scale)[1]))  # exact: a power of two
+        G = np.ldexp(G, -int(np.frexp(scale)[1]))  # exact: a power of two (2**-e alone may overflow)
     factor_q, factor_k = _factor(query_block(G)), _factor(key_block(G))
     if max(factor_q.shape[1], factor_k.shape[1]) > min(n, N):
         raise QKEnergyError(f"rotation null: rank above min(n, N) = {min(n, N)} for a head of width N = {N}")
