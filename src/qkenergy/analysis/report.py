@@ -303,7 +303,10 @@ def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("model", "stack") if k in df.columns] + ["layer"]
     rows = []
     # Stacks keep the order of the table (encoder before decoder), layers are sorted within.
-    order = df.sort_values("layer", kind="stable") if "stack" in df.columns else df
+    order = df
+    if "stack" in df.columns:
+        rank = {stack: k for k, stack in enumerate(pd.unique(df["stack"]))}
+        order = df.assign(_rank=df["stack"].map(rank)).sort_values(["_rank", "layer"], kind="stable")
     for key, group in order.groupby(keys, sort="stack" not in df.columns):
         key = key if isinstance(key, tuple) else (key,)
         s = group["symmetric_energy"].to_numpy(np.float64)
@@ -421,6 +424,13 @@ def tail_note(df: pd.DataFrame, settings: dict[str, Any]) -> str | None:
     )
 
 
+def _layer_count(df: pd.DataFrame) -> str:
+    """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
+    if "stack" not in df.columns or df["stack"].nunique() <= 1:
+        return f"{df['layer'].nunique()} layers"
+    return f"{df.groupby(['stack', 'layer']).ngroups} layers of {df['stack'].nunique()} stacks"
+
+
 def _layer_label(row: dict[str, Any]) -> str:
     """'3', or 'encoder 3' for a layer of a named stack."""
     stack = row.get("stack") or ""
@@ -482,7 +492,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
             texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
         null_text = " · ".join(texts)
     console.print(
-        f"[bold]{analysis.model}[/bold] · {len(df)} heads in {df['layer'].nunique()} layers · "
+        f"[bold]{analysis.model}[/bold] · {len(df)} heads in {_layer_count(df)} · "
         f"fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
