@@ -345,8 +345,8 @@ BAD_CHECKPOINTS = {
         f"model.safetensors: tensor '{_K}' has shape [8, 17], expected [8, 16]",
     ),
     "unsupported architecture": (
-        lambda tmp: _checkpoint(tmp / "m", config={**_LLAMA, "model_type": "t5"}),
-        "config.json: model_type 't5' is not supported",
+        lambda tmp: _checkpoint(tmp / "m", config={**_LLAMA, "model_type": "xlnet"}),
+        "config.json: model_type 'xlnet' is not supported",
     ),
     "pickled weights only": (
         lambda tmp: _file_checkpoint(tmp / "m", "pytorch_model.bin", b"never unpickled"),
