@@ -11,8 +11,10 @@ was expected (a wrong byte range gives "Error while deserializing header:
 invalid shape, data type, or offset for tensor"), its ``get_tensor`` copies
 every tensor into memory, and older releases' numpy backend cannot return
 bfloat16. The format is simple enough that a small parser gives one-line errors
-naming the file and tensor, and zero-copy read-only memory maps, so only the
-tensors asked for are paged in. Nothing here ever unpickles anything.
+naming the file and tensor, and checked reads of only the tensors asked for
+(``os.preadv`` into private arrays, not a memory map: a mapped file truncated
+by another process kills the reader with SIGBUS). Nothing here ever unpickles
+anything.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-import mmap
 import os
 import struct
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,7 @@ from typing import Self
 import ml_dtypes
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import QKEnergyError, check_memory
 from qkenergy.weights.json_input import describe, json_type, open_regular, parse_object, show_name
 
 __all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
@@ -62,6 +63,8 @@ DTYPES: dict[str, np.dtype] = {
 MAX_HEADER_BYTES = 100_000_000
 # Read size of prefetch(): large enough for sequential disk reads, small in memory.
 _PREFETCH_BYTES = 8 << 20
+# Largest single preadv of tensor(): below Linux's 2 GiB cap per read call.
+_READ_BYTES = 1 << 30
 # Most axes a tensor may have (numpy's own limit is 64).
 MAX_RANK = 32
 
@@ -243,17 +246,22 @@ class _TensorIndex(Closeable):
 
 
 class SafetensorsFile(_TensorIndex):
-    """One ``.safetensors`` file: header validated on open, tensors mapped on demand.
+    """One ``.safetensors`` file: header validated on open, tensors read on demand.
 
-    Arrays returned by :meth:`tensor` are read-only zero-copy views of a shared
-    memory map; they stay valid after :meth:`close` (the map is released when
-    the last view is gone).
+    :meth:`tensor` reads the tensor's bytes with ``os.preadv`` into a private
+    read-only array, through one descriptor kept open from the first read (so a
+    file replaced meanwhile is not mixed in). Checked reads rather than a
+    memory map: a mapped file truncated by another process kills the reader
+    with SIGBUS, while a short read here is one line naming the file and the
+    tensor. The array is freed with its last reference, so a layer-by-layer
+    reader holds about one layer in memory (benchmarks/bench_checked_reads.py
+    measures the cost against the mapped route).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self._index, self.metadata, self._size = _parse_header(self.path)
-        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
 
     def info(self, name: str) -> TensorInfo:
         try:
@@ -262,41 +270,52 @@ class SafetensorsFile(_TensorIndex):
             raise _missing(name, self._index, show_path(self.path)) from None
 
     def tensor(self, name: str) -> np.ndarray:
-        """Read-only array of tensor ``name``, backed by the memory map (no copy)."""
+        """Read-only array of tensor ``name`` (a checked read of its bytes, no memory map)."""
         info = self.info(name)
-        if info.end == info.begin:
-            out = np.zeros(info.shape, info.np_dtype)
-            out.flags.writeable = False
-            return out
-        view = np.frombuffer(
-            self._mapping(),
-            dtype=info.np_dtype,
-            count=(info.end - info.begin) // info.np_dtype.itemsize,
-            offset=info.begin,
-        )
-        return view.reshape(info.shape)
+        check_memory(info.end - info.begin, f"{show_path(self.path)}: tensor {show_name(name)}")
+        out = np.empty(info.shape, info.np_dtype)
+        if info.end > info.begin:
+            self._read_into(out.reshape(-1).view(np.uint8), info.begin, name)
+        out.flags.writeable = False
+        return out
 
-    def _mapping(self) -> mmap.mmap:
-        if self._map is None:
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            where = show_path(self.path)
+            with open_regular(self.path, where) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size != self._size:
+                    raise QKEnergyError(
+                        f"{where}: file changed size since its header was read ({self._size} -> {size} bytes)"
+                    )
+                self._fd = os.dup(fh.fileno())
+        return self._fd
+
+    def _read_into(self, buffer: np.ndarray, offset: int, name: str) -> None:
+        """Fill ``buffer`` (uint8) from file offset ``offset``; a short read is a one-line error."""
+        fd = self._descriptor()
+        view = memoryview(buffer)
+        done = 0
+        while done < len(view):
             try:
-                with open(self.path, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if size != self._size:
-                        raise QKEnergyError(
-                            f"{show_path(self.path)}: file changed size since it was opened "
-                            f"({self._size} -> {size} bytes)"
-                        )
-                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                got = os.preadv(fd, [view[done : done + _READ_BYTES]], offset + done)
             except OSError as exc:
-                raise QKEnergyError(f"{show_path(self.path)}: cannot map: {exc.strerror or exc}") from None
-        return self._map
+                raise QKEnergyError(
+                    f"{show_path(self.path)}: cannot read tensor {show_name(name)}: {exc.strerror or exc}"
+                ) from None
+            if got == 0:
+                raise QKEnergyError(
+                    f"{show_path(self.path)}: file ended while tensor {show_name(name)} was read "
+                    f"(it had {self._size} bytes when opened); truncated while in use?"
+                )
+            done += got
 
     def prefetch(self, name: str) -> None:
         """Read tensor ``name``'s bytes into the page cache (blocking: call it from a helper thread).
 
-        The bytes go through a small scratch buffer, not the memory map, so the
-        process's resident memory does not grow; a later :meth:`tensor` view
-        then finds its pages in memory instead of waiting for the disk.
+        The bytes go through a small scratch buffer, so the process's resident
+        memory does not grow; a later :meth:`tensor` read then finds its pages
+        in memory instead of waiting for the disk.
         """
         info = self.info(name)
         scratch = bytearray(_PREFETCH_BYTES)
@@ -311,23 +330,13 @@ class SafetensorsFile(_TensorIndex):
                 left -= got
 
     def release(self) -> None:
-        """Drop the mapped pages read so far from this process's resident memory.
-
-        Clean file-backed pages stay in the page cache, and arrays from
-        :meth:`tensor` stay valid (a later access reads the pages back), so a
-        layer-by-layer reader holds about one layer in memory, not the model.
-        """
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+        """Nothing to release: tensors are private arrays, freed with their last reference."""
 
     def close(self) -> None:
-        """Drop this object's reference to the map; live views keep it alive."""
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # arrays still export the buffer; it is freed with them
-            self._map = None
+        """Close the file descriptor; arrays already read stay valid."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __repr__(self) -> str:
         return f"SafetensorsFile({str(self.path)!r}, {len(self)} tensors)"
@@ -378,7 +387,7 @@ class TensorSource(_TensorIndex):
         return self.file_of(name).info(name)
 
     def tensor(self, name: str) -> np.ndarray:
-        """Read-only zero-copy array of tensor ``name`` from whichever shard holds it."""
+        """Read-only array of tensor ``name`` (a checked read) from whichever shard holds it."""
         return self.file_of(name).tensor(name)
 
     def prefetch(self, names: Iterable[str]) -> None:
