@@ -71,52 +71,67 @@ def _scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def query_pieces(kv_head: np.ndarray, n: int, N: int, heads: np.ndarray | None = None) -> list[np.ndarray]:
-    """Query heads (indices, in order of ``heads``) grouped by key head, in pieces sharing one key head.
+    """Query heads (indices, in order of ``heads``) in pieces of whole key-head groups.
 
-    ``kv_head[h]``: the key head of query head h. Each piece holds at most
-    max(1, 2^22 // (n N)) query heads of one key head: the unit of work of
-    :func:`piece_gram` and the natural unit to spread over threads.
+    ``kv_head[h]``: the key head of query head h. A piece holds at most
+    max(1, 2^22 // (n N)) query heads: consecutive groups of heads sharing a
+    key head, a group split only when it alone is larger. Pieces are the unit
+    of work of :func:`piece_gram` (and of threads); they depend only on the
+    shapes and the heads asked for.
     """
     kv_head = np.asarray(kv_head)
     heads = np.arange(len(kv_head)) if heads is None else np.asarray(heads)
     most = max(1, _PIECE_VALUES // max(1, n * N))
+    groups = np.split(heads, np.flatnonzero(np.diff(kv_head[heads]) != 0) + 1) if len(heads) else []
     pieces: list[np.ndarray] = []
-    start = 0
-    while start < len(heads):
-        stop = start + 1
-        while stop < len(heads) and stop - start < most and kv_head[heads[stop]] == kv_head[heads[start]]:
-            stop += 1
-        pieces.append(heads[start:stop])
-        start = stop
+    current: list[np.ndarray] = []
+    size = 0
+    for group in groups:
+        for start in range(0, len(group), most):
+            part = group[start : start + most]
+            if size + len(part) > most and current:
+                pieces.append(np.concatenate(current))
+                current, size = [], 0
+            current.append(part)
+            size += len(part)
+    if current:
+        pieces.append(np.concatenate(current))
     return pieces
 
 
-def piece_gram(w_query: np.ndarray, w_key: np.ndarray, key: int, queries: np.ndarray) -> np.ndarray:
-    """G (len(queries), 2n, 2n) of query heads ``queries`` (H, n, N) sharing key head ``key`` of w_key.
+def piece_gram(
+    w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray, queries: np.ndarray
+) -> np.ndarray:
+    """G (len(queries), 2n, 2n) of query heads ``queries`` of w_query (H, n, N), keys w_key[kv_head[h]].
 
-    MATH.md: Gram route, with grouped-query attention in mind: the key head is
-    converted and rescaled once and G_KK = W_K W_K^T formed once; the query-key
-    blocks G_QK of the piece come from one (c n x N)(N x n) product; each
-    G_QQ = W_Q W_Q^T from a symmetric rank-k update. Scaling and dtypes as
-    :func:`head_gram`.
+    MATH.md: Gram route, with grouped-query attention in mind: each key head of
+    the piece is converted and rescaled once and its G_KK = W_K W_K^T formed
+    once; the query-key blocks G_QK of the queries sharing it come from one
+    (c n x N)(N x n) product; each G_QQ = W_Q W_Q^T from a symmetric rank-k
+    update. Scaling and dtypes as :func:`head_gram`.
     """
     n, N = w_query.shape[-2:]
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
     c = len(queries)
-    K = _scratch("key", (1, n, N), dtype)
-    K[0] = w_key[key]  # the conversion to ``dtype`` happens in the copy
-    key_bad = bool(_scale_heads(K)[0])
     Q = _scratch("query", (c, n, N), dtype)
     for i, h in enumerate(queries):
-        Q[i] = w_query[h]
-    bad = _scale_heads(Q) | key_bad
+        Q[i] = w_query[h]  # the conversion to ``dtype`` happens in the copy
+    bad = _scale_heads(Q)
     G = np.empty((c, 2 * n, 2 * n))
-    G[:, :n, :n] = K[0] @ K[0].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
-    qk = (Q.reshape(c * n, N) @ K[0].T).reshape(c, n, n)  # G_QK of the whole piece at once
-    G[:, n:, :n] = qk
-    G[:, :n, n:] = np.swapaxes(qk, 1, 2)
     for i in range(c):
-        G[i, n:, n:] = Q[i] @ Q[i].T
+        G[i, n:, n:] = Q[i] @ Q[i].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
+    keys = np.asarray(kv_head)[queries]
+    K = _scratch("key", (1, n, N), dtype)
+    for key in dict.fromkeys(keys.tolist()):  # each key head once, in order
+        rows = np.flatnonzero(keys == key)
+        K[0] = w_key[key]
+        bad[rows] |= _scale_heads(K)[0]
+        G[rows, :n, :n] = K[0] @ K[0].T
+        # a key's queries are consecutive in every layout (kv_head = h // group): a view, no copy
+        together = Q[rows[0] : rows[-1] + 1] if rows[-1] - rows[0] + 1 == len(rows) else Q[rows]
+        qk = (together.reshape(-1, N) @ K[0].T).reshape(-1, n, n)  # G_QK of its queries at once
+        G[rows, n:, :n] = qk
+        G[rows, :n, n:] = np.swapaxes(qk, 1, 2)
     G[bad] = np.nan
     return G
 
@@ -163,7 +178,7 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
         queries, keys = w_query, w_key
     gram = np.empty((len(queries), 2 * n, 2 * n))
     for piece in query_pieces(kv_head, n, N):
-        gram[piece] = piece_gram(queries, keys, int(kv_head[piece[0]]), piece)
+        gram[piece] = piece_gram(queries, keys, kv_head, piece)
     return gram.reshape(*batch, 2 * n, 2 * n)
 
 

@@ -519,7 +519,7 @@ def head_statistics(
     pieces = query_pieces(kv_head, n, N, None if heads is None else np.asarray(heads, dtype=np.intp))
 
     def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
-        G = piece_gram(w_query, w_key, int(kv_head[piece[0]]), piece)
+        G = piece_gram(w_query, w_key, kv_head, piece)
         return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True)[0]
 
     parts = thread_map(piece_values, pieces, threads)
