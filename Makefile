@@ -42,6 +42,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_null_sampler.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_fingerprint.py
+	$(BIN)/python benchmarks/bench_speed.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis

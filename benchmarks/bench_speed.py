@@ -200,8 +200,29 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, src: Path = SRC) ->
     return seconds, usage.ru_maxrss * 1024
 
 
+# Runs the CLI and, at exit, writes the process's own peak RSS (VmHWM) to $QK_BENCH_HWM:
+# wait4's ru_maxrss would report the benchmark's own size at fork when that is larger.
+_WRAP = (
+    "import atexit, os, runpy, sys\n"
+    "def hwm():\n"
+    "    with open('/proc/self/status') as f:\n"
+    "        kb = [l.split()[1] for l in f if l.startswith('VmHWM')][0]\n"
+    "    open(os.environ['QK_BENCH_HWM'], 'w').write(kb)\n"
+    "atexit.register(hwm)\n"
+    "sys.argv = ['qkenergy', *sys.argv[1:]]\n"
+    "runpy.run_module('qkenergy.cli', run_name='__main__')\n"
+)
+
+
 def qkenergy_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "qkenergy.cli", *args]
+    return [sys.executable, "-c", _WRAP, *args]
+
+
+def timed_hwm(cmd: list[str], env: dict[str, str] | None = None, src: Path = SRC) -> tuple[float, int]:
+    """:func:`timed` of a :func:`qkenergy_cmd`, with the child's own peak RSS (bytes)."""
+    with tempfile.NamedTemporaryFile() as hwm:
+        seconds, _ = timed(cmd, env={**(env or {}), "QK_BENCH_HWM": hwm.name}, src=src)
+        return seconds, int(Path(hwm.name).read_text()) * 1024
 
 
 def median_time(cmd: list[str], repeats: int = 7, **kw: object) -> float:
@@ -305,7 +326,7 @@ RUN_SHAPES = {
 
 
 def build(root: Path, shape: dict) -> Path:
-    model = root / f"{shape['kind']}-{shape['N']}"
+    model = root / f"{shape['kind']}-{shape['N']}-{shape['layers']}"
     if not model.exists():
         if shape["kind"] == "gpt2":
             make_gpt2(model, layers=shape["layers"], N=shape["N"], heads=shape["heads"])
@@ -436,7 +457,7 @@ def section_memory(args: argparse.Namespace, root: Path) -> None:
         cmd = qkenergy_cmd(
             "analyze", str(model), "--no-null", "--quiet", "--threads", "2", "-o", str(root / "m.csv")
         )
-        seconds, rss = timed(cmd)
+        seconds, rss = timed_hwm(cmd)
         bound = 2 * layer_qk + 300 * MB
         print(
             f"   {label}: peak RSS {rss / MB:6.0f} MB against {bound / MB:.0f} MB "
@@ -444,7 +465,7 @@ def section_memory(args: argparse.Namespace, root: Path) -> None:
         )
         if args.before and label == "N=8192":
             old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(root / "m.csv"))
-            _, old_rss = timed(old_cmd, src=args.before)
+            _, old_rss = timed_hwm(old_cmd, src=args.before)
             print(f"   {label} before issue 7: peak RSS {old_rss / MB:6.0f} MB: ratio {old_rss / bound:.2f}")
 
 
@@ -462,7 +483,7 @@ def section_stream(args: argparse.Namespace, root: Path) -> None:
         if mode == "cold":
             drop_page_cache(model)
         cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(out))
-        results[mode] = timed(cmd)
+        results[mode] = timed_hwm(cmd)
     layers_only = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "--layers", "0", "-o", str(out))
     first = timed(layers_only)[0]
     drop_page_cache(model)
@@ -494,10 +515,10 @@ def section_stream(args: argparse.Namespace, root: Path) -> None:
         "--paper-heads",
         str(k),
     ]
-    paper = timed(paper_cmd)[0]
+    paper = timed(paper_cmd, env=ONE_THREAD)[0]
     per_head = (paper - _python_start()) / k
     print(
-        f"   paper's route: {k} heads in {paper:.1f} s -> {per_head:.2f} s/head, "
+        f"   paper's route (1 BLAS thread): {k} heads in {paper:.1f} s -> {per_head:.2f} s/head, "
         f"{16128 * per_head / 60:.0f} min for 16,128 heads (+ reading) -> qkenergy {ratio(16128 * per_head, total_cold)} faster"
     )
 
