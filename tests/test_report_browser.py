@@ -52,9 +52,12 @@ def _pixel_sd(png: bytes) -> float:
 def report(tmp_path_factory: pytest.TempPathFactory, survey_frames):
     _require_browser()
     heads, layers, models = survey_frames
-    os.environ.setdefault("BROWSER_PATH", CHROMIUM)  # kaleido's browser: the same Chromium
     out = tmp_path_factory.mktemp("report") / "report.html"
-    return build_report(heads, layers, out, baseline="toy-llama@0", models=models, settings={"samples": 300})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BROWSER_PATH", CHROMIUM)  # kaleido's browser: the same Chromium
+        return build_report(
+            heads, layers, out, baseline="toy-llama@0", models=models, settings={"samples": 300}
+        )
 
 
 def test_static_figures(report) -> None:

@@ -164,3 +164,74 @@ def test_bad_tables(tables, tmp_path: Path, change, message: str) -> None:
 def test_bad_target(tables, tmp_path: Path) -> None:
     with pytest.raises(QKEnergyError, match=r"r\.png: the report is an HTML file"):
         build_report(tables[0], None, tmp_path / "r.png", static=False)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from qkenergy import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+@pytest.fixture()
+def analyze_tables(tables, tmp_path: Path) -> tuple[Path, Path]:
+    """Two tables as `analyze -o` writes them: MiniLM as csv with its settings and layer forms beside it,
+    the toy run as parquet without settings (as older files are)."""
+    from qkenergy.analysis.report import write_results, write_table
+
+    heads, layers, _ = tables
+    minilm, toy = heads["model"] == MINILM, heads["model"].str.startswith("toy")
+    settings = {"model": MINILM, "model_type": "bert", "n_layers": 6, "per_layer": True}
+    forms = layers[layers["model"] == MINILM]
+    write_results(
+        heads[minilm].drop(columns=["group", "step"]),
+        tmp_path / "minilm.csv",
+        settings=settings,
+        layers=forms,
+    )
+    write_table(heads[toy], tmp_path / "toy.parquet")
+    return tmp_path / "minilm.csv", tmp_path / "toy.parquet"
+
+
+def test_cli_report_from_tables(capsys, tables, analyze_tables, tmp_path: Path) -> None:
+    minilm, toy = analyze_tables
+    out = tmp_path / "out" / "r.html"
+    code, stdout, err = _run(
+        capsys, "report", str(minilm), str(toy), "-o", str(out), "--baseline", "toy-llama@0", "--no-static"
+    )
+    assert (code, err) == (0, "")
+    assert f"wrote {out} (5 models, 7 figures)" in stdout
+    summary = pd.read_csv(files_directory(out) / "models.csv").set_index("model")
+    forms = tables[1][tables[1]["model"] == MINILM]
+    assert summary.loc[MINILM, "symmetry_score_median"] == pytest.approx(np.median(forms["symmetry_score"]))
+    assert summary.loc[MINILM, "architecture"] == "bert"  # from the settings recorded with the table
+    assert np.isnan(summary.loc["toy-llama@0", "symmetry_score_median"])  # no layer forms for the toy table
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["-o", "r.png"], 2, "expected a file ending in .html"),
+        (
+            ["--baseline", "nope", "--no-static", "-o", "r.html"],
+            2,
+            "--baseline: model 'nope' is not in the table",
+        ),
+        (["DIR", "-o", "r.html"], 2, "a survey directory is reported on its own"),
+        (["AGAIN", "-o", "r.html"], 1, "is already in"),
+    ],
+)
+def test_cli_report_errors(
+    capsys, analyze_tables, tmp_path: Path, args: list[str], code: int, needle: str
+) -> None:
+    minilm, _ = analyze_tables
+    extra = {"DIR": str(tmp_path), "AGAIN": str(minilm)}
+    args = [extra.get(a, str(tmp_path / a) if a.startswith("r.") else a) for a in args]
+    status, _, err = _run(capsys, "report", str(minilm), *args)
+    assert status == code and needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r.html").exists()

@@ -1,4 +1,4 @@
-"""The qkenergy command line: verify, baseline, lobes, analyze, plot, survey, layouts.
+"""The qkenergy command line: verify, baseline, lobes, analyze, plot, survey, report, layouts.
 
 Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
 arguments exit with status 2, library errors (QKEnergyError) with status 1.
@@ -969,6 +969,48 @@ def survey(
         print_survey(run, heads, _stdout_console())
     if not run.ok:
         sys.exit(1)
+
+
+@cli.command("report")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The report page (.html); its PNG / SVG figures and CSV tables go to <name>_files/ beside it.",
+)
+@click.option(
+    "--baseline",
+    "reference",
+    default=None,
+    help="Compare every model of the same architecture with this model, head by head.",
+)
+@click.option("--title", default=None, help="Title of the page.")
+@click.option("--no-static", is_flag=True, help="Skip the PNG / SVG figures (they need Chrome or Chromium).")
+def report_command(
+    sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, no_static: bool
+) -> None:
+    """Compare models in one report: a survey's OUT directory, or head tables from `analyze -o`."""
+    from qkenergy.analysis import survey_report
+
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise click.BadParameter(
+            f"expected a file ending in .html, got {str(output)!r}", param_hint="'-o' / '--output'"
+        )
+    inputs = survey_report.read_inputs(sources)
+    result = survey_report.build_report(
+        inputs.heads,
+        inputs.layers,
+        output,
+        baseline=reference,
+        models=inputs.models,
+        settings=inputs.settings,
+        title=title,
+        static=not no_static,
+    )
+    click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
+    click.echo(f"wrote {len(result.files)} files in {result.directory}")
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from qkenergy.analysis.report import HEAD_TYPES, REQUIRED_COLUMNS, SIGNIFICANCE, baseline
+from qkenergy.analysis.report import text_column as text
 from qkenergy.errors import ArgumentError, QKEnergyError
 
 __all__ = [
@@ -79,14 +80,14 @@ def head_keys(heads: pd.DataFrame) -> list[str]:
 
 def _stack(frame: pd.DataFrame) -> pd.Series:
     if "stack" in frame.columns:
-        return frame["stack"].fillna("").astype(str)
+        return text(frame["stack"])
     return pd.Series("", index=frame.index)
 
 
 def model_order(heads: pd.DataFrame) -> list[str]:
     """Models in reading order: by group, then training step (missing last), then name."""
     keys = pd.DataFrame({"model": heads["model"].astype(str)})
-    keys["group"] = heads["group"].fillna("").astype(str) if "group" in heads.columns else ""
+    keys["group"] = text(heads["group"]) if "group" in heads.columns else ""
     keys["step"] = pd.to_numeric(heads["step"], errors="coerce") if "step" in heads.columns else np.nan
     first = keys.groupby("model", sort=False).first().reset_index()
     first = first.sort_values(["group", "step", "model"], na_position="last", kind="stable")
@@ -109,7 +110,7 @@ def model_info(heads: pd.DataFrame, models: pd.DataFrame | None = None) -> pd.Da
         first = first[first.index.isin(names)]
         for column in ("model_type", "architecture"):
             if column in first.columns:
-                known = first[column].fillna("").astype(str)
+                known = text(first[column])
                 known = known[known != ""]
                 info.loc[known.index, "architecture"] = known
         if "n_layers" in first.columns:
@@ -203,11 +204,7 @@ def model_summary(
             baseline_max=float(np.max(base)),
         )
         row.update(_significance(group, defined))
-        types = (
-            group["head_type"].fillna("").astype(str)
-            if "head_type" in group
-            else pd.Series("", index=group.index)
-        )
+        types = text(group["head_type"]) if "head_type" in group else pd.Series("", index=group.index)
         for t in HEAD_TYPES:
             row[f"share_{t}"] = float((types == t).mean())
         row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]

@@ -46,6 +46,7 @@ __all__ = [
     "read_table",
     "rotation_verdict",
     "tail_note",
+    "text_column",
     "verdict",
     "with_integer_counts",
     "write_results",
@@ -279,10 +280,15 @@ def read_table(path: str | os.PathLike, *, table: str = "heads") -> pd.DataFrame
         )
     for col in STRING_COLUMNS:
         if col in df.columns:
-            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+            df[col] = text_column(df[col])
     df = with_integer_counts(df)
     df.attrs["settings"] = settings
     return df
+
+
+def text_column(values: pd.Series) -> pd.Series:
+    """A label column as str: missing values become "" (also in a column csv read as all-NaN floats)."""
+    return values.astype(object).where(values.notna(), "").astype(str)
 
 
 # ----------------------------------------------------------------------------- summaries

@@ -37,6 +37,7 @@ from qkenergy.analysis.comparison import (
     relative_depth,
 )
 from qkenergy.analysis.report import HEAD_TYPES, baseline
+from qkenergy.analysis.report import text_column as text
 
 __all__ = ["ReportFigure", "report_figures"]
 
@@ -85,26 +86,35 @@ _HOVER = (
 def _where(frame: pd.DataFrame) -> pd.Series:
     text = "layer " + frame["layer"].astype(str) + ", head " + frame["head"].astype(str)
     if "stack" in frame.columns:
-        stack = frame["stack"].fillna("").astype(str)
+        stack = text(frame["stack"])
         text = text.where(stack == "", text + " (" + stack + ")")
     return text
 
 
 def _customdata(frame: pd.DataFrame) -> np.ndarray:
-    """Per head: model, where, s, z, BH p, type, pairing (NaN shows as NaN)."""
+    """Per head: model, where, s, z, BH p, type, pairing (NaN shows as NaN).
 
-    def col(name: str) -> Any:
-        return frame[name] if name in frame.columns else np.nan
+    Numbers are rounded one digit beyond what the hover shows: the page carries
+    every head three times, and full float64 text would double its data.
+    """
 
+    def col(name: str, digits: int) -> Any:
+        return frame[name].astype(np.float64).round(digits) if name in frame.columns else np.nan
+
+    p = (
+        frame["symmetric_energy_p_bh"]
+        if "symmetric_energy_p_bh" in frame.columns
+        else pd.Series(np.nan, frame.index)
+    )
     data = pd.DataFrame(
         {
             "model": frame["model"].astype(str),
             "where": _where(frame),
-            "s": frame["symmetric_energy"],
-            "z": col("symmetric_energy_z"),
-            "p": col("symmetric_energy_p_bh"),
-            "type": frame["head_type"].fillna("").replace("", "–") if "head_type" in frame else "–",
-            "pairing": col("pairing"),
+            "s": col("symmetric_energy", 5),
+            "z": col("symmetric_energy_z", 2),
+            "p": [float(f"{v:.3g}") for v in p.astype(np.float64)],
+            "type": text(frame["head_type"]).replace("", "–") if "head_type" in frame else "–",
+            "pairing": col("pairing", 4),
         }
     )
     return data.to_numpy(dtype=object)
@@ -229,7 +239,7 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
 
 
 def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
-    types = heads["head_type"].fillna("").astype(str).replace("", "undefined")
+    types = text(heads["head_type"]).replace("", "undefined")
     counts = pd.crosstab(heads["model"], types).reindex(index=models, fill_value=0)
     totals = counts.sum(axis=1)
     fig = go.Figure()
@@ -347,10 +357,10 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
 def _runs(heads: pd.DataFrame, info: pd.DataFrame) -> pd.Series:
     """The training run of each row: its group when given, else its architecture, else one run."""
     run = pd.Series("all checkpoints", index=heads.index)
-    arch = heads["model"].map(info["architecture"]).fillna("")
+    arch = text(heads["model"].map(info["architecture"]))
     run = run.where(arch == "", arch)
     if "group" in heads.columns:
-        group = heads["group"].fillna("").astype(str)
+        group = text(heads["group"])
         run = run.where(group == "", group)
     return run
 
@@ -424,7 +434,7 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
 
 
 def _groups(heads: pd.DataFrame, summary: pd.DataFrame) -> ReportFigure:
-    group = heads["group"].fillna("").astype(str).replace("", "(no group)")
+    group = text(heads["group"]).replace("", "(no group)")
     names = sorted(group.unique())
     fig = go.Figure()
     for name in names:
@@ -439,7 +449,7 @@ def _groups(heads: pd.DataFrame, summary: pd.DataFrame) -> ReportFigure:
                 showlegend=False,
             )
         )
-    per_model = summary.assign(group=summary["group"].fillna("").astype(str).replace("", "(no group)"))
+    per_model = summary.assign(group=text(summary["group"]).replace("", "(no group)"))
     fig.add_trace(
         go.Scatter(
             x=per_model["group"],

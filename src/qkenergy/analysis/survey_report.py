@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -37,13 +38,21 @@ from qkenergy.analysis.comparison import (
     baseline_comparison,
     check_heads,
     model_summary,
+    present,
 )
-from qkenergy.analysis.report import ensure_directory, write_table
+from qkenergy.analysis.report import ensure_directory, layers_path, read_table, write_table
 from qkenergy.analysis.survey_figures import WIDTH, ReportFigure, report_figures
-from qkenergy.errors import QKEnergyError
+from qkenergy.errors import ArgumentError, QKEnergyError
 from qkenergy.formatting import MISSING, format_fixed, format_percent, json_safe
 
-__all__ = ["STATIC_FORMATS", "Report", "build_report", "files_directory"]
+__all__ = [
+    "STATIC_FORMATS",
+    "Report",
+    "ReportInputs",
+    "build_report",
+    "files_directory",
+    "read_inputs",
+]
 
 STATIC_FORMATS = ("png", "svg")
 _PNG_SCALE = 2  # 2000 px wide PNGs: sharp in print
@@ -108,8 +117,8 @@ def build_report(
         comparison,
         title=title or _default_title(summary),
         settings=settings,
-        files=files_directory(target).name if static else None,
-        formats=formats,
+        files=files_directory(target).name,
+        formats=formats if static else [],
     )
 
     directory = files_directory(target)
@@ -165,6 +174,94 @@ def _default_title(summary: pd.DataFrame) -> str:
     return f"qkenergy report: {count} model{'s' if count != 1 else ''}, {int(summary['heads'].sum())} heads"
 
 
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What a report is drawn from: heads, layer forms (or None), per-model facts and the run's settings."""
+
+    heads: pd.DataFrame
+    layers: pd.DataFrame | None
+    models: pd.DataFrame | None
+    settings: dict[str, Any]
+
+
+def read_inputs(sources: Sequence[str | os.PathLike]) -> ReportInputs:
+    """The report's inputs from one survey directory (``qkenergy survey -o OUT``) or from head tables.
+
+    A directory is read with :func:`qkenergy.load_survey`, its ``survey.json``
+    giving each model's architecture and layer count and the survey's
+    settings. Files are head tables written by ``qkenergy analyze -o`` (csv,
+    parquet or json), with their per-layer forms when ``--per-layer`` wrote
+    them (inside the json file, or beside: ``results.csv`` ->
+    ``results.layers.csv``) and the settings recorded with them; a model may
+    appear in one table only.
+    """
+    paths = [Path(s) for s in sources]
+    if not paths:
+        raise ArgumentError("expected a survey directory (qkenergy survey -o OUT) or head tables")
+    directories = [p for p in paths if p.is_dir()]
+    if directories:
+        if len(paths) > 1:
+            raise ArgumentError(
+                f"{directories[0]}: a survey directory is reported on its own; give one directory or only tables"
+            )
+        return _read_survey(directories[0])
+    heads, layers, facts, recorded, origin = [], [], [], {}, {}
+    for path in paths:
+        table = read_table(path)
+        settings = table.attrs.get("settings") or {}
+        recorded[str(path)] = settings
+        for name in table["model"].unique():
+            if name in origin:
+                raise QKEnergyError(
+                    f"{path}: model {name!r} is already in {origin[name]}; give each model once"
+                )
+            origin[name] = path
+            facts.append(
+                {
+                    "model": name,
+                    "model_type": settings.get("model_type"),
+                    "n_layers": settings.get("n_layers"),
+                }
+            )
+        heads.append(table)
+        # analyze --per-layer keeps the layer forms in the same json file, or beside a csv / parquet one.
+        if path.suffix.lower() == ".json":
+            if settings.get("per_layer"):
+                layers.append(read_table(path, table="layers"))
+        elif layers_path(path).is_file():
+            layers.append(read_table(layers_path(path), table="layers"))
+    return ReportInputs(
+        heads=pd.concat(heads, ignore_index=True),
+        layers=pd.concat(layers, ignore_index=True) if layers else None,
+        models=pd.DataFrame(facts),
+        settings={"tables": recorded},
+    )
+
+
+def _read_survey(out: Path) -> ReportInputs:
+    from qkenergy.survey import load_survey
+
+    heads, layers = load_survey(out)
+    record: dict[str, Any] = {}
+    manifest = out / "survey.json"
+    if manifest.is_file():
+        try:
+            record = json.loads(manifest.read_text(encoding="utf-8"))
+            if not isinstance(record, dict):
+                raise ValueError("expected a JSON object")
+        except (ValueError, OSError) as exc:
+            raise QKEnergyError(f"{manifest}: cannot read the survey's record ({exc})") from None
+    entries = [m for m in record.get("models", []) if isinstance(m, dict) and "name" in m]
+    models = pd.DataFrame(entries).rename(columns={"name": "model"}) if entries else None
+    if models is not None:
+        models = models[[c for c in ("model", "model_type", "n_layers") if c in models.columns]]
+    settings = {k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record}
+    return ReportInputs(heads=heads, layers=layers, models=models, settings={"survey": str(out), **settings})
+
+
 # ----------------------------------------------------------------------------- static figures
 
 
@@ -208,13 +305,15 @@ def _export_static(figures: list[ReportFigure], directory: Path, formats: Sequen
 
 
 _CSS = """
-body { font-family: "DejaVu Sans", Arial, sans-serif; margin: 24px auto; max-width: 1200px;
+body { font-family: "DejaVu Sans", Arial, sans-serif; margin: 24px auto; max-width: 1400px;
        padding: 0 16px; color: #222; line-height: 1.45; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.8em; }
 p.meta { color: #555; margin-top: 0; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: 3px 7px; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; cursor: help; } td.text, th.text { text-align: left; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 5px; text-align: right; white-space: nowrap;
+         vertical-align: top; }
+th { background: #f4f4f4; cursor: help; white-space: normal; } td.text, th.text { text-align: left; }
+span.iqr { color: #666; font-size: 0.85em; }
 .scroll { overflow-x: auto; } figure { margin: 0; } figcaption { color: #444; font-size: 0.9em; }
 details pre { background: #f7f7f7; padding: 8px; font-size: 0.8em; overflow-x: auto; }
 """
@@ -230,7 +329,7 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("n", "n", "head dimension"),
     ("N", "N", "residual width"),
     ("heads", "heads", "heads analysed"),
-    ("s", "median s [IQR]", "median symmetric energy over heads, with the first and third quartiles"),
+    ("s", "median s (IQR)", "median symmetric energy over heads; under it the first and third quartiles"),
     ("baseline", "baseline", "exact mean (N+1)/(2N) of a random head of the same shape"),
     ("share_above", "above", "share of heads significantly more symmetric than random (BH p < 0.05)"),
     ("share_below", "below", "share of heads significantly more skew than random (BH p < 0.05)"),
@@ -242,47 +341,52 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("participation_ratio_median", "PR", "median participation ratio over heads"),
     (
         "symmetry_score",
-        "2s-1 [IQR]",
-        "Saponati et al. symmetry score of the layer forms: median over layers [IQR]",
+        "2s-1 (IQR)",
+        "Saponati et al. symmetry score of the layer forms: median over layers (IQR)",
     ),
-    ("directionality", "directionality [IQR]", "directionality of the layer forms: median over layers [IQR]"),
+    ("directionality", "directionality (IQR)", "directionality of the layer forms: median over layers (IQR)"),
 )
 
 
-def _cell(row: dict[str, Any], column: str) -> str:
-    if column == "s":
-        return f"{format_fixed(row['s_median'])} [{format_fixed(row['s_q1'])}, {format_fixed(row['s_q3'])}]"
-    if column in ("symmetry_score", "directionality"):
-        mid = row[f"{column}_median"]
-        if mid != mid:  # NaN: no per-layer forms
-            return MISSING
-        return f"{format_fixed(mid, 3)} [{format_fixed(row[f'{column}_q1'], 3)}, {format_fixed(row[f'{column}_q3'], 3)}]"
+def _cell(row: dict[str, Any], column: str) -> tuple[str, str]:
+    """A table cell's text and, for medians, the interquartile range shown under it."""
+    if column in ("s", "symmetry_score", "directionality"):
+        stem, digits = ("s", 4) if column == "s" else (column, 3)
+        mid = row[f"{stem}_median"]
+        if mid != mid:  # NaN: no defined heads, or no per-layer forms
+            return MISSING, ""
+        q1, q3 = format_fixed(row[f"{stem}_q1"], digits), format_fixed(row[f"{stem}_q3"], digits)
+        return format_fixed(mid, digits), f"{q1} – {q3}"
     if column == "baseline":
         lo, hi = row["baseline_min"], row["baseline_max"]
-        return format_fixed(lo) if lo == hi else f"{format_fixed(lo)}–{format_fixed(hi)}"
+        return (format_fixed(lo) if lo == hi else f"{format_fixed(lo)}–{format_fixed(hi)}"), ""
     value = row.get(column)
     if column.startswith("share_"):
-        return format_percent(value)
+        return format_percent(value), ""
     if column in ("pairing_median", "balance_min", "participation_ratio_median"):
-        return format_fixed(value, 3)
+        return format_fixed(value, 3), ""
     if value is None or (isinstance(value, float) and value != value):
-        return MISSING
-    return str(value)
+        return MISSING, ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)), ""  # a training step read back as float
+    return str(value), ""
 
 
 def _table(frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]) -> str:
     text_columns = {"model", "group", "architecture", "stacks"}
-    head = "".join(
-        f'<th class="{"text" if c in text_columns else ""}" title="{html.escape(tip)}">{html.escape(h)}</th>'
-        for c, h, tip in columns
-    )
+
+    def kind(column: str) -> str:
+        return ' class="text"' if column in text_columns else ""
+
+    head = "".join(f'<th{kind(c)} title="{html.escape(tip)}">{html.escape(h)}</th>' for c, h, tip in columns)
     body = []
     for row in frame.to_dict(orient="records"):
-        cells = "".join(
-            f'<td class="{"text" if c in text_columns else ""}">{html.escape(_cell(row, c))}</td>'
-            for c, _, _ in columns
-        )
-        body.append(f"<tr>{cells}</tr>")
+        cells = []
+        for c, _, _ in columns:
+            value, iqr = _cell(row, c)
+            extra = f'<br><span class="iqr">{html.escape(iqr)}</span>' if iqr else ""
+            cells.append(f"<td{kind(c)}>{html.escape(value)}{extra}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
@@ -293,7 +397,7 @@ def _comparison_section(comparison: BaselineComparison) -> str:
         rows = "".join(
             f'<tr><td class="text">{html.escape(r["model"])}</td><td>{r["heads"]}</td>'
             f"<td>{format_fixed(r['difference_median'], 4)}</td>"
-            f"<td>{format_fixed(r['difference_q1'], 4)}, {format_fixed(r['difference_q3'], 4)}</td>"
+            f"<td>{format_fixed(r['difference_q1'], 4)} – {format_fixed(r['difference_q3'], 4)}</td>"
             f"<td>{format_percent(r['share_higher'])}</td></tr>"
             for r in summary.to_dict(orient="records")
         )
@@ -314,7 +418,7 @@ def _comparison_section(comparison: BaselineComparison) -> str:
     return "\n".join(parts)
 
 
-def _figure_section(fig: ReportFigure, files: str | None, formats: Sequence[str]) -> str:
+def _figure_section(fig: ReportFigure, files: str, formats: Sequence[str]) -> str:
     import plotly.io as pio
 
     div = pio.to_html(
@@ -326,10 +430,9 @@ def _figure_section(fig: ReportFigure, files: str | None, formats: Sequence[str]
         config={"displaylogo": False, "responsive": True},
     )
     links = ""
-    if files:
+    if formats:
         links = " ".join(
-            f'<a href="{html.escape(files)}/{html.escape(fig.name)}.{fmt}">{fmt.upper()}</a>'
-            for fmt in formats
+            f'<a href="{html.escape(quote(files))}/{fig.name}.{fmt}">{fmt.upper()}</a>' for fmt in formats
         )
         links = f" Static: {links}."
     return (
@@ -345,20 +448,22 @@ def _page(
     *,
     title: str,
     settings: dict[str, Any] | None,
-    files: str | None,
+    files: str,
     formats: Sequence[str],
 ) -> str:
     from plotly.offline import get_plotlyjs
 
-    columns = [
-        c
-        for c in _TABLE
-        if c[0] in summary.columns or c[0] in ("s", "baseline", "symmetry_score", "directionality")
-    ]
+    derived = ("s", "baseline", "symmetry_score", "directionality")
+    # Columns that say nothing for these models (no group, no step, one stack each) are left out.
+    columns = [c for c in _TABLE if c[0] in derived or (c[0] in summary.columns and present(summary[c[0]]))]
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     meta = f"Written {when} by qkenergy {__version__}."
-    if files:
-        meta += f" Figures as PNG and SVG, and the table as CSV, in {html.escape(files)}/."
+    static = " and ".join(f.upper() for f in formats)
+    meta += (
+        f" Figures as {static}, and the tables as CSV, in {html.escape(files)}/."
+        if static
+        else f" The tables as CSV in {html.escape(files)}/."
+    )
     sections = [
         "<h2>Models</h2>",
         _table(summary, columns),
