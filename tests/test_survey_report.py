@@ -235,3 +235,48 @@ def test_cli_report_errors(
     status, _, err = _run(capsys, "report", str(minilm), *args)
     assert status == code and needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_cli_report_of_a_survey_directory(capsys, tables, tmp_path: Path) -> None:
+    """OUT as `qkenergy survey` leaves it: one Parquet file per (model, layer) unit and survey.json."""
+    import json
+
+    from qkenergy.survey.dataset import write_unit
+    from qkenergy.survey.manifest import model_name
+
+    heads, layers, models = tables
+    out = tmp_path / "OUT"
+    for table, frame in (("heads", heads), ("layers", layers)):
+        frame = frame.merge(
+            heads.groupby("model")[["group", "step"]].first(), on="model", suffixes=("_x", "")
+        )
+        for (model, layer), unit in frame.groupby(["model", "layer"]):
+            step = unit["step"].iloc[0]
+            extra = {"group": unit["group"].iloc[0], "step": None if np.isnan(step) else int(step)}
+            write_unit(out, table, model_name(model), int(layer), unit.drop(columns=["group", "step"]), extra)
+    record = {
+        "settings": {"samples": 300, "seed": 0},
+        "models": [
+            {"name": model_name(m), "model_type": arch, "n_layers": n}
+            for m, arch, n in models[["model", "architecture", "n_layers"]].itertuples(index=False)
+        ],
+    }
+    (out / "survey.json").write_text(json.dumps(record))
+    code, stdout, err = _run(
+        capsys, "report", str(out), "-o", str(out / "report.html"), "--baseline", "toy-llama_0", "--no-static"
+    )
+    assert (code, err) == (0, ""), err
+    summary = pd.read_csv(files_directory(out / "report.html") / "models.csv").set_index("model")
+    assert summary.loc["sentence-transformers--all-MiniLM-L6-v2", "architecture"] == "bert"
+    assert (
+        summary.loc["toy-llama_1000", "step"] == 1000 and summary.loc["toy-llama_1000", "group"] == "toy run"
+    )
+    expected = model_summary(heads, layers, models).set_index("model")
+    # BH recomputed per model by load_survey: the same shares as the tables analyze wrote.
+    assert summary.loc["toy-llama_100", "share_above"] == pytest.approx(
+        expected.loc["toy-llama@100", "share_above"]
+    )
+    assert summary.loc["toy-llama_100", "directionality_median"] == pytest.approx(
+        expected.loc["toy-llama@100", "directionality_median"]
+    )
+    assert "survey.json" not in stdout and (out / "report.html").is_file()
