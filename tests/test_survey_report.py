@@ -280,3 +280,17 @@ def test_cli_report_of_a_survey_directory(capsys, tables, tmp_path: Path) -> Non
         expected.loc["toy-llama@100", "directionality_median"]
     )
     assert "survey.json" not in stdout and (out / "report.html").is_file()
+
+
+def test_models_with_several_stacks(tables) -> None:
+    """An encoder-decoder's heads carry a stack name: counted per stack, named in the hover text."""
+    heads, _, models = tables
+    minilm = heads[heads["model"] == MINILM]
+    two = pd.concat([minilm.assign(stack="encoder"), minilm.assign(stack="decoder")], ignore_index=True)
+    both = pd.concat([two, heads[heads["model"] != MINILM].assign(stack="")], ignore_index=True)
+    summary = model_summary(both, None, models).set_index("model")
+    assert summary.loc[MINILM, "stacks"] == "decoder, encoder" and summary.loc[MINILM, "layers"] == 12
+    assert summary.loc["toy-llama@0", "stacks"] == ""
+    figures = report_figures(both, summary.reset_index(), models=models)
+    hover = {row[1] for trace in figures[0].figure.data for row in trace.customdata}
+    assert "layer 5, head 11 (decoder)" in hover and "layer 2, head 3" in hover

@@ -84,11 +84,11 @@ _HOVER = (
 
 
 def _where(frame: pd.DataFrame) -> pd.Series:
-    text = "layer " + frame["layer"].astype(str) + ", head " + frame["head"].astype(str)
+    label = "layer " + frame["layer"].astype(str) + ", head " + frame["head"].astype(str)
     if "stack" in frame.columns:
         stack = text(frame["stack"])
-        text = text.where(stack == "", text + " (" + stack + ")")
-    return text
+        label = label.where(stack == "", label + " (" + stack + ")")
+    return label
 
 
 def _customdata(frame: pd.DataFrame) -> np.ndarray:
@@ -492,8 +492,6 @@ def _groups(heads: pd.DataFrame, summary: pd.DataFrame) -> ReportFigure:
 
 def _difference(comparison: BaselineComparison) -> ReportFigure:
     diffs = comparison.differences
-    keys = head_keys(diffs)
-    rows_key = [k for k in keys if k != "head"]
     compared = comparison.compared
     fig = make_subplots(
         rows=len(compared),
@@ -506,9 +504,8 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
     heights = []
     for row, name in enumerate(compared, start=1):
         part = diffs[diffs["model"] == name].copy()
-        part["row"] = (
-            part["stack"].astype(str) + " " + part["layer"].astype(str) if "stack" in part else part["layer"]
-        )
+        stack = text(part["stack"]) if "stack" in part else pd.Series("", index=part.index)
+        part["row"] = part["layer"].astype(str).where(stack == "", stack + " " + part["layer"].astype(str))
         grid = part.pivot_table(
             index="row", columns="head", values="difference", aggfunc="first", dropna=False
         )
@@ -535,7 +532,7 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
             row=row,
             col=1,
         )
-        fig.update_yaxes(title_text=" ".join(rows_key), autorange="reversed", row=row, col=1)
+        fig.update_yaxes(title_text="layer", autorange="reversed", row=row, col=1)
         fig.update_xaxes(title_text="head", row=row, col=1)
         heights.append(len(grid))
     height = int(80 + sum(max(160, 60 + 18 * h) for h in heights))
