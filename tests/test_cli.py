@@ -475,3 +475,19 @@ def test_analyze_rotation_null(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert table["symmetric_energy_z"].isna().all()  # the Gaussian null was not asked for
     code, out, err = run(capsys, "analyze", "--null", "uniform", "--quiet")
     assert code == 2 and "--null" in err
+
+
+def test_layouts_lists_every_supported_type(capsys: pytest.CaptureFixture[str]) -> None:
+    from qkenergy.weights.layouts import supported_model_types
+
+    code, out, _ = run(capsys, "layouts", "--json")
+    assert code == 0
+    rows = strict_json(out)
+    assert isinstance(rows, list) and [r["model_type"] for r in rows] == supported_model_types()
+    t5 = next(r for r in rows if r["model_type"] == "t5")
+    assert (
+        t5["stacks"] == "encoder, decoder, cross"
+        and t5["proven by"] == "transformers T5ForConditionalGeneration"
+    )
+    code, out, _ = run(capsys, "layouts")
+    assert code == 0 and "deepseek_v3" in out
