@@ -57,6 +57,17 @@ class IntListType(click.ParamType):
         return tuple(out)
 
 
+class RopeOffsetsType(click.ParamType):
+    """``log`` or non-negative offsets as for IndexSelectionType, e.g. ``0,1,2,4`` or ``0-8``."""
+
+    name = "offsets"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "log":
+            return "log"
+        return IndexSelectionType().convert(value, param, ctx)
+
+
 class IndexSelectionType(click.ParamType):
     """Non-negative indices as a list and/or ranges: ``0,1,5``, ``0-3`` or ``0-3,7``.
 
@@ -698,6 +709,13 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     show_default=True,
     help="Name this many most symmetric and most skew heads in the summary (0: none).",
 )
+@click.option(
+    "--rope-offsets",
+    type=RopeOffsetsType(),
+    default=None,
+    help="RoPE models: also read each head at these relative offsets d (L_d = W_K^T R_d W_Q), "
+    "e.g. 0,1,2,4, or 'log' for 0, 1, 2, 4, ... up to the context length; adds an offset column.",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -718,6 +736,7 @@ def analyze(
     layout_file: Path | None,
     threads: int | None,
     top: int,
+    rope_offsets: Any,
     quiet: bool,
 ) -> None:
     """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM).
@@ -743,6 +762,7 @@ def analyze(
         model,
         model_type=model_type,
         layout=layout_file,
+        rope_offsets=rope_offsets,
         layers=layers,
         heads=heads,
         per_layer=per_layer,

@@ -11,6 +11,7 @@ empirical p-value, and Benjamini-Hochberg adjusted p across the analysed heads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from qkenergy import __version__
 from qkenergy.analysis import provenance
 from qkenergy.analysis.null_cache import layer_null_law, null_law
 from qkenergy.analysis.report import with_integer_counts
+from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.math.baselines import symmetric_ratio
@@ -36,8 +38,15 @@ from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
 )
+from qkenergy.math.rope import Rope, rotate
 from qkenergy.math.rotation import rotation_law
-from qkenergy.math.statistics import STATISTICS, dense_statistics, gram_statistics, head_statistics
+from qkenergy.math.statistics import (
+    STATISTICS,
+    HeadStatistics,
+    dense_statistics,
+    gram_statistics,
+    head_statistics,
+)
 from qkenergy.parallel import resolve_threads, thread_map
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout_toml import load_layout
@@ -86,6 +95,7 @@ def analyze_model(
     config: Mapping[str, Any] | None = None,
     model_type: str | None = None,
     layout: Layout | str | Path | None = None,
+    rope_offsets: Sequence[int | range] | str | None = None,
     layers: Sequence[int | range] | None = None,
     heads: Sequence[int | range] | None = None,
     per_layer: bool = False,
@@ -108,7 +118,11 @@ def analyze_model(
     transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor
     names to arrays with ``config``, the config.json dict). ``model_type`` reads
     the checkpoint as that supported type; ``layout`` is a Layout or a TOML layout
-    file for an architecture qkenergy does not ship. ``layers`` / ``heads``: 0-based indices as in the
+    file for an architecture qkenergy does not ship. ``rope_offsets`` (RoPE
+    models): "log" (0, 1, 2, 4, ... up to the context length) or a list of
+    offsets d, read as the forms L_d = W_K^T R_d W_Q between a query and a key
+    d positions earlier, one row per head and offset (column ``offset``);
+    without it a RoPE model's heads are read at offset 0 (L = W_K^T W_Q). ``layers`` / ``heads``: 0-based indices as in the
     checkpoint (query heads; None = all), ints and/or ``range`` objects. ``per_layer`` adds a table of the
     layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``
     folds the gain of the norm feeding attention into W_Q, W_K. ``samples``,
@@ -127,7 +141,7 @@ def analyze_model(
 
     Columns of ``heads``: model, stack ("" for a single-stack model, else
     encoder, decoder, cross, text or vision: one row per head per stack),
-    layer, head, kv_head, n, N, positional (absolute, rope, alibi,
+    layer, head, kv_head, offset (only with ``rope_offsets``), n, N, positional (absolute, rope, alibi,
     relative_bias or none), qk_norm (queries and keys normalised after
     projection, their gains folded in), every name in ``STATISTICS``, head_type, reason, then for X in ``NULL_STATISTICS``
     X_null_mean, X_null_sd, X_z, X_p (two-sided, empirical), then
@@ -140,7 +154,8 @@ def analyze_model(
     symmetric_energy_rotation_p_bh; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
     trimmed; in units of ||L||, as statistics.HeadStatistics gives them).
 
-    Columns of ``layers`` (``per_layer=True``): model, stack, layer, n_heads,
+    Columns of ``layers`` (``per_layer=True``): (offset, first, with
+    ``rope_offsets``), model, stack, layer, n_heads,
     n_kv_heads, n (= H * head_dim), N, positional, qk_norm, route, symmetric_energy_baseline
     ((N+1)/(2N)), every name in ``STATISTICS``, head_type, reason,
     symmetry_score (2s - 1), directionality (published sign) and
@@ -176,7 +191,9 @@ def analyze_model(
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
-    given = load_layout(layout_file) if layout_file is not None else layout
+    given = (
+        layout if isinstance(layout, Layout) else None if layout_file is None else load_layout(layout_file)
+    )
     with open_model(model, config=config) as source:
         found = architectures(
             source.config, source.config_where, model_type=model_type, layout=given or source.layout
@@ -184,6 +201,8 @@ def analyze_model(
         tensors = provenance.ReadRecorder(source.tensors)  # notes what is read, for the fingerprints
         stacks = _present_stacks(tensors, found)
         arch = stacks[0][0]
+        plans = plan_stacks(rope_offsets, source.config, [a for a, _ in stacks], source.config_where)
+        rope_info = rope_description(source.config, [a for a, _ in stacks], source.config_where)
         layer_ids = _select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
         head_ids = _select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
         # One heads list per stack, shared by its layers (a config may claim many layers).
@@ -209,6 +228,9 @@ def analyze_model(
                         prefetch, layer_tensors(source.tensors, nxt[0], nxt[2], prefix=nxt[1])
                     )
                 weights = read_layer(tensors, stack, layer, fold_norm=fold_norm, prefix=prefix)
+                plan = plans[id(stack)]
+                rope = None if plan is None else plan[0][layer]
+                offsets = None if plan is None else plan[1]
                 head_frames.append(
                     _head_rows(
                         source.name,
@@ -219,10 +241,12 @@ def analyze_model(
                         rotation_samples=rotation_samples if rotation else 0,
                         seed=seed,
                         threads=threads,
+                        rope=rope,
+                        offsets=offsets,
                     )
                 )
                 if per_layer:
-                    layer_rows.append(_layer_row(source.name, stack, weights, radius))
+                    layer_rows.extend(_layer_rows(source.name, stack, weights, radius, rope, offsets))
                 del weights  # release this layer before the next is read
                 source.tensors.release()
                 advance()
@@ -231,6 +255,7 @@ def analyze_model(
         model_source = provenance.model_source(model, source, tensors.fingerprints())
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
+    offsets_read = next((plan[1] for plan in plans.values() if plan is not None), None)
     table = pd.concat(head_frames, ignore_index=True)
     table = _with_null_columns(
         table,
@@ -266,11 +291,13 @@ def analyze_model(
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
         "stacks": [_stack_settings(a) for a, _ in stacks],
-        "notes": [note for note in (family_note, *_notes(a for a, _ in stacks)) if note],
+        "notes": [note for note in (family_note, *_notes((a for a, _ in stacks), offsets_read)) if note],
         "layers": list(layer_ids),
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
         "fold_norm": bool(fold_norm),
+        "rope": rope_info,
+        "rope_offsets": offsets_read,
         "source": source.origin,
         "layout_file": layout_file,
         **source.notes,
@@ -321,13 +348,21 @@ def _stack_settings(arch: Architecture) -> dict[str, Any]:
     }
 
 
-def _notes(archs: Iterable[Architecture]) -> list[str]:
+def _notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) -> list[str]:
     """What a reader of the table must know about how positions and stacks enter the forms."""
     notes = []
     for arch in archs:
         where = f"{arch.stack} stack: " if arch.stack else ""
-        if arch.positional == "rope":
-            notes.append(f"{where}RoPE: the form read is the one at relative offset 0 (no rotation)")
+        if arch.positional == "rope" and offsets:
+            notes.append(
+                f"{where}RoPE: one row per head and relative offset d (column offset), the form "
+                "L_d = W_K^T R_d W_Q between a query and a key d positions earlier"
+            )
+        elif arch.positional == "rope":
+            notes.append(
+                f"{where}RoPE: the form read is the one at relative offset 0 (no rotation); "
+                "--rope-offsets reads L_d = W_K^T R_d W_Q at other offsets d"
+            )
         if arch.layout.key_stack is not None:
             notes.append(
                 f"{where}queries from the decoder stream, keys from the {arch.layout.key_stack} output: "
@@ -412,11 +447,24 @@ def _head_rows(
     rotation_samples: int = 0,
     seed: int = 0,
     threads: int = 1,
+    rope: Rope | None = None,
+    offsets: Sequence[int] | None = None,
 ) -> pd.DataFrame:
-    """The selected heads of one layer (and their rotation nulls); GQA keys are never copied per query head."""
+    """The selected heads of one layer (and their rotation nulls), per RoPE offset if any;
+    GQA keys are never copied per query head."""
     sel = np.asarray(head_ids)
     kv = np.asarray(weights.kv_head)[sel]
-    n, N = weights.w_query.shape[-2:]
+    N = weights.w_query.shape[-1]
+    if rope is not None and offsets is not None:
+        # each offset's G_d is a rotation of G: the heads' Gram matrices are formed once
+        grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
+        frames = [
+            _head_frame(
+                model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, radius, threads
+            )
+            for offset, grams_d in offset_grams(grams, rope, offsets)
+        ]
+        return pd.concat(frames, ignore_index=True)
     if rotation_samples:
         # the rotation null starts from each head's G
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
@@ -426,12 +474,36 @@ def _head_rows(
         stats = head_statistics(
             weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, radius=radius
         )
+    return _head_frame(
+        model, arch, weights, sel, kv, grams, None, rotation_samples, seed, radius, threads, stats
+    )
+
+
+def _head_frame(
+    model: str,
+    arch: Architecture,
+    weights: LayerWeights,
+    sel: np.ndarray,
+    kv: np.ndarray,
+    grams: np.ndarray,
+    offset: int | None,
+    rotation_samples: int,
+    seed: int,
+    radius: float,
+    threads: int,
+    stats: HeadStatistics | None = None,
+) -> pd.DataFrame:
+    """The rows of one layer's selected heads (at one RoPE offset); ``stats`` default: from ``grams``."""
+    n, N = weights.w_query.shape[-2:]
+    if stats is None:
+        stats = gram_statistics(grams, int(N), radius=radius)
     rows: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,
         "layer": weights.layer,
         "head": sel,
         "kv_head": kv,
+        **({} if offset is None else {"offset": offset}),
         "n": int(n),
         "N": int(N),
         "positional": arch.positional,
@@ -613,6 +685,24 @@ def layer_form_statistics(
     values["directionality"] = -raw  # the published sign (Saponati et al. 2025)
     values["directionality_raw"] = raw
     return values, route
+
+
+def _layer_rows(
+    model: str,
+    arch: Architecture,
+    weights: LayerWeights,
+    radius: float,
+    rope: Rope | None = None,
+    offsets: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """The layer's whole form; with RoPE offsets, one row per offset (sum_h W_K^h^T R_d W_Q^h)."""
+    if rope is None or offsets is None:
+        return [_layer_row(model, arch, weights, radius)]
+    rows = []
+    for offset in offsets:
+        rotated = dataclasses.replace(weights, w_query=rotate(weights.w_query, rope, offset))
+        rows.append({"offset": offset, **_layer_row(model, arch, rotated, radius)})
+    return rows
 
 
 def _layer_row(model: str, arch: Architecture, weights: LayerWeights, radius: float) -> dict[str, Any]:

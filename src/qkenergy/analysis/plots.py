@@ -8,6 +8,9 @@
    accumulation-limit curve rho -> (2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2).
 4. ``lobes_layer{L}_head{H}``: one head's sorted lobes alpha vs beta with the
    line beta = rho alpha (Lemma 6).
+5. ``symmetric_energy_offsets`` (tables with an ``offset`` column, from
+   ``--rope-offsets``): s of L_d against the offset d, one line per layer;
+   figures 1-4 then show the smallest offset.
 """
 
 from __future__ import annotations
@@ -393,6 +396,48 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
     return fig
 
 
+# ----------------------------------------------------------------------------- 5. RoPE offsets
+
+
+def _offsets(df: pd.DataFrame) -> Figure:
+    """Symmetric energy against the RoPE offset d: one line per layer (median over heads, IQR band)."""
+    fig = Figure(figsize=(7.5, 4.4))
+    ax = fig.add_subplot()
+    layers = sorted(df["layer"].unique())
+    import matplotlib
+
+    colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(len(layers), 1)))
+    for colour, layer in zip(colours, layers):
+        by_offset = df[df["layer"] == layer].groupby("offset")["symmetric_energy"]
+        offsets = np.asarray(by_offset.median().index, dtype=np.float64)
+        ax.plot(
+            offsets,
+            by_offset.median().to_numpy(),
+            marker="o",
+            ms=3,
+            lw=1.2,
+            color=colour,
+            label=f"layer {layer}",
+        )
+        ax.fill_between(
+            offsets,
+            by_offset.quantile(0.25).to_numpy(),
+            by_offset.quantile(0.75).to_numpy(),
+            color=colour,
+            alpha=0.12,
+        )
+    base = float(baseline(float(df["N"].iloc[0])))
+    ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("relative offset d = i - j (query i, key j)")
+    ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
+    ax.legend(fontsize=7, ncol=2 if len(layers) > 8 else 1, loc="best")
+    ax.set_title(
+        f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
+    )
+    return fig
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -431,6 +476,9 @@ def plot_results(
         )
     if df["N"].nunique() > 1:
         raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+    every_offset = df
+    if "offset" in df.columns:  # RoPE offsets: the per-head figures show the smallest offset
+        df = df[df["offset"] == df["offset"].min()]
     # validate --head before any drawing; the requested head comes in addition to the most extreme one
     chosen = list(dict.fromkeys([choose_head(df), *([choose_head(df, head)] if head is not None else [])]))
     _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
@@ -444,6 +492,8 @@ def plot_results(
         def save(fig: Figure, stem: str) -> None:
             paths.extend(_save(fig, outdir, stem, formats, outputs, settings))
 
+        if "offset" in every_offset.columns:
+            save(_offsets(every_offset), "symmetric_energy_offsets")
         save(_heatmap(df), "symmetric_energy_heatmap")
         save(
             _null_histogram(

@@ -470,6 +470,19 @@ def _notable_table(df: pd.DataFrame, top: int) -> Table:
     return table
 
 
+def _print_rope(settings: dict[str, Any], df: pd.DataFrame, console: Console) -> None:
+    """With RoPE offsets (the notes say which offset the forms are read at): median s by offset."""
+    rope = settings.get("rope")
+    if not rope or not settings.get("rope_offsets") or "offset" not in df.columns:
+        return
+    medians = df.groupby("offset")["symmetric_energy"].median()
+    console.print(
+        f"RoPE ({rope.get('kind')}, theta {', '.join(f'{t:g}' for t in rope.get('theta', []))}): "
+        "the layer table pools the offsets. Median s by offset d: "
+        + ", ".join(f"{int(d)}: {format_fixed(v)}" for d, v in medians.items())
+    )
+
+
 def print_summary(analysis: Analysis, console: Console | None = None, *, top: int = 5) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), the ``top`` most
     symmetric and most skew heads (none when ``top`` is 0), one-sentence verdict.
@@ -503,6 +516,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     )
     for note in settings.get("notes", ()):
         console.print(f"note: {note}")
+    _print_rope(settings, df, console)
     summary = layer_summary(df)
     table = rich_table(
         "Symmetric energy per layer",

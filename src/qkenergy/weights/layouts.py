@@ -156,6 +156,8 @@ class Layout:
     head_dim_key: str | None = None  # None: head_dim = hidden_size / heads
     stack: str = ""  # "", encoder, decoder, cross, text, vision
     positional: Positional = "absolute"
+    # RoPE coordinate pairs: "half" (k with k + r/2: neox, llama) or "interleaved" (2k with 2k + 1: gptj)
+    rope_pairs: Literal["half", "interleaved"] = "half"
     qk_norm: QKNorm | None = None
     latent: LatentAttention | None = None
     config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)

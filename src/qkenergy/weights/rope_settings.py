@@ -1,0 +1,171 @@
+"""A model's rotary settings, read from its config.json: one :class:`~qkenergy.math.rope.Rope` per layer.
+
+Both ways configs write them are read:
+
+- transformers 5: ``rope_parameters`` = {rope_type, rope_theta, partial_rotary_factor,
+  factor, ...}, or one such dict per layer type (``layer_types``: gemma3's sliding
+  and full attention layers have their own theta);
+- earlier configs (most checkpoints on the Hub): ``rope_theta`` (``rotary_emb_base``
+  in GPT-NeoX, 10000 when absent), ``rope_scaling`` = {rope_type or type, factor, ...},
+  ``partial_rotary_factor`` (``rotary_pct`` in GPT-NeoX) or ``rotary_dim`` (GPT-J),
+  and gemma3's ``rope_local_base_freq`` for its sliding layers.
+
+The pairing of the rotated coordinates comes from the layout (``rope_pairs``:
+GPT-J interleaves) or the config's ``rope_interleave`` (DeepSeek).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.math.rope import ROPE_KINDS, Rope
+from qkenergy.weights.layouts import Architecture
+
+__all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes"]
+
+# config.json keys of the context length, first present wins.
+CONTEXT_KEYS: tuple[str, ...] = (
+    "max_position_embeddings",
+    "n_positions",
+    "n_ctx",
+    "max_sequence_length",
+    "seq_length",
+)
+_ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_pct", "rotary_dim", "rotary_emb_base")
+_FLOAT_FIELDS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+)
+
+
+def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
+    """Whether the model rotates queries and keys (the layout's ``positional``, else its config keys)."""
+    positional = getattr(arch.layout, "positional", None)
+    if positional is not None:
+        return positional == "rope"
+    return any(config.get(key) is not None for key in _ROPE_KEYS)
+
+
+def context_length(config: Mapping[str, Any]) -> int | None:
+    """The model's context length (``max_position_embeddings`` or an alias), or None."""
+    for key in CONTEXT_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _number(params: Mapping[str, Any], key: str, source: str) -> float | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise QKEnergyError(f"{source}: rope setting {key!r} is {value!r}; expected a number")
+    return float(value)
+
+
+def _parameters(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The rope parameters in transformers-5 form (flat, or keyed by layer type)."""
+    params = config.get("rope_parameters")
+    if isinstance(params, Mapping):
+        return dict(params)
+    flat: dict[str, Any] = dict(config.get("rope_scaling") or {})
+    theta = config.get("rope_theta", config.get("rotary_emb_base"))
+    if theta is not None:
+        flat.setdefault("rope_theta", theta)
+    partial = config.get("partial_rotary_factor", config.get("rotary_pct"))
+    if partial is not None:
+        flat.setdefault("partial_rotary_factor", partial)
+    local = config.get("rope_local_base_freq")  # gemma3 before transformers 5: sliding layers
+    if local is not None and config.get("layer_types"):
+        return {
+            "full_attention": flat,
+            "sliding_attention": {**flat, "rope_theta": local, "rope_type": "default"},
+        }
+    return flat
+
+
+def _rope(params: Mapping[str, Any], config: Mapping[str, Any], arch: Architecture, source: str) -> Rope:
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    if kind not in ROPE_KINDS:
+        raise QKEnergyError(
+            f"{source}: rope_type {kind!r} is not supported for --rope-offsets; supported: {', '.join(ROPE_KINDS)}"
+        )
+    head_dim = arch.head_dim
+    rope_head = config.get("qk_rope_head_dim")  # multi-head latent attention: the rotated tail of each head
+    if isinstance(rope_head, int) and rope_head > 0:
+        rotary_dim, start = rope_head, head_dim - rope_head
+    elif isinstance(config.get("rotary_dim"), int):
+        rotary_dim, start = int(config["rotary_dim"]), 0
+    else:
+        partial = _number(params, "partial_rotary_factor", source)
+        rotary_dim, start = int(head_dim * (1.0 if partial is None else partial)), 0
+    if rotary_dim <= 0 or rotary_dim % 2 or start + rotary_dim > head_dim:
+        raise QKEnergyError(
+            f"{source}: {rotary_dim} rotary coordinates do not fit heads of {head_dim} in even pairs"
+        )
+    interleaved = (
+        getattr(arch.layout, "rope_pairs", "half") == "interleaved"
+        or bool(config.get("rope_interleave"))
+        or bool(config.get("rope_interleaved"))
+    )
+    original = params.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+
+    def factors(key: str) -> tuple[float, ...] | None:
+        value = params.get(key)
+        return None if value is None else tuple(float(v) for v in value)
+
+    theta = _number(params, "rope_theta", source)
+    floats = {key: _number(params, key, source) for key in _FLOAT_FIELDS}
+    try:
+        return Rope(
+            rotary_dim=rotary_dim,
+            theta=10000.0 if theta is None else theta,
+            kind=kind,
+            pairs="interleaved" if interleaved else "half",
+            rotary_start=start,
+            max_position_embeddings=context_length(config),
+            original_max_position_embeddings=None if original is None else int(original),
+            truncate=bool(params.get("truncate", True)),
+            short_factor=factors("short_factor"),
+            long_factor=factors("long_factor"),
+            factor=floats["factor"],
+            low_freq_factor=floats["low_freq_factor"] or 1.0,
+            high_freq_factor=floats["high_freq_factor"] or 4.0,
+            beta_fast=floats["beta_fast"] or 32.0,
+            beta_slow=floats["beta_slow"] or 1.0,
+            mscale=floats["mscale"],
+            mscale_all_dim=floats["mscale_all_dim"],
+            attention_factor=floats["attention_factor"],
+        )
+    except (TypeError, ValueError) as exc:
+        raise QKEnergyError(f"{source}: rope settings: {exc}") from None
+
+
+def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "config.json") -> list[Rope]:
+    """The rotary settings of each layer (ArgumentError if the model has no rotary embedding)."""
+    if not has_rope(config, arch):
+        raise ArgumentError(
+            f"--rope-offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding"
+        )
+    params = _parameters(config)
+    layer_types = config.get("layer_types")
+    nested = params and all(isinstance(v, Mapping) for v in params.values())
+    if not nested:
+        rope = _rope(params, config, arch, source)
+        return [rope] * arch.n_layers
+    if not isinstance(layer_types, list) or len(layer_types) < arch.n_layers:
+        raise QKEnergyError(f"{source}: rope parameters per layer type need 'layer_types', one per layer")
+    by_type = {name: _rope(p, config, arch, f"{source} ({name})") for name, p in params.items()}
+    missing = sorted({t for t in layer_types[: arch.n_layers] if t not in by_type})
+    if missing:
+        raise QKEnergyError(f"{source}: no rope parameters for layer type {missing[0]!r}")
+    return [by_type[t] for t in layer_types[: arch.n_layers]]
