@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 from qkenergy.math.rope import rotate  # noqa: E402
 from qkenergy.weights.checkpoint import open_model  # noqa: E402
-from qkenergy.weights.layouts import Layout, architecture, read_layer, supported_model_types  # noqa: E402
+from qkenergy.weights.layouts import architecture, read_layer  # noqa: E402
 from qkenergy.weights.rope_settings import layer_ropes  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -40,16 +40,6 @@ _LLAMA = dict(
     intermediate_size=64,
     vocab_size=VOCAB,
     max_position_embeddings=512,
-)
-_GPTJ = Layout(
-    query="h.{i}.attn.q_proj.weight",
-    key="h.{i}.attn.k_proj.weight",
-    norm="h.{i}.ln_1.weight",
-    heads_keys=("n_head",),
-    hidden_keys=("n_embd",),
-    layers_keys=("n_layer",),
-    positional="rope",
-    rope_pairs="interleaved",
 )
 # Small original contexts put the scaled frequencies where a tiny head (8 frequencies) has them.
 CASES: dict[str, tuple[str, str, dict[str, Any], list[list[int]]]] = {
@@ -164,9 +154,7 @@ def test_rope_offsets_reproduce_transformers_scores(case: str) -> None:
                 p.normal_(0.0, 0.25)
 
     with open_model(model) as source:
-        # GPT-J through the layout qkenergy ships, or, until it ships one, the same layout declared here.
-        shipped = source.config["model_type"] in supported_model_types()
-        arch = architecture(source.config, layout=None if shipped else _GPTJ)
+        arch = architecture(source.config)
         rope = layer_ropes(source.config, arch)[0]
         weights = read_layer(source.tensors, arch, 0)
     assert (rope.pairs == "interleaved") == case.startswith("gptj")

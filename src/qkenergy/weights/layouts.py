@@ -513,6 +513,7 @@ FAMILIES: dict[str, Family] = {
             hidden_keys=("n_embd", "hidden_size"),
             layers_keys=("n_layer", "num_hidden_layers"),
             positional="rope",
+            rope_pairs="interleaved",
         ),
         "GPTJForCausalLM",
         "GPT-J",
