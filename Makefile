@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_fingerprint.py
 	$(BIN)/python benchmarks/bench_speed.py
+	$(BIN)/python benchmarks/bench_survey.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis

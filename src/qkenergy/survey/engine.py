@@ -431,20 +431,25 @@ def _run(
     )
     display = _Display(progress, len(todo))
     meta: dict[str, tuple[ModelPlan, UnitSpec, int]] = {}
+    law_shape = {future.key: shape for shape, future in laws.items()}
+    ready: set[tuple[int, int]] = set()  # shapes whose law is on every worker (or given up)
+    waiting: list[tuple[ModelPlan, UnitSpec]] = []
+
+    def shapes_of(plan: ModelPlan) -> set[tuple[int, int]]:
+        return {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]} & set(laws)
 
     def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
-        shapes = {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]}
         future = client.submit(
             run_unit,
             spec,
-            {shape: laws[shape] for shape in shapes if shape in laws},
+            {shape: laws[shape] for shape in shapes_of(plan) if shape in laws},
             key=f"unit-{plan.entry.name}-{spec.layer}-run{result.run}-try{attempt}",
             pure=False,
         )
         meta[future.key] = (plan, spec, attempt)
         return future
 
-    futures = []
+    futures = list(laws.values())
     for plan, layer, expected in todo:
         spec = UnitSpec(
             model=plan.entry.name,
@@ -455,10 +460,27 @@ def _run(
             **settings,
         )
         ledger.mark_running(plan.entry.name, layer, _params(plan, settings))
-        futures.append(submit(plan, spec, 0))
+        if shapes_of(plan):
+            waiting.append((plan, spec))
+        else:
+            futures.append(submit(plan, spec, 0))
     try:
         completed = as_completed(futures)
         for future in completed:
+            if future.key in law_shape:
+                # A unit goes where its dependencies are: a law held by one worker would pull all its
+                # shape's units there. So each law is copied to every worker before its units are
+                # submitted. A law that failed is left to the units (analyze draws it itself).
+                shape = law_shape.pop(future.key)
+                if future.status == "finished":
+                    client.replicate([future])
+                else:
+                    del laws[shape]
+                ready.add(shape)
+                for plan, spec in [w for w in waiting if shapes_of(w[0]) <= ready]:
+                    waiting.remove((plan, spec))
+                    completed.add(submit(plan, spec, 0))
+                continue
             plan, spec, attempt = meta.pop(future.key)
             if future.status == "finished":
                 unit = future.result()
