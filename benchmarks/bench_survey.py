@@ -1,7 +1,7 @@
 """Benchmark of `qkenergy survey` (Dask LocalCluster) on synthetic checkpoints.
 
 Writes 8 synthetic checkpoints (llama with grouped-query attention, phi3
-stacked, gpt_neox interleaved, gpt2 Conv1D; float32 and float16; four
+stacked, gpt_neox interleaved, gpt2 Conv1D; float32 and float16; three
 distinct (n, N) head shapes; a few layers each) and measures, in one run:
 
 1. speed: the survey on the default LocalCluster (one single-threaded worker
@@ -49,16 +49,16 @@ from survey_checkpoints import write_checkpoint  # noqa: E402
 
 MB = 1e6
 
-# name, layout, N, heads, head_dim, kv_heads, dtype: four distinct (n, N) shapes.
+# name, layout, N, heads, head_dim, kv_heads, dtype: three distinct (n, N) shapes.
 MODELS = [
-    ("llama-a", "llama", 768, 12, 64, 4, np.float32),
-    ("llama-b", "llama", 512, 16, 32, 8, np.float16),
-    ("phi3-a", "phi3", 768, 12, 64, None, np.float16),
-    ("phi3-b", "phi3", 512, 16, 32, None, np.float32),
-    ("neox-a", "gpt_neox", 768, 12, 64, None, np.float32),
-    ("neox-b", "gpt_neox", 512, 8, 64, None, np.float16),
-    ("gpt2-a", "gpt2", 768, 12, 64, None, np.float16),
-    ("gpt2-b", "gpt2", 1024, 16, 64, None, np.float32),
+    ("llama-a", "llama", 2048, 16, 128, 4, np.float16),
+    ("llama-b", "llama", 1024, 16, 64, 8, np.float32),
+    ("phi3-a", "phi3", 2048, 16, 128, None, np.float16),
+    ("phi3-b", "phi3", 1024, 8, 128, None, np.float32),
+    ("neox-a", "gpt_neox", 2048, 16, 128, None, np.float16),
+    ("neox-b", "gpt_neox", 1024, 16, 64, None, np.float32),
+    ("gpt2-a", "gpt2", 1024, 8, 128, None, np.float16),
+    ("gpt2-b", "gpt2", 2048, 16, 128, None, np.float32),
 ]
 
 
