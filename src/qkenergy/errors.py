@@ -38,7 +38,7 @@ def check_positive(value: object, name: str) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
-        or not (math.isfinite(value) and value > 0)
+        or not (math.isfinite(value) and float(value) > 0)
     ):
         raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)

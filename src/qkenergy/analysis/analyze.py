@@ -206,9 +206,9 @@ def analyze_model(
         layer_ids = _select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
         head_ids = _select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
         # One heads list per stack, shared by its layers (a config may claim many layers).
-        stack_heads = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
+        heads_of = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
         todo = [
-            (a, p, layer, stack_heads[id(a)]) for a, p in stacks for layer in layer_ids if layer < a.n_layers
+            (a, p, layer, heads_of[id(a)]) for a, p in stacks for layer in layer_ids if layer < a.n_layers
         ]
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []

@@ -301,14 +301,14 @@ def baseline_comparison(
     frame = heads.assign(model=heads["model"].astype(str))
     ref = frame[frame["model"] == reference][columns]
     ref_shape = _shape(ref, keys)
-    ref_arch = info.at[reference, "architecture"]
+    ref_arch: object = info.at[reference, "architecture"]
     compared: list[str] = []
     skipped: dict[str, str] = {}
     parts = []
     for name in names:
         if name == reference:
             continue
-        arch = info.at[name, "architecture"]
+        arch: object = info.at[name, "architecture"]
         if arch and ref_arch and arch != ref_arch:
             skipped[name] = f"architecture {arch}, the reference is {ref_arch}"
             continue

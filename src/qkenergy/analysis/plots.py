@@ -20,13 +20,14 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
 
 from qkenergy.analysis.provenance import METADATA_KEY, population_label, settings_json
 from qkenergy.analysis.report import baseline
@@ -85,7 +86,7 @@ def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
 
 
 def _model_name(df: pd.DataFrame) -> str | None:
-    models = df["model"].unique() if "model" in df.columns else []
+    models = df["model"].unique() if "model" in df.columns else np.array([])
     return str(models[0]) if len(models) == 1 else None
 
 
@@ -134,7 +135,7 @@ def _heatmap(df: pd.DataFrame) -> Figure:
     ax.set_ylabel("layer")
     # Mark heads whose symmetric energy differs significantly from the random law.
     if {"symmetric_energy_p_bh"} <= set(df.columns):
-        sig = df.pivot_table(
+        sig_table = df.pivot_table(
             index="row",
             columns="head",
             values="symmetric_energy_p_bh",
@@ -142,7 +143,7 @@ def _heatmap(df: pd.DataFrame) -> Figure:
             dropna=False,
             observed=True,
         )
-        sig = sig.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
+        sig = sig_table.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
         annotate = rows * cols <= 400
         for i in range(rows):
             for j in range(cols):
@@ -181,7 +182,7 @@ def _null_histogram(
     *,
     null_samples: int,
     seed: int,
-    cache_dir: str | os.PathLike | None,
+    cache_dir: str | os.PathLike[str] | None,
     population: str = "heads",
 ) -> Figure:
     from qkenergy.analysis.null_cache import null_law
@@ -217,7 +218,7 @@ def _null_histogram(
     if s.size:
         span = hi - lo if hi > lo else 1e-3
         bins = np.linspace(lo - 0.02 * span, hi + 0.02 * span, 41)
-        ax.hist(s, bins=bins, color="tab:red", alpha=0.75, label=f"{population} ({s.size})")
+        ax.hist(s, bins=bins.tolist(), color="tab:red", alpha=0.75, label=f"{population} ({s.size})")
     ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
     ax.set_ylabel("heads")
     axn.set_ylabel("null density")
@@ -231,13 +232,13 @@ def _null_histogram(
 # ----------------------------------------------------------------------------- 3. simplex
 
 
-def ternary_xy(b: np.ndarray, c: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ternary_xy(b: ArrayLike, c: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Barycentric (b, c, d) -> plane: b at the top, c bottom left, d bottom right."""
-    b, c, d = (np.asarray(v, dtype=np.float64) for v in (b, c, d))
-    total = b + c + d
+    top, left, right = (np.asarray(v, dtype=np.float64) for v in (b, c, d))
+    total = top + left + right
     with np.errstate(invalid="ignore", divide="ignore"):
-        b, d = b / total, d / total
-    return d + b / 2, b * _SQRT3_2
+        top, right = top / total, right / total
+    return right + top / 2, top * _SQRT3_2
 
 
 def accumulation_limit(rho: np.ndarray) -> np.ndarray:
@@ -336,7 +337,7 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
         score = (df["symmetric_energy"] - baseline(df["N"].astype(float))).abs()
     if not np.isfinite(score.to_numpy(np.float64)).any():
         raise QKEnergyError("no head with a defined symmetric energy to plot")
-    row = df.loc[score.idxmax()]
+    row = df.loc[cast(Any, score.idxmax())]  # an index label (pandas-stubs types it Hashable)
     return int(row["layer"]), int(row["head"])
 
 
@@ -443,12 +444,12 @@ def _offsets(df: pd.DataFrame) -> Figure:
 
 def plot_results(
     df: pd.DataFrame,
-    outdir: str | os.PathLike,
+    outdir: str | os.PathLike[str],
     *,
     head: tuple[int, int] | str | None = None,
     null_samples: int = 2000,
     seed: int = 0,
-    cache_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     formats: Sequence[str] = ("png", "svg"),
     settings: dict[str, Any] | None = None,
     transaction: OutputTransaction | None = None,

@@ -160,7 +160,7 @@ class ReadRecorder:
             if self._memory is not None:
                 data = np.ascontiguousarray(array)
                 self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
-                self._memory.update(data.reshape(-1).view(np.uint8))  # bytes of any dtype (bfloat16 too)
+                self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
         return array
 

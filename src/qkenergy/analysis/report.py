@@ -6,9 +6,9 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -74,7 +74,7 @@ def _format(path: Path) -> str:
     return fmt
 
 
-def ensure_directory(path: str | os.PathLike) -> Path:
+def ensure_directory(path: str | os.PathLike[str]) -> Path:
     """Create directory ``path`` (and its parents) if needed; one-line QKEnergyError when that fails."""
     directory = Path(path)
     try:
@@ -85,7 +85,7 @@ def ensure_directory(path: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
 
     A one-file :class:`~qkenergy.analysis.transaction.OutputTransaction`: a
@@ -116,7 +116,7 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def write_table(
     df: pd.DataFrame,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     settings: dict[str, Any] | None = None,
     layers: pd.DataFrame | None = None,
@@ -179,7 +179,7 @@ def write_table(
     return target
 
 
-def layers_path(path: str | os.PathLike) -> Path:
+def layers_path(path: str | os.PathLike[str]) -> Path:
     """Where the layer table of a csv / parquet head table goes: results.csv -> results.layers.csv."""
     target = Path(path)
     return target.with_name(f"{target.stem}.layers{target.suffix}")
@@ -187,7 +187,7 @@ def layers_path(path: str | os.PathLike) -> Path:
 
 def write_results(
     heads: pd.DataFrame,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     settings: dict[str, Any] | None = None,
     layers: pd.DataFrame | None = None,
@@ -221,7 +221,7 @@ def _as_list(value: Any) -> list[float]:
     return [float("nan") if x is None else float(x) for x in value]
 
 
-def read_table(path: str | os.PathLike, *, table: str = "heads") -> pd.DataFrame:
+def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.DataFrame:
     """Inverse of :func:`write_table`: the table, with its settings in ``df.attrs["settings"]`` (or None).
 
     Older files are read too: a JSON list of records, a CSV without sidecar.
@@ -437,7 +437,7 @@ def _layer_count(df: pd.DataFrame) -> str:
     return f"{df.groupby(['stack', 'layer']).ngroups} layers of {df['stack'].nunique()} stacks"
 
 
-def _layer_label(row: dict[str, Any]) -> str:
+def _layer_label(row: Mapping[Any, Any]) -> str:
     """'3', or 'encoder 3' for a layer of a named stack."""
     stack = row.get("stack") or ""
     return f"{stack} {row['layer']}" if stack else str(row["layer"])
@@ -479,7 +479,7 @@ def _print_rope(settings: dict[str, Any], df: pd.DataFrame, console: Console) ->
     console.print(
         f"RoPE ({rope.get('kind')}, theta {', '.join(f'{t:g}' for t in rope.get('theta', []))}): "
         "the layer table pools the offsets. Median s by offset d: "
-        + ", ".join(f"{int(d)}: {format_fixed(v)}" for d, v in medians.items())
+        + ", ".join(f"{int(cast(float, d))}: {format_fixed(v)}" for d, v in medians.items())
     )
 
 

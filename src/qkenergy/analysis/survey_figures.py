@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -145,7 +145,7 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
         )
         # The null band and baseline of each (n, N) shape of the model.
         for (_n, N), shape in group.groupby(["n", "N"]):
-            base = float(baseline(float(N)))
+            base = float(baseline(float(cast(float, N))))
             sd = (
                 float(np.nanmedian(shape["symmetric_energy_null_sd"]))
                 if "symmetric_energy_null_sd" in shape

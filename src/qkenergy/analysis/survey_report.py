@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,7 +70,7 @@ class Report:
     comparison: BaselineComparison | None
 
 
-def files_directory(out_html: str | os.PathLike) -> Path:
+def files_directory(out_html: str | os.PathLike[str]) -> Path:
     """The folder beside the page that holds its static figures: report.html -> report_files/."""
     path = Path(out_html)
     return path.with_name(f"{path.stem}_files")
@@ -79,7 +79,7 @@ def files_directory(out_html: str | os.PathLike) -> Path:
 def build_report(
     heads: pd.DataFrame,
     layers: pd.DataFrame | None,
-    out_html: str | os.PathLike,
+    out_html: str | os.PathLike[str],
     *,
     baseline: str | None = None,
     models: pd.DataFrame | None = None,
@@ -187,7 +187,7 @@ class ReportInputs:
     settings: dict[str, Any]
 
 
-def read_inputs(sources: Sequence[str | os.PathLike]) -> ReportInputs:
+def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
     """The report's inputs from one survey directory (``qkenergy survey -o OUT``) or from head tables.
 
     A directory is read with :func:`qkenergy.load_survey`, its ``survey.json``
@@ -208,7 +208,8 @@ def read_inputs(sources: Sequence[str | os.PathLike]) -> ReportInputs:
                 f"{directories[0]}: a survey directory is reported on its own; give one directory or only tables"
             )
         return _read_survey(directories[0])
-    heads, layers, facts, recorded, origin = [], [], [], {}, {}
+    heads, layers, facts, recorded = [], [], [], {}
+    origin: dict[str, Path] = {}
     for path in paths:
         table = read_table(path)
         settings = table.attrs.get("settings") or {}
@@ -258,7 +259,9 @@ def _read_survey(out: Path) -> ReportInputs:
     models = pd.DataFrame(entries).rename(columns={"name": "model"}) if entries else None
     if models is not None:
         models = models[[c for c in ("model", "model_type", "n_layers") if c in models.columns]]
-    settings = {k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record}
+    settings: dict[str, Any] = {
+        k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record
+    }
     return ReportInputs(heads=heads, layers=layers, models=models, settings={"survey": str(out), **settings})
 
 
@@ -348,7 +351,7 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _cell(row: dict[str, Any], column: str) -> tuple[str, str]:
+def _cell(row: Mapping[Any, Any], column: str) -> tuple[str, str]:
     """A table cell's text and, for medians, the interquartile range shown under it."""
     if column in ("s", "symmetry_score", "directionality"):
         stem, digits = ("s", 4) if column == "s" else (column, 3)

@@ -34,7 +34,7 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import stats
@@ -389,7 +389,7 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
     for n in PROPOSITION6_NS:
         route = "Bartlett-Wishart" if 2 * n <= N else "C C^T (N < 2n)"
         s = montecarlo.draw(
-            lambda rng, size, n=n: nulls.null_gram(rng, n, N, size),
+            cast(montecarlo.Sampler, lambda rng, size, n=n: nulls.null_gram(rng, n, N, size)),
             samples,
             seed=_subseed(seed, f"proposition6 null {n}"),
             transform=_gram_symmetric_energy,
@@ -403,7 +403,7 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
             )
         )
         s = montecarlo.draw(
-            lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size),
+            cast(montecarlo.Sampler, lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size)),
             samples,
             seed=_subseed(seed, f"proposition6 direct {n}"),
         )
@@ -564,16 +564,16 @@ def check_samplers(samples: int, seed: int) -> list[Check]:
     rows = []
     for n, N in KS_SHAPES:
         exact = montecarlo.draw(
-            lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k),
+            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k)),
             size,
             seed=_subseed(seed, f"ks bartlett {n} {N}"),
-            transform=lambda G, N=N: _statistic_columns(G, N),
+            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
         )
         direct = montecarlo.draw(
-            lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k),
+            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k)),
             size,
             seed=_subseed(seed, f"ks direct {n} {N}"),
-            transform=lambda G, N=N: _statistic_columns(G, N),
+            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
         )
         for j, name in enumerate(KS_STATISTICS):
             x, y = exact[:, j], direct[:, j]
@@ -601,7 +601,7 @@ def check_samplers(samples: int, seed: int) -> list[Check]:
         )
     for N in (2, 10):
         s = montecarlo.draw(
-            lambda rng, k, N=N: _direct_symmetric_energy(rng, 1, N, k),
+            cast(montecarlo.Sampler, lambda rng, k, N=N: _direct_symmetric_energy(rng, 1, N, k)),
             size,
             seed=_subseed(seed, f"ks rank one {N}"),
         )
@@ -643,7 +643,7 @@ def check_rotation(samples: int, seed: int) -> list[Check]:
     for rank in ROTATION_RANKS:
         L = _fixed_form(np.random.default_rng(_subseed(seed, f"rotation form {rank}")), rank, N)
         s = montecarlo.draw(
-            lambda rng, size, L=L: _haar_symmetric_energy(L, rng, size),
+            cast(montecarlo.Sampler, lambda rng, size, L=L: _haar_symmetric_energy(L, rng, size)),
             samples,
             seed=_subseed(seed, f"rotation mean {rank}"),
         )
@@ -737,6 +737,7 @@ def check_tails(samples: int, seed: int) -> list[Check]:
     N = 10
     exact = baselines.gaussian_square_law(N)
     matched = tails.matched_beta(exact.mean(), exact.var())
+    assert matched is not None  # an exact Beta law always matches its own moments
     error = float(np.max(np.abs(np.subtract(matched.args, exact.args)) / np.asarray(exact.args)))
     rows.append(
         Check(
@@ -757,6 +758,7 @@ def check_tails(samples: int, seed: int) -> list[Check]:
         seed=_subseed(seed, "beta tail head"),
     )
     beta = tails.matched_beta(baselines.symmetric_ratio(N), float(np.var(s, ddof=1)))
+    assert beta is not None, "no Beta law matches the sampled variance"
     for q in TAIL_LEVELS:
         for side, frequency in (("lower", np.mean(s <= beta.ppf(q))), ("upper", np.mean(s >= beta.isf(q)))):
             rows.append(

@@ -140,9 +140,13 @@ ENTRY_LAWS: Mapping[str, LawKind] = {
 class LawFamily(Protocol):
     """What spec parsing needs of a family of laws (LawKind here, lobes' positive laws)."""
 
-    name: str
-    defaults: tuple[tuple[str, float], ...]
-    check: Callable[..., str | None]
+    # read-only members, so that frozen dataclasses satisfy the protocol
+    @property
+    def name(self) -> str: ...
+    @property
+    def defaults(self) -> tuple[tuple[str, float], ...]: ...
+    @property
+    def check(self) -> Callable[..., str | None]: ...
 
 
 def law_spec(name: str, params: tuple[tuple[str, float], ...]) -> str:
@@ -289,6 +293,7 @@ def entry_law(name: str | EntryLaw, **params: float) -> EntryLaw:
     if isinstance(name, EntryLaw):
         if not params:
             return name
-        name, params = name.name, {**dict(name.params), **params}
+        params = {**dict(name.params), **params}
+        name = name.name
     kind, values = resolve_spec(name, ENTRY_LAWS, "entry law", params, _ALIASES)
     return EntryLaw(kind, values)

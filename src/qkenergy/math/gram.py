@@ -184,7 +184,7 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
 
 def head_dim(G: np.ndarray) -> int:
     """Head dimension n of a Gram matrix of shape (..., 2n, 2n)."""
-    size = G.shape[-1]
+    size: int = G.shape[-1]
     if G.ndim < 2 or G.shape[-2] != size or size % 2:
         raise ValueError(f"Gram matrix must have shape (..., 2n, 2n), got {G.shape}")
     return size // 2

@@ -128,7 +128,8 @@ def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
     if isinstance(name, PositiveLaw):
         if not params:
             return name
-        name, params = name.name, {**dict(name.params), **params}
+        params = {**dict(name.params), **params}
+        name = name.name
     family, values = resolve_spec(name, POSITIVE_LAWS, "positive law", params)
     return PositiveLaw(family, values)
 

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
 from qkenergy.parallel import single_threaded_blas
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 __all__ = [
     "BLOCK_SIZE",
@@ -68,7 +72,7 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(child))
 
 
-def _progress_bar():
+def _progress_bar() -> Progress:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -148,7 +152,7 @@ def draw(
                 check_memory(samples * chunk[:1].nbytes, f"{samples} Monte Carlo samples")
                 out = np.empty((samples, *chunk.shape[1:]), dtype=chunk.dtype)
             out[start : start + chunk.shape[0]] = chunk
-            if bar is not None:
+            if bar is not None and task is not None:
                 bar.update(task, advance=chunk.shape[0])
     finally:
         if bar is not None:

@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
@@ -206,7 +207,7 @@ def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray
     return direct_gram(rng, n, N, size)
 
 
-def _statistics_module():
+def _statistics_module() -> ModuleType:
     try:
         from qkenergy.math import statistics
     except ImportError as exc:  # pragma: no cover - only while statistics.py is missing
@@ -289,7 +290,7 @@ class NullLaw:
         return x[np.isfinite(x)]
 
     def _sorted(self, name: str) -> np.ndarray:
-        cache = self.__dict__.setdefault("_sorted_cache", {})
+        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_sorted_cache", {})
         if name not in cache:
             cache[name] = np.sort(self._finite(name))
         return cache[name]

@@ -167,8 +167,8 @@ def inverse_frequencies(rope: Rope, seq_len: int | None = None) -> np.ndarray:
     if rope.kind == "yarn":
         return _yarn_frequencies(rope)
     # longrope: per-frequency factors, the long set beyond the original context
-    context = _original_context(rope)
-    factors = rope.long_factor if seq_len and seq_len > context else rope.short_factor
+    original = _original_context(rope)
+    factors = rope.long_factor if seq_len and seq_len > original else rope.short_factor
     if factors is None or len(factors) != r // 2:
         raise ValueError(f"rope kind 'longrope' needs short_factor and long_factor of length {r // 2}")
     return _default_frequencies(r, theta) / np.asarray(factors, dtype=np.float64)

@@ -193,7 +193,7 @@ def rotation_symmetric_energy(rng: np.random.Generator, head: RotatedHead, size:
     return 0.5 + 0.5 * trace_sq / head.norm_l_sq
 
 
-def _columns(head: RotatedHead, names: tuple[str, ...], radius: float):
+def _columns(head: RotatedHead, names: tuple[str, ...], radius: float) -> montecarlo.Transform:
     def transform(G: np.ndarray) -> np.ndarray:
         # Only what ``names`` need: no singular values of L, no n x n eigenproblem beyond S's.
         return statistic_columns(G, head.N, names, radius=radius)

@@ -45,7 +45,7 @@ MANIFEST_COLUMNS = ("group", "step", "source", "revision")
 TABLES = ("heads", "layers")
 
 
-def unit_path(out: str | os.PathLike, table: str, model: str, layer: int) -> Path:
+def unit_path(out: str | os.PathLike[str], table: str, model: str, layer: int) -> Path:
     """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``."""
     return Path(out) / table / f"model={model}" / f"layer-{layer:05d}.parquet"
 
@@ -76,7 +76,7 @@ def _arrow_table(frame: Any, extra: dict[str, Any], settings: dict[str, Any] | N
 
 
 def write_unit(
-    out: str | os.PathLike,
+    out: str | os.PathLike[str],
     table: str,
     model: str,
     layer: int,
@@ -96,7 +96,7 @@ def write_unit(
     return target
 
 
-def clean_partial_files(out: str | os.PathLike) -> list[Path]:
+def clean_partial_files(out: str | os.PathLike[str]) -> list[Path]:
     """Remove temporary files that a killed run left in OUT's datasets; returns them."""
     removed = []
     for table in TABLES:
@@ -138,7 +138,7 @@ def _with_bh(frame: Any, settings: dict[str, Any]) -> Any:
     return frame
 
 
-def load_survey(out: str | os.PathLike) -> tuple[Any, Any]:
+def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
     """The survey in OUT as pandas DataFrames ``(heads, layers)`` (layers None without --per-layer).
 
     ``model`` is a plain str column (first); rows are sorted by model, layer,

@@ -159,7 +159,7 @@ def _provenance() -> dict[str, Any]:
 
     from qkenergy.analysis.provenance import run_settings
 
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in ("numpy", "scipy", "pandas", "pyarrow", "dask", "distributed"):
         try:
             packages[name] = version(name)
@@ -261,8 +261,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def survey(
-    manifest: str | os.PathLike,
-    out: str | os.PathLike,
+    manifest: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     per_layer: bool = False,
     samples: int = 2000,
@@ -274,7 +274,7 @@ def survey(
     retries: int = 2,
     scheduler: str | None = None,
     workers: int | None = None,
-    cache_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
 ) -> SurveyRun:
     """Analyse every layer of every model of MANIFEST on Dask; results in OUT (see docs/survey.md).
@@ -405,7 +405,7 @@ def _run(
     ledger: Ledger,
     result: SurveyRun,
     retries: int,
-    cache_dir: str | os.PathLike | None,
+    cache_dir: str | os.PathLike[str] | None,
     progress: bool,
 ) -> None:
     from distributed import as_completed

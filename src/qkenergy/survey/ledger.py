@@ -104,7 +104,7 @@ class UnitRow:
 class Ledger:
     """OUT/ledger.sqlite; use as a context manager."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         # isolation_level=None: explicit transactions, each event committed at once.
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)

@@ -169,7 +169,7 @@ def _read_lines(path: Path, text: str) -> list[ModelEntry]:
     return entries
 
 
-def read_manifest(path: str | os.PathLike) -> tuple[list[ModelEntry], str]:
+def read_manifest(path: str | os.PathLike[str]) -> tuple[list[ModelEntry], str]:
     """The models of a manifest (``.toml``: [[model]] tables; else one source per line) and its sha256."""
     manifest = Path(path)
     try:

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -70,10 +70,10 @@ class _Recorder:
 
     @property
     def names(self) -> Collection[str]:
-        return self._tensors.names
+        return cast(Collection[str], self._tensors.names)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self._tensors.shape(name)
+        return cast(tuple[int, ...], self._tensors.shape(name))
 
     def tensor(self, name: str) -> np.ndarray:
         self.read.add(name)

@@ -187,4 +187,4 @@ def get_int(
         if maximum is not None:
             expected += f" (at most {maximum})"
         raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected {expected}")
-    return value
+    return int(value)

@@ -35,7 +35,7 @@ from qkenergy.weights.safetensors_io import show_path
 __all__ = ["layout_from_mapping", "load_layout"]
 
 
-def load_layout(path: str | os.PathLike) -> Layout:
+def load_layout(path: str | os.PathLike[str]) -> Layout:
     """The :class:`Layout` a TOML file describes; one-line QKEnergyError naming the file and key."""
     where = show_path(path)
     try:
@@ -50,7 +50,8 @@ def load_layout(path: str | os.PathLike) -> Layout:
 
 def layout_from_mapping(data: Mapping[str, Any], where: str = "layout") -> Layout:
     """A :class:`Layout` from a parsed TOML table (``where`` names it in messages)."""
-    return _build(Layout, data, where, "")
+    layout: Layout = _build(Layout, data, where, "")
+    return layout
 
 
 def _build(cls: type, data: Any, where: str, prefix: str) -> Any:

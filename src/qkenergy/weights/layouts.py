@@ -237,7 +237,7 @@ def _qk_norm(
 
 def _falcon_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     """Falcon's three storages of query_key_value, and ALiBi instead of RoPE when asked."""
-    positional = "alibi" if config.get("alibi") else "rope"
+    positional: Positional = "alibi" if config.get("alibi") else "rope"
     if config.get("new_decoder_architecture"):
         # Two parallel norms by default (num_ln_in_parallel_attn null or 2): ln_attn feeds attention.
         one_norm = config.get("num_ln_in_parallel_attn") == 1

@@ -50,7 +50,7 @@ def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
     """Whether the model rotates queries and keys (the layout's ``positional``, else its config keys)."""
     positional = getattr(arch.layout, "positional", None)
     if positional is not None:
-        return positional == "rope"
+        return bool(positional == "rope")
     return any(config.get(key) is not None for key in _ROPE_KEYS)
 
 

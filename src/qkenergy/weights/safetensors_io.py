@@ -24,11 +24,11 @@ import itertools
 import math
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import ml_dtypes
 import numpy as np
@@ -69,7 +69,7 @@ _READ_BYTES = 1 << 30
 MAX_RANK = 32
 
 
-def show_path(path: os.PathLike | str) -> str:
+def show_path(path: os.PathLike[str] | str) -> str:
     """The path for a one-line message (control characters escaped)."""
     return repr(str(path))[1:-1]
 
@@ -155,7 +155,7 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
                 raise QKEnergyError(
                     f"{t}: field 'shape' has entry {axis} = {describe(d)}; expected a non-negative integer"
                 )
-        offsets = entry.get("data_offsets")
+        offsets: Any = entry.get("data_offsets")
         pair = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
         if not pair or not 0 <= offsets[0] <= offsets[1]:
             shown = f"[{offsets[0]}, {offsets[1]}]" if pair else describe(offsets)
@@ -219,7 +219,7 @@ class _TensorIndex(Closeable):
     Subclasses keep ``_index`` (tensor name -> where it lives) and define ``info``.
     """
 
-    _index: dict[str, object]
+    _index: Mapping[str, object]
 
     @property
     def names(self) -> list[str]:
@@ -258,7 +258,9 @@ class SafetensorsFile(_TensorIndex):
     measures the cost against the mapped route).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    _index: dict[str, TensorInfo]
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._index, self.metadata, self._size = _parse_header(self.path)
         self._fd: int | None = None
@@ -294,7 +296,7 @@ class SafetensorsFile(_TensorIndex):
     def _read_into(self, buffer: np.ndarray, offset: int, name: str) -> None:
         """Fill ``buffer`` (uint8) from file offset ``offset``; a short read is a one-line error."""
         fd = self._descriptor()
-        view = memoryview(buffer)
+        view = buffer.data
         done = 0
         while done < len(view):
             try:
@@ -349,7 +351,7 @@ class TensorSource(_TensorIndex):
     shards is an error.
     """
 
-    def __init__(self, files: Iterable[str | os.PathLike | SafetensorsFile]) -> None:
+    def __init__(self, files: Iterable[str | os.PathLike[str] | SafetensorsFile]) -> None:
         self.files: list[SafetensorsFile] = []
         self._index: dict[str, SafetensorsFile] = {}
         try:
