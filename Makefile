@@ -37,7 +37,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 -q
 
-# ruff and mypy read their settings from pyproject.toml (mypy: src/qkenergy, strict where it can be).
+# ruff and mypy read their settings from pyproject.toml (mypy: src/qkenergy, strict).
 LINTED := src tests benchmarks docs fuzz
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check $(LINTED)

@@ -29,7 +29,7 @@ import shlex
 import sys
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -82,7 +82,7 @@ def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) 
     if resolved is not None:
         out["model_source"] = dict(resolved)
     out.update(settings)
-    return json_safe(out)
+    return cast(dict[str, Any], json_safe(out))
 
 
 def model_source(
@@ -143,7 +143,7 @@ class ReadRecorder:
 
     @property
     def names(self) -> Collection[str]:
-        return self.tensors.names
+        return cast(Collection[str], self.tensors.names)
 
     @property
     def location(self) -> str:
@@ -154,7 +154,7 @@ class ReadRecorder:
         return tuple(self.tensors.shape(name))
 
     def tensor(self, name: str) -> np.ndarray:
-        array = self.tensors.tensor(name)
+        array: np.ndarray = self.tensors.tensor(name)
         if name not in self.read:
             self.read[name] = None
             if self._memory is not None:

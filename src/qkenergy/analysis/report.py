@@ -111,7 +111,7 @@ def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts: NaN and <NA> as None, lists as lists of floats."""
     out = df.astype(object).where(df.notna(), None) if len(df) else df
-    return json_safe(out.to_dict(orient="records"))
+    return cast(list[dict[str, Any]], json_safe(out.to_dict(orient="records")))
 
 
 def write_table(
