@@ -13,9 +13,9 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 import numpy as np
@@ -613,6 +613,36 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _null_options(command: F) -> F:
+    """The options analyze and survey share: seed, null kind and the type II radius."""
+    options = [
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed."),
+        click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values)."),
+        click.option(
+            "--null",
+            "null_kind",
+            type=click.Choice(["gaussian", "rotation", "both"]),
+            default="gaussian",
+            show_default=True,
+            help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
+            "input space rotated at random (Haar), or both.",
+        ),
+        click.option(
+            "--radius",
+            type=click.FloatRange(min=0, max=1, max_open=True),
+            default=0.02,
+            show_default=True,
+            help="Type II radius: c_sym + d_sym at most this.",
+        ),
+    ]
+    for option in reversed(options):  # click lists the options in the order they are declared
+        command = option(command)
+    return command
+
+
 @cli.command()
 @click.argument("model", required=False)
 @click.option(
@@ -652,30 +682,13 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (cached per shape).  [default: 2000]",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
-@click.option(
-    "--null",
-    "null_kind",
-    type=click.Choice(["gaussian", "rotation", "both"]),
-    default="gaussian",
-    show_default=True,
-    help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
-    "input space rotated at random (Haar), or both.",
-)
+@_null_options
 @click.option(
     "--rotation-samples",
     type=click.IntRange(min=2),
     callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     default=None,
     help="Rotation-null draws per head (not cached).  [default: 500]",
-)
-@click.option(
-    "--radius",
-    type=click.FloatRange(min=0, max=1, max_open=True),
-    default=0.02,
-    show_default=True,
-    help="Type II radius: c_sym + d_sym at most this.",
 )
 @click.option(
     "--cache-dir",
@@ -882,17 +895,7 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
     callback=_fits_in_memory(_BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (one law per shape per survey).",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values).")
-@click.option(
-    "--null",
-    "null_kind",
-    type=click.Choice(["gaussian", "rotation", "both"]),
-    default="gaussian",
-    show_default=True,
-    help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
-    "input space rotated at random (Haar), or both.",
-)
+@_null_options
 @click.option(
     "--rotation-samples",
     type=click.IntRange(min=2),
@@ -900,13 +903,6 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
     default=500,
     show_default=True,
     help="Rotation-null draws per head (with --null rotation or both).",
-)
-@click.option(
-    "--radius",
-    type=click.FloatRange(min=0, max=1, max_open=True),
-    default=0.02,
-    show_default=True,
-    help="Type II radius: c_sym + d_sym at most this.",
 )
 @click.option(
     "--retries",
