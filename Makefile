@@ -51,6 +51,10 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_fingerprint.py
 	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/bench_survey.py
+	$(BIN)/python benchmarks/bench_checked_reads.py
+	$(BIN)/python benchmarks/bench_rotation.py
+	$(BIN)/python benchmarks/bench_report.py
+	$(BIN)/python benchmarks/bench_rope_offsets.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis
