@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from qkenergy.errors import ArgumentError, QKEnergyError
-from qkenergy.survey.manifest import read_manifest
+from qkenergy.surveys.manifest import read_manifest
 from survey_checkpoints import write_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"

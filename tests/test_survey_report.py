@@ -241,8 +241,8 @@ def test_cli_report_of_a_survey_directory(capsys, tables, tmp_path: Path) -> Non
     """OUT as `qkenergy survey` leaves it: one Parquet file per (model, layer) unit and survey.json."""
     import json
 
-    from qkenergy.survey.dataset import write_unit
-    from qkenergy.survey.manifest import model_name
+    from qkenergy.surveys.dataset import write_unit
+    from qkenergy.surveys.manifest import model_name
 
     heads, layers, models = tables
     out = tmp_path / "OUT"

@@ -953,8 +953,8 @@ def survey(
     """
     import signal
 
-    from qkenergy.survey import engine, load_survey
-    from qkenergy.survey.summary import print_survey
+    from qkenergy.surveys import engine, load_survey
+    from qkenergy.surveys.summary import print_survey
 
     def terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

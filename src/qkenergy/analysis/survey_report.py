@@ -243,7 +243,7 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
 
 
 def _read_survey(out: Path) -> ReportInputs:
-    from qkenergy.survey import load_survey
+    from qkenergy.surveys import load_survey
 
     heads, layers = load_survey(out)
     record: dict[str, Any] = {}

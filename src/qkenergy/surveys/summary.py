@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from rich.console import Console
 
-    from qkenergy.survey.engine import SurveyRun
+    from qkenergy.surveys.engine import SurveyRun
 
 __all__ = ["model_summary", "print_survey"]
 

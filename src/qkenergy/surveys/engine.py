@@ -27,10 +27,10 @@ from typing import Any
 
 from qkenergy import __version__
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
-from qkenergy.survey.dataset import clean_partial_files, unit_path, write_unit
-from qkenergy.survey.ledger import Ledger, UnitRow
-from qkenergy.survey.manifest import EMBEDDED, ModelEntry, read_manifest
-from qkenergy.survey.units import UnitResult, UnitSpec, run_null_law, run_unit
+from qkenergy.surveys.dataset import clean_partial_files, unit_path, write_unit
+from qkenergy.surveys.ledger import Ledger, UnitRow
+from qkenergy.surveys.manifest import EMBEDDED, ModelEntry, read_manifest
+from qkenergy.surveys.units import UnitResult, UnitSpec, run_null_law, run_unit
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["SETTINGS", "ModelPlan", "SurveyRun", "survey"]

@@ -1,0 +1,14 @@
+"""Surveys: many models analysed in one restartable Dask run (``qkenergy survey``).
+
+``qkenergy.survey(MANIFEST, OUT, ...)`` (:func:`qkenergy.surveys.engine.survey`)
+runs a survey; ``qkenergy.load_survey(OUT)`` reads its results. Modules: manifest
+(the model list), units (what a worker runs), dataset (the Parquet output), ledger
+(sqlite3 state), engine (the run).
+"""
+
+from __future__ import annotations
+
+from qkenergy.surveys.dataset import load_survey
+from qkenergy.surveys.engine import SurveyRun, survey
+
+__all__ = ["SurveyRun", "load_survey", "survey"]
