@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
+    from rich.progress import Progress
     from rich.table import Table
 
 MISSING = "–"
@@ -105,3 +106,23 @@ def print_table(console: Console, table: Table) -> None:
         table.show_edge = False
         table.pad_edge = False
     console.print(table)
+
+
+def progress_bar(text: str, *, remaining: bool = False, stderr: bool = False) -> Progress:
+    """A transient rich progress bar: ``text`` (a rich column format), bar, count, time elapsed
+    (and remaining); on stderr when ``stderr``, so that it never mixes with a table on stdout."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns: list[ProgressColumn] = [TextColumn(text), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    if remaining:
+        columns.append(TimeRemainingColumn())
+    return Progress(*columns, console=Console(stderr=True) if stderr else None, transient=True)

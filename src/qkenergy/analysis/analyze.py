@@ -414,17 +414,9 @@ def _layer_progress(enabled: bool, total: int) -> Iterator[Any]:
     if not enabled:
         yield lambda: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from qkenergy.formatting import progress_bar
 
-    with Progress(
-        TextColumn("analysing layers"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
+    with progress_bar("analysing layers", stderr=True) as bar:
         task = bar.add_task("layers", total=total)
         yield lambda: bar.advance(task)
 

@@ -809,17 +809,9 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
         for check in checks:
             rows.extend(check(samples, seed))
         return rows
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from qkenergy.formatting import progress_bar
 
-    with Progress(
-        TextColumn("verifying {task.fields[claim]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
+    with progress_bar("verifying {task.fields[claim]}", stderr=True) as bar:
         task = bar.add_task("verify", total=len(checks), claim="")
         for check in checks:
             bar.update(task, claim=check.__name__.removeprefix("check_"))

@@ -16,18 +16,15 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkenergy.errors import QKEnergyError, check_integer, check_memory
+from qkenergy.formatting import progress_bar
 from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
 from qkenergy.parallel import single_threaded_blas
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
 
 __all__ = [
     "BLOCK_SIZE",
@@ -70,26 +67,6 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
     root = np.random.SeedSequence(seed)
     child = np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, block), pool_size=root.pool_size)
     return np.random.Generator(np.random.PCG64(child))
-
-
-def _progress_bar() -> Progress:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        transient=True,
-    )
 
 
 def draw(
@@ -142,7 +119,7 @@ def draw(
         return first * BLOCK_SIZE, chunk
 
     out: np.ndarray | None = None
-    bar = _progress_bar() if progress and n_chunks > 1 else None
+    bar = progress_bar("{task.description}", remaining=True) if progress and n_chunks > 1 else None
     task = bar.add_task(description, total=samples) if bar is not None else None
     if bar is not None:
         bar.start()
