@@ -245,3 +245,20 @@ def test_rope_offsets_on_the_command_line(tmp_path: Path, capsys: pytest.Capture
         cli.main(["analyze", "--rope-offsets", "log", "--no-null", "--quiet"])
     err = capsys.readouterr().err
     assert status.value.code == 2 and "no rotary position embedding" in err and len(err.splitlines()) == 1
+
+
+def test_summary_reads_each_head_once_at_the_first_offset(tmp_path: Path) -> None:
+    """With --rope-offsets the summary's tables hold each head once (the first offset), not (head, offset)."""
+    from rich.console import Console
+
+    from qkenergy.analysis.report import print_summary
+
+    _llama_dir(tmp_path / "m")
+    result = analyze_model(tmp_path / "m", rope_offsets=[5, 2], null=False, per_layer=True)
+    console = Console(record=True, width=200)
+    print_summary(result, console, top=2)
+    text = console.export_text()
+    assert "8 heads in 2 layers" in text  # 2 layers x 4 heads, not 16 (head, offset) rows
+    assert "the tables below read offset d = 2" in text and "5: " in text
+    first = result.heads[result.heads["offset"] == 2]
+    assert f"{first['symmetric_energy'].max():.4f}" in text  # the most symmetric head at d = 2

@@ -54,6 +54,15 @@ def format_number(value: Any, digits: int = 6) -> str:
     return f"{number:.{digits}g}"
 
 
+def format_p(value: Any) -> str:
+    """A probability as :func:`format_number` with 2 digits; one that underflowed to 0 reads as below
+    the smallest positive double, since a tail probability is never exactly 0."""
+    number = _finite(value)
+    if number == 0:
+        return f"<{np.finfo(np.float64).smallest_subnormal:.0e}"
+    return format_number(value, 2)
+
+
 def json_safe(value: Any) -> Any:
     """A JSON-ready copy of ``value``: numpy scalars and arrays become Python, NaN and infinities None.
 

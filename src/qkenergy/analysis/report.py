@@ -18,7 +18,7 @@ from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import QKEnergyError
 from qkenergy.formatting import (
     format_fixed,
-    format_number,
+    format_p,
     format_percent,
     json_safe,
     print_table,
@@ -463,22 +463,37 @@ def _notable_table(df: pd.DataFrame, top: int) -> Table:
                 str(r["head"]),
                 format_fixed(r["symmetric_energy"]),
                 format_fixed(r.get("symmetric_energy_z"), 1),
-                format_number(r.get("symmetric_energy_p_bh"), 2),
+                format_p(r.get("symmetric_energy_p_bh")),
                 str(r.get("head_type", "")),
                 end_section=i == len(rows) - 1,
             )
     return table
 
 
-def _print_rope(settings: dict[str, Any], df: pd.DataFrame, console: Console) -> None:
-    """With RoPE offsets (the notes say which offset the forms are read at): median s by offset."""
-    rope = settings.get("rope")
-    if not rope or not settings.get("rope_offsets") or "offset" not in df.columns:
+def _summary_offset(settings: dict[str, Any], df: pd.DataFrame) -> int | None:
+    """The RoPE offset the summary's tables read (the first asked for), or None without offsets."""
+    offsets = settings.get("rope_offsets")
+    if not settings.get("rope") or not offsets or "offset" not in df.columns:
+        return None
+    return int(offsets[0])
+
+
+def _at_offset(table: pd.DataFrame | None, offset: int | None) -> pd.DataFrame | None:
+    """The rows of one RoPE offset (each head once), or ``table`` itself without offsets."""
+    if table is None or offset is None or "offset" not in table.columns:
+        return table
+    return table[table["offset"] == offset]
+
+
+def _print_rope(settings: dict[str, Any], df: pd.DataFrame, offset: int | None, console: Console) -> None:
+    """With RoPE offsets: which offset the tables read, and the median s at every offset."""
+    if offset is None:
         return
+    rope = settings["rope"]
     medians = df.groupby("offset")["symmetric_energy"].median()
     console.print(
         f"RoPE ({rope.get('kind')}, theta {', '.join(f'{t:g}' for t in rope.get('theta', []))}): "
-        "the layer table pools the offsets. Median s by offset d: "
+        f"the tables below read offset d = {offset}; the CSV has every offset. Median s by offset d: "
         + ", ".join(f"{int(cast(float, d))}: {format_fixed(v)}" for d, v in medians.items())
     )
 
@@ -493,8 +508,10 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     from rich.console import Console
 
     console = console or Console()
-    df = analysis.heads
     settings = analysis.settings
+    every_offset = analysis.heads
+    offset = _summary_offset(settings, every_offset)
+    df = cast(pd.DataFrame, _at_offset(every_offset, offset))
     null = bool(settings.get("null", True))
     samples = settings.get("samples", 0)
     fold = "used" if settings.get("fold_norm") else "not used"
@@ -516,7 +533,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     )
     for note in settings.get("notes", ()):
         console.print(f"note: {note}")
-    _print_rope(settings, df, console)
+    _print_rope(settings, every_offset, offset, console)
     summary = layer_summary(df)
     table = rich_table(
         "Symmetric energy per layer",
@@ -537,7 +554,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
             str(r["type_I-"]),
         )
     print_table(console, table)
-    layers = analysis.layers
+    layers = _at_offset(analysis.layers, offset)
     if layers is not None and len(layers):
         form = rich_table(
             "Whole-layer forms (sum over heads)",
