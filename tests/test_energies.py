@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkenergy.math import gram
-from qkenergy.math.energies import energies, energies_from_invariants
+from qkenergy.math.energies import energies, energies_from_invariants, scale_by_power_of_two
 from qkenergy.math.gram import (
     accumulator_dtype,
     gram_energies,
@@ -252,3 +252,22 @@ def test_head_gram_zero_and_non_finite_heads() -> None:
 def test_head_gram_rejects_mismatched_shapes() -> None:
     with pytest.raises(ValueError, match="share a shape"):
         head_gram(np.zeros((2, 3, 4)), np.zeros((2, 3, 5)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scale_by_power_of_two_is_bitwise_ldexp(dtype: type) -> None:
+    # Every exponent, from overflow to results deep in the subnormals, and the ldexp fallback
+    # (an exponent whose power the dtype cannot hold).
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(4000) * 2.0 ** rng.integers(info.minexp, info.maxexp - 1, 4000)).astype(dtype)
+    x = np.concatenate([x, [info.smallest_subnormal, info.smallest_normal, info.max, 0.0]]).astype(dtype)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    exponents = np.arange(info.minexp - info.nmant - 8, info.maxexp + 8)
+    with np.errstate(over="ignore"):
+        for e in exponents:
+            got = scale_by_power_of_two(x, np.array(e))
+            np.testing.assert_array_equal(got.view(bits), np.ldexp(x, e).view(bits), err_msg=str(e))
+        per_row = rng.choice(exponents, (len(x) // 4, 1))
+        rows = x[: 4 * len(per_row)].reshape(-1, 4)
+        np.testing.assert_array_equal(scale_by_power_of_two(rows, per_row), np.ldexp(rows, per_row))

@@ -17,6 +17,7 @@ from qkenergy import __version__, cli
 from qkenergy.analysis import report
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.analysis.provenance import (
+    ReadRecorder,
     fingerprint_files,
     population_label,
     read_settings,
@@ -118,6 +119,26 @@ def test_fingerprint_of_every_tensor_is_the_file_digest(tmp_path: Path) -> None:
         [entry] = fingerprint_files(source, source.names)
     assert entry["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     assert entry["sha256_of"] == "whole file"
+
+
+@pytest.mark.parametrize(
+    "prefetched",
+    [
+        [[_Q.format(0), _K.format(0)], [_Q.format(1), _K.format(1)]],  # layer by layer, as analyze
+        [[_K.format(1)], [_Q.format(0), _V.format(0)]],  # out of file order, and a tensor never read
+        [],
+    ],
+)
+def test_fingerprint_begun_while_prefetching_is_the_same(tmp_path: Path, prefetched: list[list[str]]) -> None:
+    # The digest begun by ReadRecorder.prefetch resumes from the longest prefix it holds in file order.
+    weights = checkpoint(tmp_path / "m", with_values=True) / "model.safetensors"
+    with TensorSource([weights]) as source:
+        recorder = ReadRecorder(source)
+        for names in prefetched:
+            recorder.prefetch(names)
+        for name in (_Q.format(0), _K.format(0), _Q.format(1), _K.format(1)):
+            recorder.tensor(name)
+        assert recorder.fingerprints() == fingerprint_files(source, recorder.read)
 
 
 def test_embedded_model_names_its_package(cache: Path) -> None:

@@ -213,8 +213,8 @@ def analyze_model(
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
         with _layer_progress(progress, len(todo)) as advance, ThreadPoolExecutor(1) as reader:
-            # sources without a page cache behind them (models in memory) need no prefetch
-            prefetch = getattr(source.tensors, "prefetch", lambda names: None)
+            # the recorder hashes the bytes for the fingerprints as they are prefetched
+            prefetch = tensors.prefetch
             first = todo[0]
             ahead = reader.submit(
                 prefetch, layer_tensors(source.tensors, first[0], first[2], prefix=first[1])

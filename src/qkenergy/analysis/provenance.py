@@ -140,6 +140,7 @@ class ReadRecorder:
         self.read: dict[str, None] = {}  # names in read order
         self._memory = None if hasattr(tensors, "files") else hashlib.sha256()
         self._memory_bytes = 0
+        self._begun: dict[Path, _BegunDigest] = {}  # file digests begun by prefetch()
 
     @property
     def names(self) -> Collection[str]:
@@ -164,10 +165,34 @@ class ReadRecorder:
                 self._memory_bytes += data.nbytes
         return array
 
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Read these tensors into the page cache (TensorSource.prefetch), hashing them as they pass.
+
+        Each file's digest of :func:`fingerprint_files` (header, then the tensors
+        read, in file order) is begun here: a tensor lying after every tensor
+        hashed so far in its file is hashed while it is read, so that
+        :meth:`fingerprints` only reads what was not hashed on the way. Blocking:
+        call it from one helper thread at a time, and not during fingerprints().
+        """
+        if self._memory is not None:  # tensors in memory: no page cache to fill
+            return
+        infos = sorted(
+            ((self.tensors.file_of(name), self.tensors.info(name)) for name in names),
+            key=lambda pair: (str(pair[0].path), pair[1].begin),
+        )
+        for sf, info in infos:
+            begun = self._begun.get(sf.path)
+            if begun is None:
+                begun = self._begun[sf.path] = _BegunDigest.of_header(sf)
+            if begun.ranges and info.begin < begun.ranges[-1][1]:
+                sf.prefetch(info.name)  # before what is hashed already: fingerprints() hashes it
+            else:
+                begun.add(info.begin, info.end, sf.prefetch(info.name, sink=begun.digest.update))
+
     def fingerprints(self) -> list[dict[str, Any]]:
         """One entry per weight file read (:func:`fingerprint_files`), or one for the tensors in memory."""
         if self._memory is None:
-            return fingerprint_files(self.tensors, self.read)
+            return fingerprint_files(self.tensors, self.read, begun=self._begun)
         if not self.read:
             return []
         return [
@@ -182,7 +207,43 @@ class ReadRecorder:
         ]
 
 
-def fingerprint_files(tensors: TensorSource, read: Iterable[str]) -> list[dict[str, Any]]:
+class _BegunDigest:
+    """A file's SHA-256 of :func:`fingerprint_files` begun while its tensors were prefetched.
+
+    ``digest`` holds the header and ``ranges`` (byte ranges in increasing file
+    order); ``states[k]`` is a copy of the digest after the header and the
+    first k ranges, so that the digest can resume from any prefix of ranges.
+    """
+
+    def __init__(self, header_end: int, digest: Any) -> None:
+        self.digest = digest
+        self.ranges: list[tuple[int, int]] = [(0, header_end)]
+        self.states = [digest.copy()]
+
+    @classmethod
+    def of_header(cls, sf: Any) -> _BegunDigest:
+        with open(sf.path, "rb") as fh:
+            header_end = 8 + int.from_bytes(fh.read(8), "little")
+        digest = hashlib.sha256()
+        whole = sf.prefetch_range(0, header_end, sink=digest.update)
+        return cls(header_end if whole else -1, digest)
+
+    def add(self, begin: int, end: int, whole: bool) -> None:
+        """Note the range [begin, end) hashed; a range read short (file truncated) ends the prefix."""
+        self.ranges.append((begin, end) if whole else (-1, -1))
+        self.states.append(self.digest.copy())
+
+    def resume(self, ranges: list[tuple[int, int]]) -> tuple[Any, int]:
+        """(a copy of the digest after the longest prefix of ``ranges`` hashed here, its length)."""
+        k = 0
+        while k < min(len(ranges), len(self.ranges)) and ranges[k] == self.ranges[k]:
+            k += 1
+        return (self.states[k - 1].copy(), k) if k else (hashlib.sha256(), 0)
+
+
+def fingerprint_files(
+    tensors: TensorSource, read: Iterable[str], *, begun: Mapping[Path, _BegunDigest] | None = None
+) -> list[dict[str, Any]]:
     """Size and SHA-256 of the bytes read from each weight file.
 
     For each file that holds a tensor in ``read``: SHA-256 of its header (the
@@ -190,8 +251,9 @@ def fingerprint_files(tensors: TensorSource, read: Iterable[str]) -> list[dict[s
     read, in file order, streamed in chunks of 4 MiB. When every tensor of a
     file is read this is the SHA-256 of the whole file (``sha256sum``); else it
     covers exactly what the analysis used, at the cost of one pass over the
-    query and key weights (which are in the page cache by then). The entry
-    lists the tensor names hashed so that the digest can be recomputed.
+    query and key weights (which are in the page cache by then), less what
+    ``begun`` (digests begun by :meth:`ReadRecorder.prefetch`) already holds.
+    The entry lists the tensor names hashed so that the digest can be recomputed.
     """
     by_file: dict[Path, list[str]] = {}
     for name in read:
@@ -202,18 +264,20 @@ def fingerprint_files(tensors: TensorSource, read: Iterable[str]) -> list[dict[s
         if not names:
             continue
         infos = sorted((sf.info(n) for n in names), key=lambda i: i.begin)
-        digest = hashlib.sha256()
         hashed = 0
         try:
             with open(sf.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 header_end = 8 + int.from_bytes(fh.read(8), "little")
                 ranges = [(0, header_end)] + [(i.begin, i.end) for i in infos]
-                for begin, end in ranges:
-                    if end > size:
-                        raise QKEnergyError(
-                            f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"
-                        )
+                if max(end for _, end in ranges) > size:
+                    raise QKEnergyError(
+                        f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"
+                    )
+                started = (begun or {}).get(sf.path)
+                digest, done = started.resume(ranges) if started else (hashlib.sha256(), 0)
+                hashed = sum(end - begin for begin, end in ranges[:done])
+                for begin, end in ranges[done:]:
                     fh.seek(begin)
                     left = end - begin
                     while left:

@@ -146,7 +146,7 @@ def write_table(
         tmp = outputs.stage(target)
         if fmt == "csv":
             for col in _list_columns(out):
-                out[col] = [json.dumps(json_safe(list(v))) for v in out[col]]
+                out[col] = [_json_list(v) for v in out[col]]
             out.to_csv(tmp, index=False)
             if settings is not None:
                 sidecar = {
@@ -177,6 +177,15 @@ def write_table(
                 json.dump(json_safe(document), fh, allow_nan=False)
                 fh.write("\n")
     return target
+
+
+def _json_list(values: Any) -> str:
+    """A list cell as JSON array text (NaN as null); plain finite floats skip the item-by-item json_safe."""
+    values = list(values)
+    try:
+        return json.dumps(values, allow_nan=False)
+    except (TypeError, ValueError):  # numpy scalars, NaN or infinities
+        return json.dumps(json_safe(values))
 
 
 def layers_path(path: str | os.PathLike[str]) -> Path:

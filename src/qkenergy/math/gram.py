@@ -16,7 +16,12 @@ import threading
 
 import numpy as np
 
-from qkenergy.math.energies import Energies, energies_from_invariants, power_of_two_scale
+from qkenergy.math.energies import (
+    Energies,
+    energies_from_invariants,
+    power_of_two_scale,
+    scale_by_power_of_two,
+)
 
 
 def accumulator_dtype(*dtypes: np.dtype) -> np.dtype:
@@ -44,10 +49,11 @@ def _scale_heads(heads: np.ndarray) -> np.ndarray:
     ).astype(np.float64)
     max_abs = np.where(np.isnan(max_abs), np.inf, np.maximum(max_abs, 0.0))
     non_finite = ~np.isfinite(max_abs)
-    heads[non_finite] = 0.0
-    # ldexp on the entries, not a factor 2**-e: for subnormal weights (float64 near 1e-310, bfloat16
-    # near 1e-39) 2**-e itself overflows, while every scaled entry is exact and below 1.
-    np.ldexp(heads, -power_of_two_scale(max_abs)[:, None, None], out=heads)
+    if np.any(non_finite):
+        heads[non_finite] = 0.0
+    # exactly ldexp (for subnormal weights, float64 near 1e-310 or bfloat16 near 1e-39, 2**-e itself
+    # overflows and ldexp is used), but by a multiplication where 2**-e is representable
+    scale_by_power_of_two(heads, -power_of_two_scale(max_abs)[:, None, None], out=heads)
     return non_finite
 
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from qkenergy.math.energies import divide_or_nan, energies, rescale_by_power_of_two
+from qkenergy.math.energies import (
+    divide_or_nan,
+    energies,
+    power_of_two_scale,
+    rescale_by_power_of_two,
+    scale_by_power_of_two,
+)
 from qkenergy.math.gram import (
     gram_norm_sq,
     gram_trace,
@@ -292,14 +298,18 @@ def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Flat (H, 2n, 2n) float64 Gram matrices, rescaled, failed heads replaced; and their reasons."""
     n = head_dim(G)
     G = np.asarray(G, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
-    non_finite = ~np.all(np.isfinite(G), axis=(-2, -1))
+    # max and -min rather than abs: no temporary copy; NaN anywhere in a head gives NaN
+    max_abs = np.maximum(np.max(G, axis=(-2, -1), initial=-np.inf), -np.min(G, axis=(-2, -1), initial=np.inf))
+    non_finite = ~np.isfinite(max_abs)
+    G = scale_by_power_of_two(G, -power_of_two_scale(max_abs)[:, None, None])  # a new array: ours to edit
     # Failed heads are computed on a harmless stand-in and overwritten with NaN.
     stand_in = np.eye(2 * n)
-    G = np.where(non_finite[:, None, None], stand_in, G)
-    G, _ = rescale_by_power_of_two(G)
+    if np.any(non_finite):
+        G[non_finite] = stand_in
     weight_scale = np.trace(key_block(G), axis1=-2, axis2=-1) * np.trace(query_block(G), axis1=-2, axis2=-1)
     zero_head = ~non_finite & (gram_norm_sq(G) <= ZERO_HEAD_TOL**2 * weight_scale)
-    G = np.where(zero_head[:, None, None], stand_in, G)
+    if np.any(zero_head):
+        G[zero_head] = stand_in
     return G, _failure_reason(non_finite, zero_head)
 
 
