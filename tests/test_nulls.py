@@ -89,6 +89,60 @@ def test_bartlett_matches_explicit_factors(monkeypatch, n, N, pairs_per_batch):
         np.testing.assert_array_equal(G, np.swapaxes(G, 1, 2))  # symmetric by construction
 
 
+@pytest.mark.parametrize("n,N", [(1, 2), (16, 40), (17, 34)])
+@pytest.mark.parametrize("pairs_per_batch", [1, 3, None])
+def test_bartlett_spectra_match_the_gram_route(monkeypatch, n, N, pairs_per_batch):
+    # The null fast path reads each factor in place in the draw buffer (the other triangle
+    # belongs to another sample) and must give the spectra of the same G as bartlett_gram,
+    # sub-batches with odd tails included.
+    statistics = pytest.importorskip("qkenergy.math.statistics")
+    p = 2 * n
+    if pairs_per_batch is not None:
+        monkeypatch.setattr(nulls, "_BARTLETT_BATCH_VALUES", pairs_per_batch * p * (p + 1))
+    size = 13
+    G = nulls.bartlett_gram(np.random.default_rng(9), n, N, size)
+    got = nulls.bartlett_spectra(np.random.default_rng(9), n, N, size, with_h=True)
+    want = statistics._gram_spectra(statistics._prepare_gram(G)[0], with_h=True)  # G rescaled there
+    # ||L||^2 = sum G_KK * G_QQ (MATH.md), then everything in units of ||L|| (scale-free).
+    norm_l_sq = np.einsum("bij,bij->b", G[:, :n, :n], G[:, n:, n:])
+    np.testing.assert_allclose(got["norm_l_sq"], norm_l_sq, rtol=1e-12)
+    want_l_sq = want["norm_s_sq"] + want["norm_t_sq"]
+    unit, want_unit = np.sqrt(got["norm_l_sq"])[:, None], np.sqrt(want_l_sq)[:, None]
+    np.testing.assert_allclose(got["eigs"] / unit, want["eigs"] / want_unit, rtol=0, atol=1e-13)
+    # h^2 = eig(Z Z^T) on both routes: compare squares (the square root magnifies rounding of small h).
+    np.testing.assert_allclose((got["h"] / unit) ** 2, (want["h"] / want_unit) ** 2, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(got["norm_s_sq"] / got["norm_l_sq"], want["norm_s_sq"] / want_l_sq, rtol=1e-13)
+    np.testing.assert_allclose(
+        got["trace_l"] / unit[:, 0], np.einsum("bii->b", G[:, n:, :n]) / unit[:, 0], atol=1e-13
+    )
+
+
+def test_factor_spectrum_ignores_the_other_triangle():
+    # A factor in the draw buffer shares its p x p block with another sample: NaN there changes nothing.
+    from qkenergy.math.spectrum import CoreBuffers, factor_spectrum
+
+    n, p = 5, 10
+    rng = np.random.default_rng(3)
+    V = np.triu(rng.standard_normal((p, p)))
+    garbage = np.full((p, p), np.nan)
+    buffers = CoreBuffers.for_head_dim(n)
+    clean = factor_spectrum(V, transposed=False, buffers=buffers, with_h=True)
+    for factor, transposed in (
+        (np.where(np.triu(np.ones((p, p))) > 0, V, garbage), False),
+        (np.where(np.tril(np.ones((p, p))) > 0, V.T, garbage), True),
+    ):
+        got = factor_spectrum(factor, transposed=transposed, buffers=buffers, with_h=True)
+        for a, b in zip(got, clean):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+    # The dense definition: eigenvalues of S = (L + L^T)/2 for C = V (rows K then Q), L = W_K^T W_Q.
+    L = V[:n].T @ V[n:]
+    S = 0.5 * (L + L.T)
+    np.testing.assert_allclose(clean[0], np.linalg.eigvalsh(S), atol=1e-12 * np.linalg.norm(L))
+    np.testing.assert_allclose(clean[1:4], [np.sum(S * S), np.sum(L * L), np.trace(L)], rtol=1e-12)
+    h = np.linalg.svd(L, compute_uv=False)[:n]
+    np.testing.assert_allclose(clean[4] ** 2, h**2, rtol=0, atol=1e-13 * h[0] ** 2)
+
+
 @pytest.mark.parametrize("n,N", [(2, 3), (4, 4), (3, 1)])
 def test_direct_route_below_2n(n, N):
     rng = np.random.default_rng(5)

@@ -24,13 +24,14 @@ from qkenergy.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
+from qkenergy.math.spectrum import CoreBuffers, factor_spectrum
 from qkenergy.parallel import resolve_threads, single_threaded_blas
 
 __all__ = [
     "NULL_STATISTICS",
     "NullLaw",
-    "bartlett_factors",
     "bartlett_gram",
+    "bartlett_spectra",
     "check_null_memory",
     "direct_gram",
     "null_gram",
@@ -126,7 +127,7 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     normals are drawn straight into place with no scatter, and LAPACK dlauum
     forms U U^T (and L^T L) in place reading and writing only its own triangle,
     with p^3/3 flops where a general product needs 2 p^3 (syrk p^3).
-    The null laws never form G: see :func:`bartlett_factors`.
+    The null laws never form G: see :func:`bartlett_spectra`.
     """
     n, N = _check_shape(n, N)
     size = check_integer(size, "size", minimum=0)
@@ -160,20 +161,43 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     return out
 
 
-def bartlett_factors(rng: np.random.Generator, n: int, N: int, size: int) -> Iterator[np.ndarray]:
-    """Upper-triangular Bartlett factors V (G = V V^T ~ Wishart_2n(N, I)), a sub-batch at a time.
+def bartlett_spectra(
+    rng: np.random.Generator, n: int, N: int, size: int, *, with_h: bool = False
+) -> dict[str, np.ndarray | None]:
+    """Spectra of ``size`` Wishart_2n(N, I) heads, read straight from the Bartlett draws (N >= 2n).
 
-    The same draws, in the same order, as :func:`bartlett_gram` (U, and L^T for
-    the samples drawn as G = L^T L), so the factor route and the Gram route
-    see the same G; each yielded array (k, 2n, 2n) is fresh and may be kept.
-    ``statistics.factor_statistic_columns(V, N, names, upper=True)`` reads them
-    without forming and re-factoring G (MATH.md, exact null laws).
+    The same draws, in the same order, as :func:`bartlett_gram` (U, then L^T
+    for the samples drawn as G = L^T L), so this route and the Gram route see
+    the same G. Each factor is read in place in the draw buffer by
+    ``spectrum.factor_spectrum`` (one triangular product and one eigvalsh per
+    sample, G never formed nor re-factored): keys ``eigs`` (size, 2n),
+    ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,) and ``h`` (size, n)
+    with ``with_h``, else None (MATH.md, exact null laws).
     """
-    for _, _, upper, lower in _bartlett_batches(rng, n, N, size):
-        V = np.empty((len(upper) + len(lower), *upper.shape[1:]))
-        V[: len(upper)] = np.triu(upper)
-        V[len(upper) :] = np.triu(np.swapaxes(lower, 1, 2))
-        yield V
+    p = 2 * n
+    spectra: dict[str, np.ndarray | None] = {
+        "eigs": np.empty((size, p)),
+        "norm_s_sq": np.empty(size),
+        "norm_l_sq": np.empty(size),
+        "trace_l": np.empty(size),
+        "h": np.empty((size, n)) if with_h else None,
+    }
+    buffers = CoreBuffers.for_head_dim(n)
+    # Many small products: BLAS threads only contend there.
+    with single_threaded_blas():
+        for lo, _, upper, lower in _bartlett_batches(rng, n, N, size):
+            factors = [(factor, False) for factor in upper] + [(factor, True) for factor in lower]
+            for i, (factor, transposed) in enumerate(factors, start=lo):
+                eigs, norm_s_sq, norm_l_sq, trace_l, h = factor_spectrum(
+                    factor, transposed=transposed, buffers=buffers, with_h=with_h
+                )
+                spectra["eigs"][i] = eigs  # type: ignore[index]
+                spectra["norm_s_sq"][i] = norm_s_sq  # type: ignore[index]
+                spectra["norm_l_sq"][i] = norm_l_sq  # type: ignore[index]
+                spectra["trace_l"][i] = trace_l  # type: ignore[index]
+                if h is not None:
+                    spectra["h"][i] = h  # type: ignore[index]
+    return spectra
 
 
 def direct_gram(
@@ -231,23 +255,21 @@ def null_statistics_sampler(
 ) -> montecarlo.Sampler:
     """A montecarlo sampler of the statistics ``names`` of Gaussian heads (n, N): rows (size, len(names)).
 
-    For N >= 2n the Bartlett factor is used as the triangular factor of G
-    (:func:`bartlett_factors` into ``statistics.factor_statistic_columns``): G
-    is never formed nor re-factored, and only what ``names`` need is computed,
-    a sub-batch at a time (memory independent of the block size). For N < 2n,
-    G = C C^T (:func:`direct_gram`) into ``statistics.statistic_columns``.
+    For N >= 2n the Bartlett factors are read in place (:func:`bartlett_spectra`:
+    G is never formed nor re-factored, the singular values of L only when
+    ``names`` need them) into ``statistics.spectra_statistic_columns``. For
+    N < 2n, G = C C^T (:func:`direct_gram`) into ``statistics.statistic_columns``.
+    A subset of names gives bitwise the same columns as all of them.
     """
     statistics = _statistics_module()
     names = _statistic_names(names)
+    with_h = any(name in statistics.SINGULAR_VALUE_STATISTICS for name in names)
 
     def sample(rng: np.random.Generator, size: int) -> np.ndarray:
         if 2 * n > N:
             return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names, radius=radius)
-        rows = [
-            statistics.factor_statistic_columns(V, N, names, upper=True, radius=radius)
-            for V in bartlett_factors(rng, n, N, size)
-        ]
-        return np.concatenate(rows) if rows else np.empty((0, len(names)))
+        spectra = bartlett_spectra(rng, n, N, size, with_h=with_h)
+        return statistics.spectra_statistic_columns(spectra, N, names, radius=radius)
 
     return sample
 
@@ -372,7 +394,7 @@ def null_law(
 
     Draws G ~ Wishart_2n(N, I) through :func:`montecarlo.draw` (seeded,
     chunk-invariant) and evaluates the statistics on them with
-    :func:`null_statistics_sampler` (Bartlett factors, no G formed, for N >= 2n).
+    :func:`null_statistics_sampler` (Bartlett factors read in place, no G formed, for N >= 2n).
     ``threads`` (None: every available core) spreads the seeded blocks over
     threads with BLAS on one thread each; the values are bitwise the same for
     any ``threads`` and ``chunk_size``. This module does no I/O: ``cache_dir``

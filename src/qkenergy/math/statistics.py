@@ -157,6 +157,7 @@ def _statistics_from_spectra(
     eigs: np.ndarray,
     norm_s_sq: np.ndarray,
     norm_t_sq: np.ndarray,
+    norm_l_sq: np.ndarray,
     trace_l: np.ndarray,
     h: np.ndarray | None,
     N: int,
@@ -167,11 +168,11 @@ def _statistics_from_spectra(
 ) -> dict[str, np.ndarray]:
     """Every statistic of MATH.md for heads (H,) from their spectra.
 
-    eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq: ||S||^2, ||T||^2;
-    trace_l: tr L; h: singular values of L, descending (None: their
-    statistics are NaN); reason: failures.
+    eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq, norm_l_sq: ||S||^2,
+    ||T||^2, ||L||^2 (= ||S||^2 + ||T||^2, Lemma 5); trace_l: tr L; h:
+    singular values of L, descending (None: their statistics are NaN);
+    reason: failures.
     """
-    norm_l_sq = norm_s_sq + norm_t_sq  # Lemma 5
     symmetric_energy = divide_or_nan(norm_s_sq, norm_l_sq)
     a = divide_or_nan(norm_t_sq, norm_l_sq)
 
@@ -313,9 +314,9 @@ def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return G, _failure_reason(non_finite, zero_head)
 
 
-def _block_spectra(V: np.ndarray, *, upper: bool, with_h: bool) -> dict[str, np.ndarray | None]:
-    """Spectra of heads from triangular factors V of their G (see spectrum.triangular_blocks)."""
-    X, Y, Z = triangular_blocks(V, upper=upper)
+def _block_spectra(V: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None]:
+    """Spectra of heads from lower Cholesky factors V of their G (see spectrum.triangular_blocks)."""
+    X, Y, Z = triangular_blocks(V)
     core = block_symmetric_core(X, Y, upper_only=True)
     n = X.shape[-1]
     top_left, top_right = core[..., :n, :n], core[..., :n, n:]
@@ -337,7 +338,7 @@ def _gram_spectra(G: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None
     """
     V, triangular = psd_factor_lower(G)
     if np.all(triangular):
-        return _block_spectra(V, upper=False, with_h=with_h)
+        return _block_spectra(V, with_h=with_h)
     n2 = G.shape[-1]
     out: dict[str, np.ndarray | None] = {
         "eigs": np.empty((len(G), n2)),
@@ -346,7 +347,7 @@ def _gram_spectra(G: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None
         "h": np.empty((len(G), n2 // 2)) if with_h else None,
     }
     if np.any(triangular):
-        for key, value in _block_spectra(V[triangular], upper=False, with_h=with_h).items():
+        for key, value in _block_spectra(V[triangular], with_h=with_h).items():
             if value is not None:
                 out[key][triangular] = value  # type: ignore[index]
     general = ~triangular
@@ -379,6 +380,7 @@ def _gram_values(
         spectra = _gram_spectra(G, with_h=with_h)
     values = _statistics_from_spectra(
         **spectra,  # type: ignore[arg-type]
+        norm_l_sq=spectra["norm_s_sq"] + spectra["norm_t_sq"],  # type: ignore[operator]
         trace_l=gram_trace(G),
         N=N,
         lobe_length=n,
@@ -425,41 +427,42 @@ def statistic_columns(
     return np.stack([values[name] for name in names], axis=-1).reshape(*batch, len(names))
 
 
-def factor_statistic_columns(
-    V: np.ndarray,
+def spectra_statistic_columns(
+    spectra: dict[str, np.ndarray | None],
     N: int,
     names: Sequence[str] = STATISTICS,
     *,
-    upper: bool = False,
     radius: float = 0.02,
     zero_tol: float = 1e-9,
 ) -> np.ndarray:
-    """:func:`statistic_columns` of G = V V^T from triangular factors V (..., 2n, 2n), G never formed.
+    """:func:`statistic_columns` (H, len(names)) of full-rank heads given by their spectra: the null fast path.
 
-    ``upper``: V is upper triangular (the Bartlett factor of nulls.bartlett_factors),
-    else lower (a Cholesky factor); the other triangle must hold zeros. Every head is
+    ``spectra`` as ``nulls.bartlett_spectra`` gives them: ``eigs`` (H, 2n),
+    ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (H,), ``h`` (H, n) or None.
+    ||T||^2 = ||L||^2 - ||S||^2 (Lemma 5): exact to rounding for the Gaussian
+    null, where ||S||^2 is about half of ||L||^2 (a real head, possibly
+    nearly symmetric, takes ||T||^2 from its blocks instead). Every head is
     taken as a full-rank head: no zero-head or non-finite checks (a Wishart
     sample with N >= 2n has rank 2n almost surely).
     """
     names = _check_names(names)
-    n = V.shape[-1] // 2
-    batch = V.shape[:-2]
-    V = np.asarray(V, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
-    with_h = any(name in SINGULAR_VALUE_STATISTICS for name in names)
-    with single_threaded_blas():
-        spectra = _block_spectra(V, upper=upper, with_h=with_h)
-    # tr L = tr G_QK = <V_Q rows, V_K rows>: one row-wise product of the two block rows.
-    trace_l = np.einsum("hij,hij->h", V[:, n:, :], V[:, :n, :])
+    eigs = spectra["eigs"]
+    norm_s_sq, norm_l_sq = spectra["norm_s_sq"], spectra["norm_l_sq"]
+    assert eigs is not None and norm_s_sq is not None and norm_l_sq is not None
     values = _statistics_from_spectra(
-        **spectra,  # type: ignore[arg-type]
-        trace_l=trace_l,
+        eigs=eigs,
+        norm_s_sq=norm_s_sq,
+        norm_t_sq=norm_l_sq - norm_s_sq,
+        norm_l_sq=norm_l_sq,
+        trace_l=spectra["trace_l"],  # type: ignore[arg-type]
+        h=spectra["h"],
         N=N,
-        lobe_length=n,
-        reason=np.full(len(V), "", dtype=str),
+        lobe_length=eigs.shape[-1] // 2,
+        reason=np.full(len(eigs), "", dtype=str),
         radius=radius,
         zero_tol=zero_tol,
     )
-    return np.stack([values[name] for name in names], axis=-1).reshape(*batch, len(names))
+    return np.stack([values[name] for name in names], axis=-1)
 
 
 def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
@@ -487,6 +490,7 @@ def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1
         eigs=dense_symmetric_eigenvalues(L),
         norm_s_sq=energy.norm_s_sq,
         norm_t_sq=energy.norm_t_sq,
+        norm_l_sq=energy.norm_s_sq + energy.norm_t_sq,
         trace_l=np.trace(L, axis1=-2, axis2=-1),
         h=dense_singular_values(L),
         N=N,
