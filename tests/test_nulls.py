@@ -4,6 +4,7 @@ Statistical checks use fixed seeds and a tolerance of 5 standard errors; the
 two-sample KS comparisons use a fixed threshold p > 1e-3.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -308,6 +309,25 @@ def test_null_law_threads_and_names():
         np.testing.assert_array_equal(one.samples(name), every.samples(name))
     with pytest.raises(QKEnergyError, match="unknown statistic"):
         nulls.null_law(2, 6, samples=10, names=("nope",))
+
+
+def test_null_law_blocks_join_to_the_law():
+    # Blocks drawn apart (as a survey's Dask workers draw them), joined in order: bitwise the law,
+    # whatever the grouping; a range outside the law is refused.
+    samples = 2 * mc.BLOCK_SIZE + 5
+    names = nulls.NULL_STATISTICS
+    law = nulls.null_law(16, 40, samples=samples, seed=4, names=names)
+    assert mc.block_count(samples) == 3
+    for bounds in ([0, 1, 2, 3], [0, 2, 3], [0, 3]):
+        parts = [
+            nulls.null_law_blocks(16, 40, a, b, samples=samples, seed=4, names=names)
+            for a, b in itertools.pairwise(bounds)
+        ]
+        joined = nulls.null_law_from_blocks(16, 40, parts, seed=4, names=names)
+        np.testing.assert_array_equal(joined.values, law.values)
+        assert (joined.n, joined.N, joined.seed, joined.names) == (16, 40, 4, names)
+    with pytest.raises(QKEnergyError, match=r"blocks \[2, 4\)"):
+        nulls.null_law_blocks(16, 40, 2, 4, samples=samples, seed=4)
 
 
 def test_null_law_rank_one_exact():

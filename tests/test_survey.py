@@ -271,6 +271,30 @@ def test_external_scheduler_restart(tmp_path: Path, models: dict[str, Path], sch
         survey(manifest, out, samples=50, scheduler=scheduler)
 
 
+def test_null_law_drawn_in_blocks(tmp_path: Path, models: dict[str, Path], scheduler: str) -> None:
+    """A law that two workers draw block by block, joined and cached by the client, is bitwise the law
+    that analyze draws in one piece, and the units judge their heads against it."""
+    from qkenergy import load_survey, survey
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.analysis.null_cache import cached_null_law
+    from qkenergy.math.montecarlo import BLOCK_SIZE
+    from qkenergy.math.nulls import NULL_STATISTICS, null_law
+
+    samples = 2 * BLOCK_SIZE + 5  # three block tasks, the last one partial
+    cache = tmp_path / "cache"
+    manifest = _toml(tmp_path / "m.toml", {"gpt2": models["gpt2"]}, embedded=False)
+    assert survey(manifest, tmp_path / "out", samples=samples, scheduler=scheduler, cache_dir=cache).ok
+    joined = cached_null_law(8, 32, samples=samples, seed=0, cache_dir=cache, names=NULL_STATISTICS)
+    assert joined is not None
+    np.testing.assert_array_equal(
+        joined.values, null_law(8, 32, samples=samples, names=NULL_STATISTICS).values
+    )
+    expected = analyze_model(models["gpt2"], samples=samples).heads  # draws its own law: no cache
+    got = load_survey(tmp_path / "out")[0]
+    for column in [c for c in expected.columns if c.endswith(("_null_mean", "_null_sd", "_z", "_p"))]:
+        np.testing.assert_array_equal(got[column].to_numpy(), expected[column].to_numpy(), err_msg=column)
+
+
 def test_sigkill_midway_then_resume(tmp_path: Path, models: dict[str, Path], scheduler: str) -> None:
     """SIGKILL of `qkenergy survey` (LocalCluster) part-way: no partial file, no stray worker; the
     rerun computes exactly the missing units and the dataset equals an uninterrupted run."""

@@ -927,7 +927,7 @@ def _plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> 
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Null-law cache, reachable by the workers (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+    help="Null-law cache, read and written by this process (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
 )
 @click.option("--quiet", is_flag=True, help="No progress display and no summary.")
 def survey(

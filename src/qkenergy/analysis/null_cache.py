@@ -39,12 +39,14 @@ from qkenergy.math.statistics import STATISTICS
 __all__ = [
     "CACHE_FORMAT_VERSION",
     "NullCacheWarning",
+    "cached_null_law",
     "layer_null_cache_path",
     "layer_null_law",
     "load_cached",
     "null_cache_path",
     "null_law",
     "save_cached",
+    "store_null_law",
 ]
 
 CACHE_FORMAT_VERSION = 2
@@ -183,6 +185,45 @@ def save_cached(path: str | os.PathLike[str], values: np.ndarray, names: tuple[s
                 os.unlink(tmp)
 
 
+def cached_null_law(
+    n: int,
+    N: int,
+    *,
+    samples: int,
+    seed: int,
+    cache_dir: str | os.PathLike[str],
+    radius: float = 0.02,
+    names: Sequence[str] | None = None,
+) -> nulls.NullLaw | None:
+    """The law :func:`null_law` would return from the cache under ``cache_dir``, or None on a miss.
+
+    A law of some ``names`` is also read from the cached law of every
+    statistic (same draws), when present.
+    """
+    n, N = check_integer(n, "n"), check_integer(N, "N")
+    samples = check_integer(samples, "samples", minimum=2)
+    seed = check_integer(seed, "seed", minimum=0)
+    every = tuple(STATISTICS)
+    names = every if names is None else tuple(names)
+    values = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius, names), names, samples)
+    if values is None and names != every and set(names) <= set(every):
+        whole = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius), every, samples)
+        if whole is not None:
+            values = whole[:, [every.index(name) for name in names]]
+    if values is None:
+        return None
+    values.flags.writeable = False
+    return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+
+
+def store_null_law(
+    law: nulls.NullLaw, cache_dir: str | os.PathLike[str], *, samples: int, radius: float = 0.02
+) -> bool:
+    """Keep ``law`` (drawn with ``samples`` and ``radius``) where :func:`cached_null_law` finds it."""
+    path = null_cache_path(cache_dir, law.n, law.N, samples, law.seed, radius, law.names)
+    return save_cached(path, law.values, law.names)
+
+
 def null_law(
     n: int,
     N: int,
@@ -205,22 +246,12 @@ def null_law(
     draw = dict(samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size)
     if cache_dir is None:
         return nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
-    n, N = check_integer(n, "n"), check_integer(N, "N")
-    samples = check_integer(samples, "samples", minimum=2)
-    seed = check_integer(seed, "seed", minimum=0)
-    every = tuple(STATISTICS)
-    names = every if names is None else tuple(names)
-    path = null_cache_path(cache_dir, n, N, samples, seed, radius, names)
-    values = load_cached(path, names, samples)
-    if values is None and names != every and set(names) <= set(every):
-        whole = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius), every, samples)
-        if whole is not None:
-            values = whole[:, [every.index(name) for name in names]]
-    if values is not None:
-        values.flags.writeable = False
-        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+    names = tuple(STATISTICS) if names is None else tuple(names)
+    law = cached_null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, radius=radius, names=names)
+    if law is not None:
+        return law
     law = nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
-    save_cached(path, law.values, law.names)
+    store_null_law(law, cache_dir, samples=law.size, radius=radius)
     return law
 
 

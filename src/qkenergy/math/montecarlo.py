@@ -32,8 +32,10 @@ __all__ = [
     "MODELS",
     "EnergyEstimates",
     "Estimate",
+    "block_count",
     "block_generator",
     "draw",
+    "draw_blocks",
     "energy_expectations",
     "energy_samples",
     "estimate_mean",
@@ -69,6 +71,42 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(child))
 
 
+def block_count(samples: int) -> int:
+    """Number of seeded blocks that ``samples`` draws span (the last one may be partial)."""
+    return -(-check_integer(samples, "samples") // BLOCK_SIZE)
+
+
+def draw_blocks(
+    sampler: Sampler,
+    samples: int,
+    first: int,
+    last: int,
+    *,
+    seed: int,
+    transform: Transform | None = None,
+) -> np.ndarray:
+    """Rows ``first * BLOCK_SIZE`` up to ``last * BLOCK_SIZE`` (at most ``samples``) of :func:`draw`.
+
+    Blocks ``first`` to ``last - 1``, each from its own generator, then
+    ``transform`` on them at once: bitwise the rows that :func:`draw` puts
+    there, so the blocks of one draw can be computed anywhere (threads, Dask
+    tasks) and concatenated.
+    """
+    if not 0 <= first < last <= block_count(samples):
+        raise QKEnergyError(
+            f"blocks [{first}, {last}) outside the {block_count(samples)} blocks of {samples}"
+        )
+    parts = []
+    for b in range(first, last):
+        size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
+        rows = np.asarray(sampler(block_generator(seed, b), size))
+        if rows.ndim == 0 or rows.shape[0] != size:
+            raise ValueError(f"sampler returned shape {rows.shape}, expected leading axis {size}")
+        parts.append(rows)
+    chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+    return chunk if transform is None else np.asarray(transform(chunk))
+
+
 def draw(
     sampler: Sampler,
     samples: int,
@@ -100,23 +138,13 @@ def draw(
     else:
         chunk_blocks = max(1, -(-check_integer(chunk_size, "chunk_size") // BLOCK_SIZE))
     check_memory(8 * samples, f"{samples} Monte Carlo samples")  # at least one float64 each
-    n_blocks = -(-samples // BLOCK_SIZE)
+    n_blocks = block_count(samples)
     n_chunks = -(-n_blocks // chunk_blocks)
 
     def run_chunk(c: int) -> tuple[int, np.ndarray]:
         first = c * chunk_blocks
         last = min(n_blocks, first + chunk_blocks)
-        parts = []
-        for b in range(first, last):
-            size = min(BLOCK_SIZE, samples - b * BLOCK_SIZE)
-            rows = np.asarray(sampler(block_generator(seed, b), size))
-            if rows.ndim == 0 or rows.shape[0] != size:
-                raise ValueError(f"sampler returned shape {rows.shape}, expected leading axis {size}")
-            parts.append(rows)
-        chunk = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-        if transform is not None:
-            chunk = np.asarray(transform(chunk))
-        return first * BLOCK_SIZE, chunk
+        return first * BLOCK_SIZE, draw_blocks(sampler, samples, first, last, seed=seed, transform=transform)
 
     out: np.ndarray | None = None
     bar = progress_bar("{task.description}", remaining=True) if progress and n_chunks > 1 else None

@@ -36,6 +36,8 @@ __all__ = [
     "direct_gram",
     "null_gram",
     "null_law",
+    "null_law_blocks",
+    "null_law_from_blocks",
     "null_statistics_sampler",
 ]
 
@@ -432,6 +434,44 @@ def null_law(
     )
     values.flags.writeable = False
     return NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+
+
+def null_law_blocks(
+    n: int,
+    N: int,
+    first: int,
+    last: int,
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    radius: float = 0.02,
+    names: Sequence[str] | None = None,
+) -> np.ndarray:
+    """Rows of seeded blocks ``first`` to ``last - 1`` of :func:`null_law`'s values, bitwise.
+
+    Every block draws from its own generator (:func:`montecarlo.draw_blocks`),
+    so the blocks of one law can be drawn by different processes (a survey's
+    Dask workers) and joined by :func:`null_law_from_blocks` into exactly the
+    law that :func:`null_law` draws in one piece.
+    """
+    n, N = _check_shape(n, N)
+    samples = check_integer(samples, "samples", minimum=2)
+    seed = check_integer(seed, "seed", minimum=0)
+    check_null_memory(n, N, samples)
+    sampler = null_statistics_sampler(n, N, _statistic_names(names), radius=radius)
+    return montecarlo.draw_blocks(sampler, samples, first, last, seed=seed)
+
+
+def null_law_from_blocks(
+    n: int, N: int, blocks: Sequence[np.ndarray], *, seed: int = 0, names: Sequence[str] | None = None
+) -> NullLaw:
+    """The :class:`NullLaw` whose values are ``blocks`` (from :func:`null_law_blocks`, in block order)."""
+    values = np.concatenate(blocks, axis=0) if len(blocks) > 1 else np.array(blocks[0])
+    names = _statistic_names(names)
+    if values.ndim != 2 or values.shape[1] != len(names):
+        raise QKEnergyError(f"null-law blocks of shape {values.shape} do not hold {len(names)} statistics")
+    values.flags.writeable = False
+    return NullLaw(n=int(n), N=int(N), seed=int(seed), names=names, values=values)
 
 
 def check_null_memory(n: int, N: int, samples: int) -> None:

@@ -4,10 +4,12 @@ The client resolves every manifest model (headers and config only), plans
 one unit per (model, layer), skips what the ledger and the output files say is
 done, and submits the rest to a Dask cluster: a LocalCluster sized to the
 machine (one single-threaded worker process per core), or an existing
-scheduler. Each distinct (n, N) shape's null law is one Dask task whose
-result every unit of that shape shares. Workers read the checkpoints at the
-paths the client resolved (a shared filesystem); the client writes each
-unit's Parquet files atomically and records it in the ledger.
+scheduler. Each distinct (n, N) shape's null law is read from the null cache
+or drawn once per survey, split into its seeded Monte Carlo blocks (one task
+each, spread over every worker), joined on the client and handed to every
+unit of that shape. Workers read the checkpoints at the paths the client
+resolved (a shared filesystem); the client writes each unit's Parquet files
+atomically, and the joined laws into the null cache.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import sys
@@ -30,7 +33,7 @@ from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.surveys.dataset import clean_partial_files, unit_path, write_unit
 from qkenergy.surveys.ledger import Ledger, UnitRow
 from qkenergy.surveys.manifest import EMBEDDED, ModelEntry, read_manifest
-from qkenergy.surveys.units import UnitResult, UnitSpec, run_null_law, run_unit
+from qkenergy.surveys.units import UnitResult, UnitSpec, run_null_blocks, run_unit
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["SETTINGS", "ModelPlan", "SurveyRun", "survey"]
@@ -194,9 +197,14 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, s
         with client:
             yield client, scheduler
         return
+    import dask
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     n = workers or cores or 1
     with (
+        # No queue on the scheduler: every task goes to a worker at once, which runs its tasks in priority
+        # order, so no unit (which depends on a law) overtakes the null-law blocks still queued.
+        dask.config.set({"distributed.scheduler.worker-saturation": math.inf}),
         LocalCluster(
             n_workers=n,
             threads_per_worker=1,
@@ -285,8 +293,8 @@ def survey(
     :class:`SurveyRun` (and the ledger); one failing model never stops the
     others. ``null_kind``, ``rotation_samples``: as for ``analyze_model``. ``scheduler``: address of an existing Dask scheduler; default: a
     LocalCluster of ``workers`` (default: one per core) single-threaded
-    processes, stopped at the end. ``cache_dir``: the null-law cache (must be
-    reachable by the workers).
+    processes, stopped at the end. ``cache_dir``: the null-law cache (read and
+    written by this process, not by the workers).
     """
     started = time.monotonic()
     samples = check_integer(samples, "--samples", 2)
@@ -397,6 +405,69 @@ def _action(row: UnitRow | None, plan: ModelPlan, layer: int, out: Path, setting
     return "skip" if row.files_digest == plan.files_digest else "verify"
 
 
+def _shared_laws(
+    client: Any, shapes: list[tuple[int, int]], settings: dict[str, Any], cache_dir: str | None, run: int
+) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], list[Any]]]:
+    """Start every shape's Gaussian null law: (laws already held by every worker, block tasks by shape).
+
+    A law found in the null cache is scattered to every worker at once. A
+    law to draw is split into its seeded Monte Carlo blocks, one task each,
+    so that every worker draws part of every law (a law as one task would
+    leave the other workers idle while that shape's units wait); the blocks
+    joined in order are bitwise the law that ``analyze`` draws.
+    """
+    from qkenergy.analysis.null_cache import cached_null_law
+    from qkenergy.math.montecarlo import block_count
+    from qkenergy.math.nulls import NULL_STATISTICS
+
+    samples, seed, radius = settings["samples"], settings["seed"], settings["radius"]
+    laws: dict[tuple[int, int], Any] = {}
+    drawing: dict[tuple[int, int], list[Any]] = {}
+    # The dearest laws first (eigenproblems of size 2n per sample): the last block to finish is a cheap one.
+    for n, N in sorted(shapes, key=lambda shape: (-shape[0], -shape[1])):
+        law = None
+        if cache_dir is not None:
+            law = cached_null_law(
+                n, N, samples=samples, seed=seed, cache_dir=cache_dir, radius=radius, names=NULL_STATISTICS
+            )
+        if law is not None:
+            laws[n, N] = client.scatter(law, broadcast=True, hash=False)
+            continue
+        drawing[n, N] = [
+            client.submit(
+                run_null_blocks,
+                n,
+                N,
+                block,
+                block + 1,
+                samples=samples,
+                seed=seed,
+                radius=radius,
+                key=f"null-n{n}-N{N}-block{block}-run{run}",
+                priority=10,  # before any unit: every unit of a shape waits for its whole law
+            )
+            for block in range(block_count(samples))
+        ]
+    return laws, drawing
+
+
+def _join_law(
+    client: Any, shape: tuple[int, int], blocks: list[Any], settings: dict[str, Any], cache_dir: str | None
+) -> Any:
+    """The law of ``shape`` from its finished block tasks: cached once, then scattered to every worker.
+
+    Held by every worker, the law does not pull its units to one of them (a
+    unit goes where its dependencies are).
+    """
+    from qkenergy.analysis.null_cache import store_null_law
+    from qkenergy.math.nulls import NULL_STATISTICS, null_law_from_blocks
+
+    law = null_law_from_blocks(*shape, client.gather(blocks), seed=settings["seed"], names=NULL_STATISTICS)
+    if cache_dir is not None:
+        store_null_law(law, cache_dir, samples=settings["samples"], radius=settings["radius"])
+    return client.scatter(law, broadcast=True, hash=False)
+
+
 def _run(
     client: Any,
     todo: list[tuple[ModelPlan, int, str | None]],
@@ -410,33 +481,22 @@ def _run(
 ) -> None:
     from distributed import as_completed
 
-    laws: dict[tuple[int, int], Any] = {}
+    cache = None if cache_dir is None else str(cache_dir)
+    shapes: list[tuple[int, int]] = []
     if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
-        shapes = {(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]}
-        for n, N in sorted(shapes):
-            laws[n, N] = client.submit(
-                run_null_law,
-                n,
-                N,
-                samples=settings["samples"],
-                seed=settings["seed"],
-                radius=settings["radius"],
-                cache_dir=None if cache_dir is None else str(cache_dir),
-                key=f"null-law-n{n}-N{N}-run{result.run}",
-                priority=10,
-            )
+        shapes = sorted({(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]})
+    laws, drawing = _shared_laws(client, shapes, settings, cache, result.run)
+    block_shape = {future.key: shape for shape, blocks in drawing.items() for future in blocks}
     # Largest layers first: the long tasks start early and the short ones fill the gaps.
     todo = sorted(
         todo, key=lambda t: -t[0].arch["n_heads"] * t[0].arch["head_dim"] * t[0].arch["hidden_size"]
     )
     display = _Display(progress, len(todo))
     meta: dict[str, tuple[ModelPlan, UnitSpec, int]] = {}
-    law_shape = {future.key: shape for shape, future in laws.items()}
-    ready: set[tuple[int, int]] = set()  # shapes whose law is on every worker (or given up)
     waiting: list[tuple[ModelPlan, UnitSpec]] = []
 
     def shapes_of(plan: ModelPlan) -> set[tuple[int, int]]:
-        return {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]} & set(laws)
+        return {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]} & set(shapes)
 
     def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
         future = client.submit(
@@ -449,7 +509,7 @@ def _run(
         meta[future.key] = (plan, spec, attempt)
         return future
 
-    futures = list(laws.values())
+    futures = [future for blocks in drawing.values() for future in blocks]
     for plan, layer, expected in todo:
         spec = UnitSpec(
             model=plan.entry.name,
@@ -460,24 +520,27 @@ def _run(
             **settings,
         )
         ledger.mark_running(plan.entry.name, layer, _params(plan, settings))
-        if shapes_of(plan):
+        if shapes_of(plan) & set(drawing):
             waiting.append((plan, spec))
         else:
             futures.append(submit(plan, spec, 0))
     try:
         completed = as_completed(futures)
         for future in completed:
-            if future.key in law_shape:
-                # A unit goes where its dependencies are: a law held by one worker would pull all its
-                # shape's units there. So each law is copied to every worker before its units are
-                # submitted. A law that failed is left to the units (analyze draws it itself).
-                shape = law_shape.pop(future.key)
-                if future.status == "finished":
-                    client.replicate([future])
+            if future.key in block_shape:
+                shape = block_shape.pop(future.key)
+                blocks = drawing.get(shape)
+                if blocks is None:  # a block of a law already given up
+                    continue
+                if future.status != "finished":
+                    # A law that failed is left to the units (analyze draws it itself).
+                    del drawing[shape]
+                    client.cancel(blocks)
+                elif all(block.status == "finished" for block in blocks):
+                    laws[shape] = _join_law(client, shape, drawing.pop(shape), settings, cache)
                 else:
-                    del laws[shape]
-                ready.add(shape)
-                for plan, spec in [w for w in waiting if shapes_of(w[0]) <= ready]:
+                    continue
+                for plan, spec in [w for w in waiting if not shapes_of(w[0]) & set(drawing)]:
                     waiting.remove((plan, spec))
                     completed.add(submit(plan, spec, 0))
                 continue

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
-__all__ = ["UnitResult", "UnitSpec", "files_fingerprint", "layer_fingerprint", "run_null_law", "run_unit"]
+__all__ = ["UnitResult", "UnitSpec", "files_fingerprint", "layer_fingerprint", "run_null_blocks", "run_unit"]
 
 
 @dataclass(frozen=True)
@@ -112,24 +112,18 @@ def _worker_name() -> str:
         return f"local pid {os.getpid()}"
 
 
-def run_null_law(n: int, N: int, *, samples: int, seed: int, radius: float, cache_dir: str | None) -> Any:
-    """The NullLaw of shape (n, N), drawn once per survey (or read from the null cache)."""
-    from threadpoolctl import threadpool_limits
+def run_null_blocks(n: int, N: int, first: int, last: int, *, samples: int, seed: int, radius: float) -> Any:
+    """Seeded blocks ``first`` to ``last - 1`` of the null law of shape (n, N), one BLAS thread.
 
-    from qkenergy.analysis.analyze import NULL_STATISTICS
-    from qkenergy.analysis.null_cache import null_law
+    Only the statistics analyze judges against the law (``NULL_STATISTICS``):
+    the blocks joined in order are bitwise the law analyze draws (and caches).
+    """
+    from qkenergy.math.nulls import NULL_STATISTICS, null_law_blocks
+    from qkenergy.parallel import single_threaded_blas
 
-    with threadpool_limits(limits=1):
-        # only the statistics analyze judges against the law: the cheap route, and analyze's cache entry
-        return null_law(
-            n,
-            N,
-            samples=samples,
-            seed=seed,
-            radius=radius,
-            cache_dir=cache_dir,
-            names=NULL_STATISTICS,
-            threads=1,
+    with single_threaded_blas():
+        return null_law_blocks(
+            n, N, first, last, samples=samples, seed=seed, radius=radius, names=NULL_STATISTICS
         )
 
 
