@@ -271,3 +271,14 @@ def test_scale_by_power_of_two_is_bitwise_ldexp(dtype: type) -> None:
         per_row = rng.choice(exponents, (len(x) // 4, 1))
         rows = x[: 4 * len(per_row)].reshape(-1, 4)
         np.testing.assert_array_equal(scale_by_power_of_two(rows, per_row), np.ldexp(rows, per_row))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("n", [1, 5, 32])
+def test_head_gram_is_exactly_symmetric(dtype, n: int) -> None:
+    # head_statistics hands the Cholesky G's transpose (the same matrix, in Fortran order)
+    rng = np.random.default_rng(n)
+    w_query, w_key = rng.standard_normal((2, 6, n, 40)).astype(dtype)
+    for kv_head in (np.arange(6), np.repeat(np.arange(2), 3)):
+        G = head_gram(w_query, w_key[: kv_head.max() + 1], kv_head)
+        np.testing.assert_array_equal(G, np.swapaxes(G, -1, -2))

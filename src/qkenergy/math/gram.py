@@ -114,7 +114,9 @@ def piece_gram(
     the piece is converted and rescaled once and its G_KK = W_K W_K^T formed
     once; the query-key blocks G_QK of the queries sharing it come from one
     (c n x N)(N x n) product; each G_QQ = W_Q W_Q^T from a symmetric rank-k
-    update. Scaling and dtypes as :func:`head_gram`.
+    update. Scaling and dtypes as :func:`head_gram`. G is exactly symmetric
+    (numpy fills the other triangle of a rank-k update by copying, and G_KQ
+    is the transpose of G_QK), which statistics.head_statistics relies on.
     """
     n, N = w_query.shape[-2:]
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)

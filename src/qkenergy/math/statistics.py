@@ -317,7 +317,7 @@ def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _block_spectra(V: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None]:
     """Spectra of heads from lower Cholesky factors V of their G (see spectrum.triangular_blocks)."""
     X, Y, Z = triangular_blocks(V)
-    core = block_symmetric_core(X, Y, upper_only=True)
+    core = block_symmetric_core(X, Y, upper_only=True, fortran=True)
     n = X.shape[-1]
     top_left, top_right = core[..., :n, :n], core[..., :n, n:]
     return {
@@ -330,13 +330,16 @@ def _block_spectra(V: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | Non
     }
 
 
-def _gram_spectra(G: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None]:
+def _gram_spectra(G: np.ndarray, *, with_h: bool, symmetric: bool = False) -> dict[str, np.ndarray | None]:
     """Eigenvalues of S, ||S||^2, ||T||^2 and (with_h) the singular values of L, per head of G (H, 2n, 2n).
 
     Heads with a resolved Cholesky factor take the block route (two n^3
     products); the rest (rank-deficient G, eigh factor) the general cores.
+    ``symmetric``: G is exactly symmetric (as piece_gram makes it), so its
+    transpose, in Fortran order, is the same matrix: LAPACK's copy of it reads
+    contiguous columns (the Cholesky about 20% faster), the factor is the same.
     """
-    V, triangular = psd_factor_lower(G)
+    V, triangular = psd_factor_lower(np.swapaxes(G, -1, -2) if symmetric else G)
     if np.all(triangular):
         return _block_spectra(V, with_h=with_h)
     n2 = G.shape[-1]
@@ -369,7 +372,7 @@ def _check_names(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _gram_values(
-    G: np.ndarray, N: int, *, radius: float, zero_tol: float, with_h: bool
+    G: np.ndarray, N: int, *, radius: float, zero_tol: float, with_h: bool, symmetric: bool = False
 ) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
     batch = np.shape(G)[:-2]
     n = head_dim(G)
@@ -377,7 +380,7 @@ def _gram_values(
     # Many small eigenproblems: BLAS threads only contend here (several times
     # slower on a busy 2-core machine), so run them on one thread.
     with single_threaded_blas():
-        spectra = _gram_spectra(G, with_h=with_h)
+        spectra = _gram_spectra(G, with_h=with_h, symmetric=symmetric)
     values = _statistics_from_spectra(
         **spectra,  # type: ignore[arg-type]
         norm_l_sq=spectra["norm_s_sq"] + spectra["norm_t_sq"],  # type: ignore[operator]
@@ -523,7 +526,8 @@ def head_statistics(
     """
     N = np.shape(w_query)[-1]
     if kv_head is None and heads is None and threads <= 1:
-        return gram_statistics(head_gram(w_query, w_key), N, radius=radius, zero_tol=zero_tol)
+        G = head_gram(w_query, w_key)
+        return _assemble(*_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True))
     if kv_head is None:
         w_query, w_key = np.asarray(w_query), np.asarray(w_key)
         if w_query.ndim != 3:
@@ -534,7 +538,7 @@ def head_statistics(
 
     def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
         G = piece_gram(w_query, w_key, kv_head, piece)
-        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True)[0]
+        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True)[0]
 
     parts = thread_map(piece_values, pieces, threads)
     values = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
