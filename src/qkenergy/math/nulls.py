@@ -177,29 +177,19 @@ def bartlett_spectra(
     with ``with_h``, else None (MATH.md, exact null laws).
     """
     p = 2 * n
-    spectra: dict[str, np.ndarray | None] = {
-        "eigs": np.empty((size, p)),
-        "norm_s_sq": np.empty(size),
-        "norm_l_sq": np.empty(size),
-        "trace_l": np.empty(size),
-        "h": np.empty((size, n)) if with_h else None,
-    }
+    eigs, h = np.empty((size, p)), np.empty((size, n)) if with_h else None
+    norm_s_sq, norm_l_sq, trace_l = np.empty(size), np.empty(size), np.empty(size)
     buffers = CoreBuffers.for_head_dim(n)
     # Many small products: BLAS threads only contend there.
     with single_threaded_blas():
         for lo, _, upper, lower in _bartlett_batches(rng, n, N, size):
             factors = [(factor, False) for factor in upper] + [(factor, True) for factor in lower]
             for i, (factor, transposed) in enumerate(factors, start=lo):
-                eigs, norm_s_sq, norm_l_sq, trace_l, h = factor_spectrum(
-                    factor, transposed=transposed, buffers=buffers, with_h=with_h
-                )
-                spectra["eigs"][i] = eigs  # type: ignore[index]
-                spectra["norm_s_sq"][i] = norm_s_sq  # type: ignore[index]
-                spectra["norm_l_sq"][i] = norm_l_sq  # type: ignore[index]
-                spectra["trace_l"][i] = trace_l  # type: ignore[index]
+                spectrum = factor_spectrum(factor, transposed=transposed, buffers=buffers, with_h=with_h)
+                eigs[i], norm_s_sq[i], norm_l_sq[i], trace_l[i] = spectrum[:4]
                 if h is not None:
-                    spectra["h"][i] = h  # type: ignore[index]
-    return spectra
+                    h[i] = spectrum[4]
+    return {"eigs": eigs, "norm_s_sq": norm_s_sq, "norm_l_sq": norm_l_sq, "trace_l": trace_l, "h": h}
 
 
 def direct_gram(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -168,6 +169,7 @@ def factor_spectrum(
     n = factor.shape[-1] // 2
     core = buffers.core
     top_left = core[:n, :n]
+    uplo: Literal["L", "U"] = "U" if transposed else "L"  # the triangle written, seen in Fortran order
     if not transposed:
         # The core's top rows [B, D] become A^T [B, D]/2 = [X, Y]/2 in place: in Fortran
         # order they are Z^T/2 = [B, D]^T A/2, and factor[n:, n:].T is A^T (Fortran lower).
@@ -175,7 +177,7 @@ def factor_spectrum(
         z[:, :n] = factor[:n, n:]
         _copy_triangle(factor[:n, :n], z[:, n:], upper=True)
         dtrmm(0.5, factor[n:, n:].T, z.T, side=1, lower=1, trans_a=1, overwrite_b=1)
-        x_half, off_diagonal, uplo = z[:, :n], z[:, n:], "L"  # C upper = Fortran lower
+        x_half, off_diagonal = z[:, :n], z[:, n:]
     else:
         # factor = V^T: W = [B^T; D^T] is its first n columns, and W^T becomes A^T W^T/2
         # (Fortran order, A^T = factor[n:, n:]), so W = Z^T/2 = [X^T; Y^T]/2: the core's left columns.
@@ -184,7 +186,7 @@ def factor_spectrum(
         _copy_triangle(factor[:n, :n], z[n:], upper=False)
         dtrmm(0.5, factor[n:, n:].T, z.T, side=0, lower=0, trans_a=1, overwrite_b=1)
         core[n:, :n] = z[n:]
-        x_half, off_diagonal, uplo = z[:n], core[n:, :n], "U"
+        x_half, off_diagonal = z[:n], core[n:, :n]
     flat = z.reshape(-1)
     norm_l_sq = 4.0 * float(np.dot(flat, flat))
     h = None
