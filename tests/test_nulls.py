@@ -5,7 +5,11 @@ two-sample KS comparisons use a fixed threshold p > 1e-3.
 """
 
 import itertools
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -116,6 +120,28 @@ def test_bartlett_spectra_match_the_gram_route(monkeypatch, n, N, pairs_per_batc
     np.testing.assert_allclose(
         got["trace_l"] / unit[:, 0], np.einsum("bii->b", G[:, n:, :n]) / unit[:, 0], atol=1e-13
     )
+
+
+def test_null_law_holds_every_blas_at_one_thread():
+    # scipy.linalg brings a second OpenBLAS: it must be held at one thread too while
+    # samples are drawn (a fresh interpreter, where scipy is first loaded by the sampler).
+    code = """
+import json
+from threadpoolctl import threadpool_info
+from qkenergy.math import nulls
+seen = []
+def spy(*args, **kwargs):
+    seen.append(sorted(info["num_threads"] for info in threadpool_info()))
+    return spectrum(*args, **kwargs)
+spectrum, nulls.factor_spectrum = nulls.factor_spectrum, spy
+for threads in (1, 2):
+    nulls.null_law(4, 12, samples=600, names=nulls.NULL_STATISTICS, threads=threads)
+print(json.dumps(seen))
+"""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    assert len(seen) == 1200 and all(len(counts) >= 2 and set(counts) == {1} for counts in seen)
 
 
 def test_factor_spectrum_ignores_the_other_triangle():

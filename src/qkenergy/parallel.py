@@ -12,8 +12,8 @@ models) belongs to Dask; callers there pass ``threads=1``.
 
 from __future__ import annotations
 
-import functools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,10 +47,20 @@ def resolve_threads(threads: int | None, name: str = "threads") -> int:
     return available_cores() if threads is None else check_integer(threads, name)
 
 
-@functools.cache
+_controller_cache: tuple[int, ThreadpoolController] | None = None
+
+
 def _controller() -> ThreadpoolController:
-    # Built once (it inspects the loaded libraries, ~0.5 ms); limit() is then cheap.
-    return ThreadpoolController()
+    """The BLAS libraries loaded so far; call with ``_lock`` held.
+
+    Inspecting them costs ~0.5 ms, so the controller is kept until modules
+    are imported: a new extension may bring its own BLAS (scipy.linalg loads
+    a second OpenBLAS, which a stale controller would leave on all cores).
+    """
+    global _controller_cache
+    if _controller_cache is None or _controller_cache[0] != len(sys.modules):
+        _controller_cache = (len(sys.modules), ThreadpoolController())
+    return _controller_cache[1]
 
 
 @contextmanager
@@ -58,7 +68,9 @@ def single_threaded_blas() -> Iterator[None]:
     """Hold BLAS at one thread inside this block; nestable and safe to enter from several threads.
 
     threadpoolctl limits are process-wide, so the first thread to enter sets
-    the limit and the last to leave restores the previous setting.
+    the limit and the last to leave restores the previous setting. The limit
+    covers the BLAS libraries loaded when it is set: import a module that
+    brings its own (scipy.linalg) before entering.
     """
     global _depth, _limiter
     with _lock:

@@ -135,6 +135,8 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     size = check_integer(size, "size", minimum=0)
     p = 2 * n
     out = np.empty((size, p, p))
+    if p >= _LAUUM_MIN_P:
+        _load_scipy_blas()
     # Many small products: BLAS threads only contend there (on a busy 2-core
     # machine the dlauum loop ran over 100 times slower with 2 threads).
     with single_threaded_blas():
@@ -147,7 +149,7 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
                 np.matmul(U, np.swapaxes(U, 1, 2), out=out[lo : lo + pairs])
                 np.matmul(np.swapaxes(L, 1, 2), L, out=out[lo + pairs : hi])
                 continue
-            from scipy.linalg.lapack import dlauum  # ~0.25 s import: only when G is asked for
+            from scipy.linalg.lapack import dlauum
 
             # A C-ordered matrix seen by Fortran is its transpose: the Fortran lower
             # triangle of upper[k].T is U^T, so lower=1 gives (U^T)^T U^T = U U^T; likewise
@@ -161,6 +163,15 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
             _mirror_upper(upper, out[lo : lo + pairs])
             _mirror_upper(np.swapaxes(lower, 1, 2), out[lo + pairs : hi])
     return out
+
+
+def _load_scipy_blas() -> None:
+    """Import scipy.linalg's BLAS and LAPACK (~0.25 s, only when sampling) before BLAS is held at one thread.
+
+    It is a second OpenBLAS: loaded inside ``single_threaded_blas`` it would
+    escape the limit and run spinning threads beside each sample's product.
+    """
+    import scipy.linalg.blas  # noqa: F401
 
 
 def bartlett_spectra(
@@ -177,6 +188,7 @@ def bartlett_spectra(
     with ``with_h``, else None (MATH.md, exact null laws).
     """
     p = 2 * n
+    _load_scipy_blas()
     eigs, h = np.empty((size, p)), np.empty((size, n)) if with_h else None
     norm_s_sq, norm_l_sq, trace_l = np.empty(size), np.empty(size), np.empty(size)
     buffers = CoreBuffers.for_head_dim(n)
@@ -256,6 +268,8 @@ def null_statistics_sampler(
     statistics = _statistics_module()
     names = _statistic_names(names)
     with_h = any(name in statistics.SINGULAR_VALUE_STATISTICS for name in names)
+    if 2 * n <= N:
+        _load_scipy_blas()  # before montecarlo.draw holds BLAS at one thread
 
     def sample(rng: np.random.Generator, size: int) -> np.ndarray:
         if 2 * n > N:
