@@ -123,25 +123,30 @@ def test_bartlett_spectra_match_the_gram_route(monkeypatch, n, N, pairs_per_batc
 
 
 def test_null_law_holds_every_blas_at_one_thread():
-    # scipy.linalg brings a second OpenBLAS: it must be held at one thread too while
-    # samples are drawn (a fresh interpreter, where scipy is first loaded by the sampler).
+    # scipy.linalg brings a second OpenBLAS: it must be held at one thread too while samples
+    # are drawn, also when the sampler first loads it inside an outer limit (a survey's worker),
+    # and both are given back their threads afterwards. A fresh interpreter: scipy not loaded.
     code = """
 import json
 from threadpoolctl import threadpool_info
 from qkenergy.math import nulls
+from qkenergy.parallel import single_threaded_blas
 seen = []
 def spy(*args, **kwargs):
     seen.append(sorted(info["num_threads"] for info in threadpool_info()))
     return spectrum(*args, **kwargs)
 spectrum, nulls.factor_spectrum = nulls.factor_spectrum, spy
+with single_threaded_blas():
+    nulls.null_law_blocks(4, 12, 0, 1, samples=600, names=nulls.NULL_STATISTICS)
 for threads in (1, 2):
     nulls.null_law(4, 12, samples=600, names=nulls.NULL_STATISTICS, threads=threads)
-print(json.dumps(seen))
+print(json.dumps([seen, sorted(info["num_threads"] for info in threadpool_info())]))
 """
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    seen = json.loads(out.stdout)
-    assert len(seen) == 1200 and all(len(counts) >= 2 and set(counts) == {1} for counts in seen)
+    seen, after = json.loads(out.stdout)
+    assert len(seen) == 256 + 1200 and all(len(counts) >= 2 and set(counts) == {1} for counts in seen)
+    assert len(after) >= 2 and set(after) == {2}
 
 
 def test_factor_spectrum_ignores_the_other_triangle():

@@ -31,7 +31,8 @@ R = TypeVar("R")
 
 _lock = threading.Lock()
 _depth = 0
-_limiter: object | None = None
+_limiters: list[object] = []  # limits set since depth 0, outermost first
+_limited_at = 0  # len(sys.modules) when the last limit was set
 
 
 def available_cores() -> int:
@@ -68,23 +69,26 @@ def single_threaded_blas() -> Iterator[None]:
     """Hold BLAS at one thread inside this block; nestable and safe to enter from several threads.
 
     threadpoolctl limits are process-wide, so the first thread to enter sets
-    the limit and the last to leave restores the previous setting. The limit
-    covers the BLAS libraries loaded when it is set: import a module that
-    brings its own (scipy.linalg) before entering.
+    the limit and the last to leave restores the previous settings. A limit
+    covers the BLAS libraries loaded when it is set, so an entry that finds
+    modules imported since the last limit (scipy.linalg brings a second
+    OpenBLAS) limits again: import such a module before entering.
     """
-    global _depth, _limiter
+    global _depth, _limited_at
     with _lock:
-        if _depth == 0:
-            _limiter = _controller().limit(limits=1, user_api="blas")
+        if _depth == 0 or _limited_at != len(sys.modules):
+            _limiters.append(_controller().limit(limits=1, user_api="blas"))
+            _limited_at = len(sys.modules)
         _depth += 1
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
-            if _depth == 0 and _limiter is not None:
-                _limiter.restore_original_limits()  # type: ignore[attr-defined]
-                _limiter = None
+            if _depth == 0:
+                for limiter in reversed(_limiters):  # the innermost first: the outermost saw the originals
+                    limiter.restore_original_limits()  # type: ignore[attr-defined]
+                _limiters.clear()
 
 
 def thread_map(func: Callable[[T], R], items: Iterable[T], threads: int) -> list[R]:

@@ -268,8 +268,6 @@ def null_statistics_sampler(
     statistics = _statistics_module()
     names = _statistic_names(names)
     with_h = any(name in statistics.SINGULAR_VALUE_STATISTICS for name in names)
-    if 2 * n <= N:
-        _load_scipy_blas()  # before montecarlo.draw holds BLAS at one thread
 
     def sample(rng: np.random.Generator, size: int) -> np.ndarray:
         if 2 * n > N:
