@@ -199,11 +199,13 @@ def test_head_gram_grouped_query_attention_pairs_each_query_with_its_key(
     grouped = head_gram(w_query, w_key, kv_head)
     np.testing.assert_allclose(grouped, head_gram(w_query, w_key[kv_head]), rtol=1e-13, atol=1e-13)
     assert [list(p) for p in gram.query_pieces(kv_head, 4, 16)] == [[0, 1, 2, 3, 4, 5]]
-    # pieces hold whole groups while they fit, and split a group only when it alone is too large
+    # pieces hold whole groups while they fit; a group too large alone is a piece of its own
+    # (converted in chunks, its key once)
     monkeypatch.setattr(gram, "_PIECE_VALUES", 4 * 16 * 4)
     assert [list(p) for p in gram.query_pieces(kv_head, 4, 16)] == [[0, 1, 2], [3, 4, 5]]
     monkeypatch.setattr(gram, "_PIECE_VALUES", 4 * 16 * 2)
-    assert [list(p) for p in gram.query_pieces(kv_head, 4, 16)] == [[0, 1], [2], [3, 4], [5]]
+    assert [list(p) for p in gram.query_pieces(kv_head, 4, 16)] == [[0, 1, 2], [3, 4, 5]]
+    np.testing.assert_allclose(head_gram(w_query, w_key, kv_head), grouped, rtol=1e-13, atol=1e-13)
     interleaved = np.array([0, 1, 0, 1, 0, 1])  # keys need not be consecutive
     np.testing.assert_allclose(
         head_gram(w_query, w_key, interleaved), head_gram(w_query, w_key[interleaved]), rtol=1e-13, atol=1e-13

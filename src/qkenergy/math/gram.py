@@ -57,10 +57,10 @@ def _scale_heads(heads: np.ndarray) -> np.ndarray:
     return non_finite
 
 
-# The query heads of one key head are multiplied against it in pieces of at
-# most this many float values (16 MiB in float32). A piece depends only on the
-# shapes, never on memory settings or threads, so every G is bitwise the same
-# however the work is split.
+# The query heads of one key head are converted and multiplied against it in
+# chunks of at most this many float values (16 MiB in float32). A chunk depends
+# only on the shapes, never on memory settings or threads, so every G is
+# bitwise the same however the work is split.
 _PIECE_VALUES = 1 << 22
 _buffers = threading.local()
 
@@ -76,30 +76,34 @@ def _scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return held[:size].reshape(shape)
 
 
+def _chunk_heads(n: int, N: int) -> int:
+    """Most query heads converted at once: max(1, 2^22 // (n N))."""
+    return max(1, _PIECE_VALUES // max(1, n * N))
+
+
 def query_pieces(kv_head: np.ndarray, n: int, N: int, heads: np.ndarray | None = None) -> list[np.ndarray]:
     """Query heads (indices, in order of ``heads``) in pieces of whole key-head groups.
 
-    ``kv_head[h]``: the key head of query head h. A piece holds at most
-    max(1, 2^22 // (n N)) query heads: consecutive groups of heads sharing a
-    key head, a group split only when it alone is larger. Pieces are the unit
-    of work of :func:`piece_gram` (and of threads); they depend only on the
-    shapes and the heads asked for.
+    ``kv_head[h]``: the key head of query head h. A piece holds consecutive
+    groups of heads sharing a key head, at most max(1, 2^22 // (n N)) heads,
+    or one group alone when it is larger (it is then converted in chunks of
+    that size, its key only once). Pieces are the unit of work of
+    :func:`piece_gram` (and of threads); they depend only on the shapes and
+    the heads asked for.
     """
     kv_head = np.asarray(kv_head)
     heads = np.arange(len(kv_head)) if heads is None else np.asarray(heads)
-    most = max(1, _PIECE_VALUES // max(1, n * N))
+    most = _chunk_heads(n, N)
     groups = np.split(heads, np.flatnonzero(np.diff(kv_head[heads]) != 0) + 1) if len(heads) else []
     pieces: list[np.ndarray] = []
     current: list[np.ndarray] = []
     size = 0
     for group in groups:
-        for start in range(0, len(group), most):
-            part = group[start : start + most]
-            if size + len(part) > most and current:
-                pieces.append(np.concatenate(current))
-                current, size = [], 0
-            current.append(part)
-            size += len(part)
+        if size + len(group) > most and current:
+            pieces.append(np.concatenate(current))
+            current, size = [], 0
+        current.append(group)
+        size += len(group)
     if current:
         pieces.append(np.concatenate(current))
     return pieces
@@ -113,33 +117,36 @@ def piece_gram(
     MATH.md: Gram route, with grouped-query attention in mind: each key head of
     the piece is converted and rescaled once and its G_KK = W_K W_K^T formed
     once; the query-key blocks G_QK of the queries sharing it come from one
-    (c n x N)(N x n) product; each G_QQ = W_Q W_Q^T from a symmetric rank-k
-    update. Scaling and dtypes as :func:`head_gram`. G is exactly symmetric
-    (numpy fills the other triangle of a rank-k update by copying, and G_KQ
-    is the transpose of G_QK), which statistics.head_statistics relies on.
+    (c n x N)(N x n) product per chunk of at most 2^22 // (n N) queries; each
+    G_QQ = W_Q W_Q^T from a symmetric rank-k update. Scaling and dtypes as
+    :func:`head_gram`. G is exactly symmetric (numpy fills the other triangle
+    of a rank-k update by copying, and G_KQ is the transpose of G_QK), which
+    statistics.head_statistics relies on.
     """
     n, N = w_query.shape[-2:]
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
-    c = len(queries)
-    Q = _scratch("query", (c, n, N), dtype)
-    for i, h in enumerate(queries):
-        Q[i] = w_query[h]  # the conversion to ``dtype`` happens in the copy
-    bad = _scale_heads(Q)
-    G = np.empty((c, 2 * n, 2 * n))
-    for i in range(c):
-        G[i, n:, n:] = Q[i] @ Q[i].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
+    queries = np.asarray(queries)
     keys = np.asarray(kv_head)[queries]
+    most = _chunk_heads(n, N)
+    G = np.empty((len(queries), 2 * n, 2 * n))
+    bad = np.zeros(len(queries), dtype=bool)
     K = _scratch("key", (1, n, N), dtype)
     for key in dict.fromkeys(keys.tolist()):  # each key head once, in order
         rows = np.flatnonzero(keys == key)
-        K[0] = w_key[key]
-        bad[rows] |= _scale_heads(K)[0]
-        G[rows, :n, :n] = K[0] @ K[0].T
-        # a key's queries are consecutive in every layout (kv_head = h // group): a view, no copy
-        together = Q[rows[0] : rows[-1] + 1] if rows[-1] - rows[0] + 1 == len(rows) else Q[rows]
-        qk = (together.reshape(-1, N) @ K[0].T).reshape(-1, n, n)  # G_QK of its queries at once
-        G[rows, n:, :n] = qk
-        G[rows, :n, n:] = np.swapaxes(qk, 1, 2)
+        K[0] = w_key[key]  # the conversion to ``dtype`` happens in the copy
+        key_bad = _scale_heads(K)[0]
+        G[rows, :n, :n] = K[0] @ K[0].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
+        for start in range(0, len(rows), most):
+            chunk = rows[start : start + most]
+            Q = _scratch("query", (len(chunk), n, N), dtype)
+            for i, h in enumerate(queries[chunk]):
+                Q[i] = w_query[h]
+            bad[chunk] = _scale_heads(Q) | key_bad
+            for i, row in enumerate(chunk):
+                G[row, n:, n:] = Q[i] @ Q[i].T
+            qk = (Q.reshape(-1, N) @ K[0].T).reshape(-1, n, n)  # G_QK of the chunk at once
+            G[chunk, n:, :n] = qk
+            G[chunk, :n, n:] = np.swapaxes(qk, 1, 2)
     G[bad] = np.nan
     return G
 
