@@ -184,10 +184,61 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- cluster
 
 
+def _local_cluster(workers: int | None) -> Any:
+    """A LocalCluster of ``workers`` (default: one per core) single-threaded worker processes."""
+    import dask
+    from distributed import LocalCluster
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # No queue on the scheduler: every task goes to a worker at once, which runs its tasks in priority
+    # order, so no unit (which depends on a law) overtakes the null-law blocks still queued.
+    with dask.config.set({"distributed.scheduler.worker-saturation": math.inf}):
+        return LocalCluster(
+            n_workers=workers or cores or 1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            # no dashboard, and its bare HTTP server on a free port (8787 may belong to another cluster)
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+            # the workers import what the units run while they wait for their first task
+            preload=["qkenergy.surveys.units", "qkenergy.analysis.analyze"],
+        )
+
+
 @contextlib.contextmanager
-def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, str]]:
-    """A Dask client on ``scheduler``, or on a LocalCluster of single-threaded worker processes."""
-    from distributed import Client, LocalCluster
+def _early_cluster(scheduler: str | None, workers: int | None, new: bool) -> Iterator[Any]:
+    """For a new survey on a LocalCluster: the cluster being started in a background thread (a Future).
+
+    Starting worker processes takes seconds; a new survey has work for them,
+    so they start while the client resolves the models. The cluster is
+    stopped on the way out unless :func:`_client` took it (``None`` taken).
+    """
+    if scheduler is not None or not new:
+        yield None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    import distributed  # noqa: F401  (imported here, not by the thread: an import holds the GIL)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="qkenergy-cluster-start") as thread:
+        starting = thread.submit(_local_cluster, workers)
+        holder = [starting]
+        try:
+            yield holder
+        finally:
+            if holder[0] is not None:  # not taken: nothing to do, or an error
+                with contextlib.suppress(Exception):
+                    holder[0].result().close()
+
+
+@contextlib.contextmanager
+def _client(
+    scheduler: str | None, workers: int | None, early: list[Any] | None = None
+) -> Iterator[tuple[Any, str]]:
+    """A Dask client on ``scheduler``, or on a LocalCluster (``early``'s, when one is being started)."""
+    from distributed import Client
 
     if scheduler is not None:
         try:
@@ -197,27 +248,13 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[tuple[Any, s
         with client:
             yield client, scheduler
         return
-    import dask
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = workers or cores or 1
-    with (
-        # No queue on the scheduler: every task goes to a worker at once, which runs its tasks in priority
-        # order, so no unit (which depends on a law) overtakes the null-law blocks still queued.
-        dask.config.set({"distributed.scheduler.worker-saturation": math.inf}),
-        LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            # no dashboard, and its bare HTTP server on a free port (8787 may belong to another cluster)
-            scheduler_kwargs={"dashboard_address": ":0"},
-            silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client, f"LocalCluster({n} workers x 1 thread)"
+    if early is not None:
+        starting, early[0] = early[0], None  # taken: stopped here
+        cluster = starting.result()
+    else:
+        cluster = _local_cluster(workers)
+    with cluster, Client(cluster) as client:
+        yield client, f"LocalCluster({len(cluster.workers)} workers x 1 thread)"
 
 
 class _Display:
@@ -301,10 +338,6 @@ def survey(
     seed = check_integer(seed, "--seed", 0)
     retries = check_integer(retries, "--retries", 0)
     rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
-    from qkenergy.analysis.analyze import NULL_KINDS
-
-    if null_kind not in NULL_KINDS:
-        raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
     if workers is not None:
         workers = check_integer(workers, "--workers", 1)
     settings = {
@@ -319,73 +352,111 @@ def survey(
     entries, manifest_sha = read_manifest(manifest)
     out = Path(out)
     _settings_check(out, settings)
-    from qkenergy.analysis.report import ensure_directory
+    with _early_cluster(scheduler, workers, new=not (out / "ledger.sqlite").exists()) as early:
+        # The client's own imports (half a second) and planning, while the cluster starts.
+        from qkenergy.analysis.analyze import NULL_KINDS
+        from qkenergy.analysis.report import ensure_directory
 
-    ensure_directory(out)
-    clean_partial_files(out)
-    plans = [_resolve(entry) for entry in entries]
-
-    with Ledger(out / "ledger.sqlite") as ledger:
-        record: dict[str, Any] = {
-            "format": 1,
-            "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
-            "settings": settings,
-            "cache_dir": None if cache_dir is None else str(cache_dir),
-            "models": [plan.record() for plan in plans],
-            "provenance": _provenance(),
-        }
-        todo: list[tuple[ModelPlan, int, str | None]] = []
-        result = SurveyRun(out=out, run=0, units=0)
-        done = ledger.units()
-        for plan in plans:
-            ledger.record_model(
-                plan.entry.name,
-                plan.entry.source,
-                plan.entry.revision,
-                path=plan.path,
-                status="failed" if plan.error else "ok",
-                error=plan.error,
-                files_digest=plan.files_digest or None,
-                **{k: v for k, v in plan.arch.items() if k != "stacks"},  # stacks: in survey.json
+        if null_kind not in NULL_KINDS:
+            raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
+        ensure_directory(out)
+        clean_partial_files(out)
+        with Ledger(out / "ledger.sqlite") as ledger:
+            return _plan_and_run(
+                manifest,
+                manifest_sha,
+                entries,
+                out,
+                settings,
+                ledger,
+                early,
+                started,
+                retries=retries,
+                scheduler=scheduler,
+                workers=workers,
+                cache_dir=cache_dir,
+                progress=progress,
             )
-            if plan.error:
-                result.model_errors[plan.entry.name] = plan.error
-                continue
-            for layer in plan.layers:
-                result.units += 1
-                row = done.get((plan.entry.name, layer))
-                action = _action(row, plan, layer, out, settings)
-                if action == "skip":
-                    result.skipped += 1
-                else:
-                    todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
-        scheduler_text = scheduler or "LocalCluster"
-        result.run = ledger.start_run(scheduler_text)
-        record["run"] = {"run": result.run, "started": time.time()}
+
+
+def _plan_and_run(
+    manifest: str | os.PathLike[str],
+    manifest_sha: str,
+    entries: list[ModelEntry],
+    out: Path,
+    settings: dict[str, Any],
+    ledger: Ledger,
+    early: list[Any] | None,
+    started: float,
+    *,
+    retries: int,
+    scheduler: str | None,
+    workers: int | None,
+    cache_dir: str | os.PathLike[str] | None,
+    progress: bool,
+) -> SurveyRun:
+    """:func:`survey` once its arguments are checked: resolve the models, plan the units, run them."""
+    plans = [_resolve(entry) for entry in entries]
+    record: dict[str, Any] = {
+        "format": 1,
+        "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
+        "settings": settings,
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "models": [plan.record() for plan in plans],
+        "provenance": _provenance(),
+    }
+    todo: list[tuple[ModelPlan, int, str | None]] = []
+    result = SurveyRun(out=out, run=0, units=0)
+    done = ledger.units()
+    for plan in plans:
+        ledger.record_model(
+            plan.entry.name,
+            plan.entry.source,
+            plan.entry.revision,
+            path=plan.path,
+            status="failed" if plan.error else "ok",
+            error=plan.error,
+            files_digest=plan.files_digest or None,
+            **{k: v for k, v in plan.arch.items() if k != "stacks"},  # stacks: in survey.json
+        )
+        if plan.error:
+            result.model_errors[plan.entry.name] = plan.error
+            continue
+        for layer in plan.layers:
+            result.units += 1
+            row = done.get((plan.entry.name, layer))
+            action = _action(row, plan, layer, out, settings)
+            if action == "skip":
+                result.skipped += 1
+            else:
+                todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
+    scheduler_text = scheduler or "LocalCluster"
+    result.run = ledger.start_run(scheduler_text)
+    record["run"] = {"run": result.run, "started": time.time()}
+    _write_json(out / "survey.json", record)
+    status = "interrupted"
+    try:
+        if todo:
+            with _client(scheduler, workers, early) as (client, scheduler_text):
+                record["engine"] = {
+                    "scheduler": scheduler_text,
+                    "workers": len(client.scheduler_info()["workers"]),
+                }
+                _run(client, todo, out, settings, ledger, result, retries, cache_dir, progress)
+        status = "done" if result.ok else "failed"
+    finally:
+        ledger.release_running()
+        counts = {
+            "units": result.units,
+            "computed": result.computed,
+            "unchanged": result.unchanged,
+            "skipped": result.skipped,
+            "failed": len(result.failed),
+        }
+        ledger.finish_run(status, counts)
+        result.elapsed = time.monotonic() - started
+        record["run"].update(status=status, finished=time.time(), elapsed_s=result.elapsed, **counts)
         _write_json(out / "survey.json", record)
-        status = "interrupted"
-        try:
-            if todo:
-                with _client(scheduler, workers) as (client, scheduler_text):
-                    record["engine"] = {
-                        "scheduler": scheduler_text,
-                        "workers": len(client.scheduler_info()["workers"]),
-                    }
-                    _run(client, todo, out, settings, ledger, result, retries, cache_dir, progress)
-            status = "done" if result.ok else "failed"
-        finally:
-            ledger.release_running()
-            counts = {
-                "units": result.units,
-                "computed": result.computed,
-                "unchanged": result.unchanged,
-                "skipped": result.skipped,
-                "failed": len(result.failed),
-            }
-            ledger.finish_run(status, counts)
-            result.elapsed = time.monotonic() - started
-            record["run"].update(status=status, finished=time.time(), elapsed_s=result.elapsed, **counts)
-            _write_json(out / "survey.json", record)
     return result
 
 
