@@ -5,10 +5,19 @@ stacked, gpt_neox interleaved, gpt2 Conv1D; float32 and float16; three
 distinct (n, N) head shapes; a few layers each) and measures, in one run:
 
 1. speed: the survey on the default LocalCluster (one single-threaded worker
-   process per core, cluster start and stop included) against a plain loop of
-   `analyze_model` calls in this process (default BLAS threads), each with
-   its own fresh null-law cache, so that each side draws every shape's null
-   law exactly once. Target: >= 1.7x on 2 cores, identical results;
+   process per core, cluster start and stop included), both as the command
+   `qkenergy survey` and as `qkenergy.survey()` in this process, against
+   three plain loops of analyze over the same models: (a) a shell-style loop
+   of `qkenergy analyze MODEL -o TABLE` commands (what a user writes: a fresh
+   process per model), (b) `analyze_model` in this process with threads=1,
+   (c) `analyze_model` in this process with its default threads (every
+   core). Every run has its own fresh null-law cache, so each side draws
+   every shape's null law exactly once. The runs are interleaved, `--repeat`
+   rounds, medians reported with the load average of each run. It prints the
+   physical bound against (c): the survey does at least (b)'s work, so on
+   C cores it cannot beat (c) by more than C / S, where S = (b) / (c) is
+   the threaded loop's own speed-up. Target: >= 1.7x on 2 cores against a
+   plain loop of analyze calls, identical results (checked bitwise);
 2. restart: `qkenergy survey` in a subprocess, SIGKILLed once half of the
    units are done, then run again: the rerun must compute exactly the missing
    units (counted from the ledger's attempts) and the dataset must equal the
@@ -22,7 +31,8 @@ distinct (n, N) head shapes; a few layers each) and measures, in one run:
    the 1,000 most downloaded text models of the Hugging Face hub (the model
    mix is an assumption, printed with the estimate).
 
-    python benchmarks/bench_survey.py [--layers 3] [--samples 1000] [--workers 2]
+    python benchmarks/bench_survey.py [--layers 3] [--samples 1000] [--workers 2] [--repeat 1]
+        [--skip speed,restart,memory,costs]
 
 Prints ratios measured in this run; asserts nothing about time.
 """
@@ -131,7 +141,7 @@ def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: i
         for name, *_ in MODELS:
             table = where / f"{name}.parquet"
             command = _cli("analyze", str(tmp / name), "--samples", str(samples), "--cache-dir", str(where))
-            subprocess.run([*command, "-o", str(table)], env=ENV, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([*command, "-o", str(table)], env=ENV, check=True, capture_output=True)
             frames.append(pd.read_parquet(table).assign(model=name))
         return pd.concat(frames, ignore_index=True)
 
