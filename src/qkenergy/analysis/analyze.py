@@ -57,7 +57,6 @@ from qkenergy.weights.layouts import (
     Layout,
     architectures,
     find_prefix,
-    layer_tensors,
     read_layer,
 )
 
@@ -137,7 +136,7 @@ def analyze_model(
     ``threads``: heads and null samples are spread over this many threads with
     BLAS on one thread each (None: every core this process may use; pass 1
     inside Dask workers or other process pools); results do not depend on it.
-    While a layer is analysed, the next one is read into the page cache.
+    While a layer is analysed, the next one is read by a helper thread.
 
     Columns of ``heads``: model, stack ("" for a single-stack model, else
     encoder, decoder, cross, text or vision: one row per head per stack),
@@ -212,22 +211,18 @@ def analyze_model(
         ]
         head_frames: list[pd.DataFrame] = []
         layer_rows: list[dict[str, Any]] = []
+
+        def read(item: tuple[Architecture, str, int, list[int]]) -> LayerWeights:
+            return read_layer(tensors, item[0], item[2], fold_norm=fold_norm, prefix=item[1])
+
         with _layer_progress(progress, len(todo)) as advance, ThreadPoolExecutor(1) as reader:
-            # the recorder hashes the bytes for the fingerprints as they are prefetched
-            prefetch = tensors.prefetch
-            first = todo[0]
-            ahead = reader.submit(
-                prefetch, layer_tensors(source.tensors, first[0], first[2], prefix=first[1])
-            )
-            for i, (stack, prefix, layer, stack_heads) in enumerate(todo):
-                ahead.result()  # this layer is in the page cache (or failed to read: raise now)
+            ahead = reader.submit(read, todo[0])
+            for i, (stack, _prefix, layer, stack_heads) in enumerate(todo):
+                weights = ahead.result()  # read by the helper thread (or failed to read: raise now)
                 if i + 1 < len(todo):
-                    # One layer of read-ahead: the disk works while this layer's statistics run.
-                    nxt = todo[i + 1]
-                    ahead = reader.submit(
-                        prefetch, layer_tensors(source.tensors, nxt[0], nxt[2], prefix=nxt[1])
-                    )
-                weights = read_layer(tensors, stack, layer, fold_norm=fold_norm, prefix=prefix)
+                    # One layer of read-ahead: the next layer is read (and hashed for the
+                    # fingerprints) while this layer's statistics run; at most two layers in memory.
+                    ahead = reader.submit(read, todo[i + 1])
                 plan = plans[id(stack)]
                 rope = None if plan is None else plan[0][layer]
                 offsets = None if plan is None else plan[1]
@@ -247,7 +242,7 @@ def analyze_model(
                 )
                 if per_layer:
                     layer_rows.extend(_layer_rows(source.name, stack, weights, radius, rope, offsets))
-                del weights  # release this layer before the next is read
+                del weights  # release this layer before the one after next is read
                 source.tensors.release()
                 advance()
             ahead.result()

@@ -130,9 +130,13 @@ def model_source(
 class ReadRecorder:
     """A TensorReader (layouts.TensorReader) that notes which tensors were read from ``tensors``.
 
-    Over safetensors files the fingerprints come afterwards from the files
-    (:func:`fingerprint_files`); over a model in memory (no files) each tensor
-    is hashed as it is read: SHA-256 of name, dtype, shape and bytes, in read order.
+    Over safetensors files the fingerprints are those of :func:`fingerprint_files`,
+    begun as the tensors are read: a tensor lying after every tensor hashed so
+    far in its file is hashed from the array just read (the file's bytes), so
+    that :meth:`fingerprints` only reads what was not hashed on the way. Over a
+    model in memory (no files) each tensor is hashed as it is read: SHA-256 of
+    name, dtype, shape and bytes, in read order. One reader at a time (a
+    helper thread reading ahead is fine).
     """
 
     def __init__(self, tensors: Any) -> None:
@@ -140,7 +144,7 @@ class ReadRecorder:
         self.read: dict[str, None] = {}  # names in read order
         self._memory = None if hasattr(tensors, "files") else hashlib.sha256()
         self._memory_bytes = 0
-        self._begun: dict[Path, _BegunDigest] = {}  # file digests begun by prefetch()
+        self._begun: dict[Path, _BegunDigest] = {}  # file digests begun as tensors are read
 
     @property
     def names(self) -> Collection[str]:
@@ -163,31 +167,20 @@ class ReadRecorder:
                 self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
                 self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
+            else:
+                self._hash_in_file_order(name, array)
         return array
 
-    def prefetch(self, names: Iterable[str]) -> None:
-        """Read these tensors into the page cache (TensorSource.prefetch), hashing them as they pass.
-
-        Each file's digest of :func:`fingerprint_files` (header, then the tensors
-        read, in file order) is begun here: a tensor lying after every tensor
-        hashed so far in its file is hashed while it is read, so that
-        :meth:`fingerprints` only reads what was not hashed on the way. Blocking:
-        call it from one helper thread at a time, and not during fingerprints().
-        """
-        if self._memory is not None:  # tensors in memory: no page cache to fill
-            return
-        infos = sorted(
-            ((self.tensors.file_of(name), self.tensors.info(name)) for name in names),
-            key=lambda pair: (str(pair[0].path), pair[1].begin),
-        )
-        for sf, info in infos:
-            begun = self._begun.get(sf.path)
-            if begun is None:
-                begun = self._begun[sf.path] = _BegunDigest.of_header(sf)
-            if begun.ranges and info.begin < begun.ranges[-1][1]:
-                sf.prefetch(info.name)  # before what is hashed already: fingerprints() hashes it
-            else:
-                begun.add(info.begin, info.end, sf.prefetch(info.name, sink=begun.digest.update))
+    def _hash_in_file_order(self, name: str, array: np.ndarray) -> None:
+        """Extend the digest of ``name``'s file with the array's bytes when it comes next in file order."""
+        sf = self.tensors.file_of(name)
+        info = sf.info(name)
+        begun = self._begun.get(sf.path)
+        if begun is None:
+            begun = self._begun[sf.path] = _BegunDigest.of_header(sf.path)
+        if info.begin >= begun.ranges[-1][1] and array.nbytes == info.end - info.begin:
+            begun.digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+            begun.add(info.begin, info.end)
 
     def fingerprints(self) -> list[dict[str, Any]]:
         """One entry per weight file read (:func:`fingerprint_files`), or one for the tensors in memory."""
@@ -208,7 +201,7 @@ class ReadRecorder:
 
 
 class _BegunDigest:
-    """A file's SHA-256 of :func:`fingerprint_files` begun while its tensors were prefetched.
+    """A file's SHA-256 of :func:`fingerprint_files` begun while its tensors were read.
 
     ``digest`` holds the header and ``ranges`` (byte ranges in increasing file
     order); ``states[k]`` is a copy of the digest after the header and the
@@ -221,16 +214,15 @@ class _BegunDigest:
         self.states = [digest.copy()]
 
     @classmethod
-    def of_header(cls, sf: Any) -> _BegunDigest:
-        with open(sf.path, "rb") as fh:
-            header_end = 8 + int.from_bytes(fh.read(8), "little")
-        digest = hashlib.sha256()
-        whole = sf.prefetch_range(0, header_end, sink=digest.update)
-        return cls(header_end if whole else -1, digest)
+    def of_header(cls, path: Path) -> _BegunDigest:
+        with open(path, "rb") as fh:
+            header = fh.read(8)
+            header += fh.read(int.from_bytes(header, "little"))
+        return cls(len(header), hashlib.sha256(header))
 
-    def add(self, begin: int, end: int, whole: bool) -> None:
-        """Note the range [begin, end) hashed; a range read short (file truncated) ends the prefix."""
-        self.ranges.append((begin, end) if whole else (-1, -1))
+    def add(self, begin: int, end: int) -> None:
+        """Note the range [begin, end) hashed."""
+        self.ranges.append((begin, end))
         self.states.append(self.digest.copy())
 
     def resume(self, ranges: list[tuple[int, int]]) -> tuple[Any, int]:
@@ -252,7 +244,7 @@ def fingerprint_files(
     file is read this is the SHA-256 of the whole file (``sha256sum``); else it
     covers exactly what the analysis used, at the cost of one pass over the
     query and key weights (which are in the page cache by then), less what
-    ``begun`` (digests begun by :meth:`ReadRecorder.prefetch`) already holds.
+    ``begun`` (digests begun by :class:`ReadRecorder` as it read) already holds.
     The entry lists the tensor names hashed so that the digest can be recomputed.
     """
     by_file: dict[Path, list[str]] = {}

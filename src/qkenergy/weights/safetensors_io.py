@@ -24,7 +24,7 @@ import itertools
 import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -312,35 +312,24 @@ class SafetensorsFile(_TensorIndex):
                 )
             done += got
 
-    def prefetch(self, name: str, sink: Callable[[memoryview], object] | None = None) -> bool:
+    def prefetch(self, name: str) -> None:
         """Read tensor ``name``'s bytes into the page cache (blocking: call it from a helper thread).
 
         The bytes go through a small scratch buffer, so the process's resident
         memory does not grow; a later :meth:`tensor` read then finds its pages
-        in memory instead of waiting for the disk. ``sink`` is handed each
-        chunk in file order (e.g. a hash's update, so the bytes are hashed while
-        they pass). Returns whether every byte of the tensor was read.
+        in memory instead of waiting for the disk.
         """
         info = self.info(name)
-        return self.prefetch_range(info.begin, info.end, sink=sink)
-
-    def prefetch_range(
-        self, begin: int, end: int, sink: Callable[[memoryview], object] | None = None
-    ) -> bool:
-        """:meth:`prefetch` of the file's bytes [begin, end)."""
         scratch = bytearray(_PREFETCH_BYTES)
         view = memoryview(scratch)
         with open(self.path, "rb", buffering=0) as fh:
-            fh.seek(begin)
-            left = end - begin
+            fh.seek(info.begin)
+            left = info.end - info.begin
             while left > 0:
                 got = fh.readinto(view[: min(left, len(view))])
                 if not got:
                     break
-                if sink is not None:
-                    sink(view[:got])
                 left -= got
-        return left == 0
 
     def release(self) -> None:
         """Nothing to release: tensors are private arrays, freed with their last reference."""
