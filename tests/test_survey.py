@@ -187,7 +187,11 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
 
     out = tmp_path / "out"
     nulls = {"samples": SAMPLES, "null_kind": "both", "rotation_samples": 20}
-    run = survey(_toml(tmp_path / "m.toml", models), out, per_layer=True, retries=1, workers=2, **nulls)
+    cache = tmp_path / "cache"
+    manifest = _toml(tmp_path / "m.toml", models)
+    run = survey(manifest, out, per_layer=True, retries=1, workers=2, cache_dir=cache, **nulls)
+    # Units share the cache: each model's layer null law is drawn once per shape, not once per layer.
+    assert len(list(cache.glob("null-*-layer-*.npz"))) == 5  # one per model: five layer shapes
     # minilm 2 + llama 3 + gpt2 2 + phi3 2 + broken 3 units; broken layer 2 fails after 1 retry.
     assert (run.units, run.computed, len(run.failed)) == (12, 11, 1)
     assert run.failed[0][:2] == ("broken", 2) and "missing tensor" in run.failed[0][2]

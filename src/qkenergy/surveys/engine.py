@@ -588,6 +588,7 @@ def _run(
             path=str(plan.path),
             fold_norm=plan.entry.fold_norm,
             expected_fingerprint=expected,
+            cache_dir=cache,
             **settings,
         )
         ledger.mark_running(plan.entry.name, layer, _params(plan, settings))

@@ -38,6 +38,9 @@ class UnitSpec:
     rotation_samples: int
     # When set: first compare the tensors' fingerprint with it and analyse only if they changed.
     expected_fingerprint: str | None = None
+    # The null-law cache shared with the client: with per_layer, a layer's null law (a dense N x N
+    # problem per draw, about a minute at N = 384) is drawn by the first unit of its shape, not by every one.
+    cache_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             null_kind=spec.null_kind,
             rotation_samples=spec.rotation_samples,
             null_laws=laws,
+            cache_dir=spec.cache_dir,
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
     # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
