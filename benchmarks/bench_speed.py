@@ -6,7 +6,7 @@ nothing is asserted. Sections (``--only``, comma-separated; default all but
 
 - ``startup``: `python -c pass`, `import qkenergy`, `qkenergy --help` (medians of 7).
 - ``runs``: whole `qkenergy analyze MODEL --no-null --threads 1` runs, start-up
-  included, with BLAS on one thread, on synthetic gpt2 (N = 768, 144 heads,
+  included, with BLAS on one thread (interleaved with the runs they are compared with), on synthetic gpt2 (N = 768, 144 heads,
   float32), llama (N = 4096, 32 query / 8 key heads, bf16) and N = 8192
   (64 / 8 heads, bf16) checkpoints, against the paper's route (per head: QR of
   [W_K^T W_Q^T] in float64, the reduced 2n x 2n form, eigvalsh and two SVDs;
@@ -354,9 +354,19 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         ours_cmd = qkenergy_cmd(
             "analyze", str(model), "--no-null", "--quiet", "--threads", "1", "-o", str(out)
         )
-        ours = min(timed(ours_cmd, env=ONE_THREAD)[0] for _ in range(args.repeats))
         paper_cmd = [sys.executable, __file__, "--paper-route", str(model), str(root / "paper.csv")]
-        paper = min(timed(paper_cmd, env=ONE_THREAD)[0] for _ in range(max(1, args.repeats - 1)))
+        old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(out))
+        # qkenergy, the code before and the paper's route interleaved, so that a change of load
+        # between them does not pass for a change of speed; the minimum of the repeats of each
+        times: dict[str, list[float]] = {"ours": [], "old": [], "paper": []}
+        for repeat in range(args.repeats):
+            times["ours"].append(timed(ours_cmd, env=ONE_THREAD)[0])
+            if args.before:
+                times["old"].append(timed(old_cmd, env=ONE_THREAD, src=args.before)[0])
+            if repeat < max(1, args.repeats - 1):
+                times["paper"].append(timed(paper_cmd, env=ONE_THREAD)[0])
+        ours, paper = min(times["ours"]), min(times["paper"])
+        load = os.getloadavg()[0]
         two_cmd = qkenergy_cmd(
             "analyze", str(model), "--no-null", "--quiet", "--threads", "2", "-o", str(out)
         )
@@ -365,7 +375,6 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
             busy = timed(two_cmd)[0]
             busy_default_blas = None
             if args.before:
-                old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(out))
                 busy_default_blas = timed(old_cmd, src=args.before)[0]
         read, qk_bytes, _ = read_seconds(model)
         dtype = np.float64 if shape["kind"] == "gpt2" else np.float32
@@ -374,13 +383,13 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         floor = gemm + eig
         print(
             f"-- {label}: {shape['layers']} layers x {shape['heads']} heads ({shape['kv_heads']} kv), "
-            f"N={shape['N']}, n={shape['head_dim']}, {heads} heads, Q/K {qk_bytes / MB:.0f} MB"
+            f"N={shape['N']}, n={shape['head_dim']}, {heads} heads, Q/K {qk_bytes / MB:.0f} MB "
+            f"(load average {load:.1f})"
         )
         print(f"   qkenergy, 1 thread        {ours:7.2f} s  ({1e3 * ours / heads:6.2f} ms/head)")
         print(f"   paper's route, 1 thread   {paper:7.2f} s  -> qkenergy is {ratio(paper, ours)} faster")
         if args.before:
-            old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(out))
-            old = min(timed(old_cmd, env=ONE_THREAD, src=args.before)[0] for _ in range(args.repeats))
+            old = min(times["old"])
             print(f"   before issue 7, 1 thread  {old:7.2f} s  -> throughput {ratio(old, ours)} of before")
         print(f"   qkenergy, 2 threads       {two:7.2f} s  -> {ratio(ours, two)} of one thread")
         print(f"   2 threads, busy neighbour {busy:7.2f} s  -> {ratio(busy, two)} of idle 2 threads")
