@@ -120,13 +120,16 @@ def _cli(*args: str) -> list[str]:
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 
 
-def _timed(what: str, run: Callable[[], pd.DataFrame], times: dict[str, list[float]]) -> pd.DataFrame:
+Table = Callable[[], pd.DataFrame]  # reads a run's head table back, after its timing
+
+
+def _timed(what: str, run: Callable[[], Table], times: dict[str, list[float]]) -> pd.DataFrame:
     load = os.getloadavg()[0]
     start = time.perf_counter()
     table = run()
     times.setdefault(what, []).append(time.perf_counter() - start)
     times.setdefault(what + " load", []).append(load)
-    return table
+    return table()
 
 
 def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: int) -> pd.DataFrame:
@@ -135,34 +138,35 @@ def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: i
     from qkenergy import load_survey, survey
     from qkenergy.analysis.analyze import analyze_model
 
-    def shell_loop(where: Path) -> pd.DataFrame:
+    def shell_loop(where: Path) -> Table:
         # what a user writes: for m in ...; do qkenergy analyze $m -o $m.parquet --cache-dir C; done
-        frames = []
         for name, *_ in MODELS:
-            table = where / f"{name}.parquet"
             command = _cli("analyze", str(tmp / name), "--samples", str(samples), "--cache-dir", str(where))
-            subprocess.run([*command, "-o", str(table)], env=ENV, check=True, capture_output=True)
-            frames.append(pd.read_parquet(table).assign(model=name))
-        return pd.concat(frames, ignore_index=True)
+            table = str(where / f"{name}.parquet")
+            subprocess.run([*command, "-o", table], env=ENV, check=True, capture_output=True)
+        return lambda: pd.concat(
+            [pd.read_parquet(where / f"{name}.parquet").assign(model=name) for name, *_ in MODELS],
+            ignore_index=True,
+        )
 
-    def plain_loop(threads: int | None, where: Path) -> pd.DataFrame:
+    def plain_loop(threads: int | None, where: Path) -> Table:
         frames = []
         for name, *_ in MODELS:
             heads = analyze_model(str(tmp / name), samples=samples, cache_dir=where, threads=threads).heads
             frames.append(heads.assign(model=name))
-        return pd.concat(frames, ignore_index=True)
+        return lambda: pd.concat(frames, ignore_index=True)
 
-    def survey_api(where: Path) -> pd.DataFrame:
+    def survey_api(where: Path) -> Table:
         survey(manifest, where / "out", samples=samples, cache_dir=where / "cache", workers=workers)
-        return load_survey(where / "out")[0]
+        return lambda: load_survey(where / "out")[0]
 
-    def survey_cli(where: Path) -> pd.DataFrame:
+    def survey_cli(where: Path) -> Table:
         command = _cli("survey", str(manifest), "-o", str(where / "out"), "--samples", str(samples))
         extra = ["--cache-dir", str(where / "cache"), "--workers", str(workers), "--quiet"]
         subprocess.run([*command, *extra], env=ENV, check=True)
-        return load_survey(where / "out")[0]
+        return lambda: load_survey(where / "out")[0]
 
-    runs: list[tuple[str, Callable[[Path], pd.DataFrame]]] = [
+    runs: list[tuple[str, Callable[[Path], Table]]] = [
         ("survey", survey_api),
         ("c", lambda where: plain_loop(None, where)),
         ("survey cli", survey_cli),
@@ -196,7 +200,8 @@ def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: i
     print(line("survey cli", f"`qkenergy survey`, LocalCluster({workers} x 1 thread)"))
     print(line("survey", f"survey() in this process, LocalCluster({workers} x 1 thread)"))
     print(
-        "   (cluster start and stop included; the survey's own process start and imports only in the CLI run)"
+        "   (cluster start and stop included; process start and imports only in the command runs; reading "
+        "the tables back for the comparison below is not timed)"
     )
     ratios = {
         "a": med["a"] / med["survey cli"],
