@@ -135,7 +135,7 @@ seen = []
 def spy(*args, **kwargs):
     seen.append(sorted(info["num_threads"] for info in threadpool_info()))
     return spectrum(*args, **kwargs)
-spectrum, nulls.factor_spectrum = nulls.factor_spectrum, spy
+spectrum, nulls.fill_core = nulls.fill_core, spy
 with single_threaded_blas():
     nulls.null_law_blocks(4, 12, 0, 1, samples=600, names=nulls.NULL_STATISTICS)
 for threads in (1, 2):

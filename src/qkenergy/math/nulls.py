@@ -24,7 +24,7 @@ from qkenergy.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.entry_laws import EntryLaw
-from qkenergy.math.spectrum import CoreBuffers, factor_spectrum
+from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fill_core
 from qkenergy.parallel import resolve_threads, single_threaded_blas
 
 __all__ = [
@@ -182,8 +182,8 @@ def bartlett_spectra(
     The same draws, in the same order, as :func:`bartlett_gram` (U, then L^T
     for the samples drawn as G = L^T L), so this route and the Gram route see
     the same G. Each factor is read in place in the draw buffer by
-    ``spectrum.factor_spectrum`` (one triangular product and one eigvalsh per
-    sample, G never formed nor re-factored): keys ``eigs`` (size, 2n),
+    ``spectrum.fill_core`` (one triangular product per sample, G never formed
+    nor re-factored) and their eigenvalues taken a stack at a time: keys ``eigs`` (size, 2n),
     ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,) and ``h`` (size, n)
     with ``with_h``, else None (MATH.md, exact null laws).
     """
@@ -195,12 +195,21 @@ def bartlett_spectra(
     # Many small products: BLAS threads only contend there.
     with single_threaded_blas():
         for lo, _, upper, lower in _bartlett_batches(rng, n, N, size):
-            factors = [(factor, False) for factor in upper] + [(factor, True) for factor in lower]
-            for i, (factor, transposed) in enumerate(factors, start=lo):
-                spectrum = factor_spectrum(factor, transposed=transposed, buffers=buffers, with_h=with_h)
-                eigs[i], norm_s_sq[i], norm_l_sq[i], trace_l[i] = spectrum[:4]
-                if h is not None:
-                    h[i] = spectrum[4]
+            start = lo
+            for factors, transposed in ((upper, False), (lower, True)):
+                # cores in stacks: one eigvalsh per stack (numpy releases the GIL for a stack only)
+                for first in range(0, len(factors), CORE_STACK):
+                    stack = factors[first : first + CORE_STACK]
+                    for slot, factor in enumerate(stack):
+                        i = start + first + slot
+                        norm_s_sq[i], norm_l_sq[i], trace_l[i], h_i = fill_core(
+                            factor, transposed=transposed, buffers=buffers, slot=slot, with_h=with_h
+                        )
+                        if h is not None:
+                            h[i] = h_i
+                    rows = slice(start + first, start + first + len(stack))
+                    eigs[rows] = core_eigenvalues(buffers, len(stack), transposed=transposed)
+                start += len(factors)
     return {"eigs": eigs, "norm_s_sq": norm_s_sq, "norm_l_sq": norm_l_sq, "trace_l": trace_l, "h": h}
 
 

@@ -125,26 +125,32 @@ def block_singular_values(Z: np.ndarray) -> np.ndarray:
     return np.flip(np.sqrt(np.maximum(h_sq, 0.0)), axis=-1)
 
 
+# Cores whose eigenvalues are asked for in one eigvalsh call. numpy releases the GIL for a
+# stack of matrices but not for a single one, so threads drawing null samples run in parallel
+# only when the eigenproblems go in stacks (one 256 x 256 at a time: 0.9x on 2 threads).
+CORE_STACK = 8
+
+
 @dataclass(frozen=True)
 class CoreBuffers:
-    """Work arrays of :func:`factor_spectrum` for heads of dimension n, reused from sample to sample.
+    """Work arrays of :func:`fill_core` for heads of dimension n, reused from sample to sample.
 
     Reuse keeps them in cache and spares fresh pages per sample; one set per thread.
     """
 
-    core: np.ndarray  # (2n, 2n): the symmetric core; its bottom-right block stays zero
+    cores: np.ndarray  # (CORE_STACK, 2n, 2n): symmetric cores; their bottom-right blocks stay zero
     columns: np.ndarray  # (2n, n): Z^T / 2 for a transposed factor
     scratch: np.ndarray  # (n, n): X / 2, in rows padded so that its transposed read does not thrash the cache
 
     @classmethod
     def for_head_dim(cls, n: int) -> CoreBuffers:
-        return cls(np.zeros((2 * n, 2 * n)), np.empty((2 * n, n)), np.empty((n, n + 8))[:, :n])
+        return cls(np.zeros((CORE_STACK, 2 * n, 2 * n)), np.empty((2 * n, n)), np.empty((n, n + 8))[:, :n])
 
 
-def factor_spectrum(
-    factor: np.ndarray, *, transposed: bool, buffers: CoreBuffers, with_h: bool = False
-) -> tuple[np.ndarray, float, float, float, np.ndarray | None]:
-    """Null fast path: (eigenvalues of S, ||S||^2, ||L||^2, tr L, h or None) of ONE head from a triangular factor.
+def fill_core(
+    factor: np.ndarray, *, transposed: bool, buffers: CoreBuffers, slot: int = 0, with_h: bool = False
+) -> tuple[float, float, float, np.ndarray | None]:
+    """Null fast path: the core of ONE head into ``buffers.cores[slot]``; (||S||^2, ||L||^2, tr L, h or None).
 
     ``factor`` (2n x 2n) holds an upper-triangular V with G = V V^T in its
     upper triangle, or (``transposed``) V^T in its lower triangle; the other
@@ -160,16 +166,15 @@ def factor_spectrum(
     at a time: Z is one BLAS dtrmm, which reads only A's triangle (half the
     flops of a general product, no zeroed copy of A); the factor 1/2 rides on
     that product (a power of two: exact); the buffers are reused; only the
-    triangle of the core that eigvalsh reads is written (upper factor: the
-    top rows; transposed: the left columns), and eigvalsh gets the core in
-    Fortran order (its copy of a C-ordered matrix reads columns: 8% slower).
+    triangle of the core that :func:`core_eigenvalues` reads is written (upper
+    factor: the top rows; transposed: the left columns), in Fortran order
+    (eigvalsh's copy of a C-ordered matrix reads columns: 8% slower).
     """
     from scipy.linalg.blas import dtrmm  # scipy.linalg: ~0.25 s to import, only when sampling
 
     n = factor.shape[-1] // 2
-    core = buffers.core
+    core = buffers.cores[slot]
     top_left = core[:n, :n]
-    uplo: Literal["L", "U"] = "U" if transposed else "L"  # the triangle written, seen in Fortran order
     if not transposed:
         # The core's top rows [B, D] become A^T [B, D]/2 = [X, Y]/2 in place: in Fortran
         # order they are Z^T/2 = [B, D]^T A/2, and factor[n:, n:].T is A^T (Fortran lower).
@@ -198,8 +203,25 @@ def factor_spectrum(
     norm_s_sq = float(
         np.einsum("ij,ij->", top_left, top_left) + 2.0 * np.einsum("ij,ij->", off_diagonal, off_diagonal)
     )
-    eigs = np.linalg.eigvalsh(core.T, UPLO=uplo)
-    return eigs, norm_s_sq, norm_l_sq, float(np.trace(top_left)), h
+    return norm_s_sq, norm_l_sq, float(np.trace(top_left)), h
+
+
+def core_eigenvalues(buffers: CoreBuffers, count: int, *, transposed: bool) -> np.ndarray:
+    """Eigenvalues (count, 2n), ascending, of the cores :func:`fill_core` wrote to slots 0..count-1.
+
+    One eigvalsh over the stack, each core read in Fortran order from the
+    triangle fill_core wrote (the same ``transposed`` for the whole stack).
+    """
+    uplo: Literal["L", "U"] = "U" if transposed else "L"  # the triangle written, seen in Fortran order
+    return np.linalg.eigvalsh(np.swapaxes(buffers.cores[:count], -1, -2), UPLO=uplo)
+
+
+def factor_spectrum(
+    factor: np.ndarray, *, transposed: bool, buffers: CoreBuffers, with_h: bool = False
+) -> tuple[np.ndarray, float, float, float, np.ndarray | None]:
+    """(eigenvalues of S, ||S||^2, ||L||^2, tr L, h or None) of ONE head: :func:`fill_core`, then its eigenvalues."""
+    values = fill_core(factor, transposed=transposed, buffers=buffers, with_h=with_h)
+    return (core_eigenvalues(buffers, 1, transposed=transposed)[0], *values)
 
 
 def _copy_triangle(source: np.ndarray, target: np.ndarray, *, upper: bool) -> None:

@@ -354,9 +354,9 @@ def _gram_spectra(G: np.ndarray, *, with_h: bool, symmetric: bool = False) -> di
             if value is not None:
                 out[key][triangular] = value  # type: ignore[index]
     general = ~triangular
-    symmetric = symmetric_core(V[general])
-    out["eigs"][general] = np.linalg.eigvalsh(symmetric)  # type: ignore[index]
-    out["norm_s_sq"][general] = np.sum(symmetric * symmetric, axis=(-2, -1))  # type: ignore[index]
+    core = symmetric_core(V[general])
+    out["eigs"][general] = np.linalg.eigvalsh(core)  # type: ignore[index]
+    out["norm_s_sq"][general] = np.sum(core * core, axis=(-2, -1))  # type: ignore[index]
     out["norm_t_sq"][general] = np.sum(skew_core(V[general]) ** 2, axis=(-2, -1))  # type: ignore[index]
     if with_h:
         out["h"][general] = singular_values(G[general])  # type: ignore[index]
