@@ -412,7 +412,7 @@ def null_child(n: int, N: int, samples: int, threads: int, names: str) -> None:
     try:  # the three null statistics; code from before issue 7 draws all of them, on one thread
         nulls.null_law(n, N, samples=samples, seed=0, threads=threads, names=nulls.NULL_STATISTICS)
         drawn = "three"
-    except TypeError:
+    except (TypeError, AttributeError):  # no threads= or no NULL_STATISTICS yet
         nulls.null_law(n, N, samples=samples, seed=0)
         drawn = "all"
     print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "drawn": drawn}))
