@@ -12,6 +12,8 @@ import pytest
 from rich.console import Console
 
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.columns import concat, list_column, to_frame
+from qkenergy.analysis.outputs import write_outputs
 from qkenergy.analysis.report import layer_summary, print_summary, read_table, verdict, write_table
 from qkenergy.errors import QKEnergyError
 
@@ -60,6 +62,38 @@ def test_csv_lobes_are_json(table: pd.DataFrame, tmp_path: Path) -> None:
     raw = pd.read_csv(path)
     assert json.loads(raw.loc[0, "alpha"]) == table.loc[0, "alpha"]
     assert raw.loc[3, "alpha"] == "[]"
+
+
+def test_csv_from_columns_is_the_pandas_csv(analysis, tmp_path: Path) -> None:
+    # An analysis writes its csv from numpy columns, without pandas: the bytes must be those
+    # pandas writes for the same table (floats by repr, NaN and None empty, quoted commas).
+    columns = concat(
+        [
+            {**analysis.columns, "offset": np.arange(len(analysis.columns["head"]))},
+            {
+                "model": np.array(["a, b", 'say "hi"'], dtype=object),
+                "n_pos": np.array([np.nan, 3.0]),
+                "symmetric_energy": np.array([-0.0, 1e16]),
+                "qk_norm": np.array([True, False]),
+                "reason": np.array([None, ""], dtype=object),
+                "alpha": list_column([[], [0.1, float("nan")]]),
+                "beta": list_column([[1e-300], [2.0 / 3.0]]),
+            },
+        ]
+    )  # the second part lacks most columns: NaN there, as pandas.concat fills them
+    assert write_table(columns, tmp_path / "columns.csv") == tmp_path / "columns.csv"
+    write_table(to_frame(columns), tmp_path / "frame.csv")
+    assert (tmp_path / "columns.csv").read_bytes() == (tmp_path / "frame.csv").read_bytes()
+
+
+def test_written_table_is_the_changed_dataframe(tmp_path: Path) -> None:
+    # Once a caller has built and changed analysis.heads, the files hold the change.
+    result = analyze_model(layers=[0], null=False)
+    write_outputs(result, output=tmp_path / "columns.csv")
+    result.heads["symmetric_energy"] = 0.25
+    write_outputs(result, output=tmp_path / "frame.csv")
+    assert (read_table(tmp_path / "columns.csv")["symmetric_energy"] != 0.25).all()
+    assert (read_table(tmp_path / "frame.csv")["symmetric_energy"] == 0.25).all()
 
 
 def test_json_is_strict(table: pd.DataFrame, tmp_path: Path) -> None:

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from qkenergy import __version__
+from qkenergy.analysis import columns as column_table
 from qkenergy.analysis import provenance
-from qkenergy.analysis.null_cache import layer_null_law, null_law
-from qkenergy.analysis.report import with_integer_counts
+from qkenergy.analysis.columns import Columns, broadcast, list_column, to_frame, with_integer_counts
 from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
@@ -33,7 +33,6 @@ from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import head_gram
-from qkenergy.math.layer_null import LAYER_NULL_STATISTICS, layer_null_flops, layer_null_route
 from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
@@ -60,6 +59,9 @@ from qkenergy.weights.layouts import (
     read_layer,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
 __all__ = [
     "DIRECTIONALITY_GAMMA",
     "NULL_KINDS",
@@ -80,12 +82,26 @@ LAYER_NULL_MAX_FLOPS = 1e12
 
 @dataclass(frozen=True)
 class Analysis:
-    """Result of :func:`analyze_model`: one row per head, optionally one per layer form."""
+    """Result of :func:`analyze_model`: one row per head, optionally one per layer form.
 
-    heads: pd.DataFrame
+    ``columns`` holds the head table as numpy columns; ``heads`` is the same
+    table as a pandas DataFrame, built (and pandas imported) on first use.
+    """
+
+    columns: Columns
     layers: pd.DataFrame | None
     model: str
     settings: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def heads(self) -> pd.DataFrame:
+        """The head table: one row per head (per stack and RoPE offset); columns as analyze_model lists."""
+        return to_frame(self.columns)
+
+    def head_table(self) -> pd.DataFrame | Columns:
+        """What to write: the DataFrame once ``heads`` was built (a caller may have changed it), else the columns."""
+        built: pd.DataFrame | None = self.__dict__.get("heads")
+        return self.columns if built is None else built
 
 
 def analyze_model(
@@ -209,7 +225,7 @@ def analyze_model(
         todo = [
             (a, p, layer, heads_of[id(a)]) for a, p in stacks for layer in layer_ids if layer < a.n_layers
         ]
-        head_frames: list[pd.DataFrame] = []
+        head_parts: list[Columns] = []
         layer_rows: list[dict[str, Any]] = []
 
         def read(item: tuple[Architecture, str, int, list[int]]) -> LayerWeights:
@@ -226,7 +242,7 @@ def analyze_model(
                 plan = plans[id(stack)]
                 rope = None if plan is None else plan[0][layer]
                 offsets = None if plan is None else plan[1]
-                head_frames.append(
+                head_parts.append(
                     _head_rows(
                         source.name,
                         stack,
@@ -251,9 +267,8 @@ def analyze_model(
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
     offsets_read = next((plan[1] for plan in plans.values() if plan is not None), None)
-    table = pd.concat(head_frames, ignore_index=True)
     table = _with_null_columns(
-        table,
+        column_table.concat(head_parts),
         null=gaussian,
         samples=samples,
         seed=seed,
@@ -264,15 +279,9 @@ def analyze_model(
         threads=threads,
     )
     table = _with_rotation_bh(table)
-    table = with_integer_counts(table)
     layer_table = (
         _with_layer_null(
-            with_integer_counts(pd.DataFrame(layer_rows)),
-            null=gaussian,
-            samples=samples,
-            seed=seed,
-            cache_dir=cache_dir,
-            progress=progress,
+            layer_rows, null=gaussian, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress
         )
         if per_layer
         else None
@@ -309,7 +318,7 @@ def analyze_model(
     }
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
-    return Analysis(heads=table, layers=layer_table, model=name, settings=settings)
+    return Analysis(columns=table, layers=layer_table, model=name, settings=settings)
 
 
 # ----------------------------------------------------------------------------- stacks
@@ -436,7 +445,7 @@ def _head_rows(
     threads: int = 1,
     rope: Rope | None = None,
     offsets: Sequence[int] | None = None,
-) -> pd.DataFrame:
+) -> Columns:
     """The selected heads of one layer (and their rotation nulls), per RoPE offset if any;
     GQA keys are never copied per query head."""
     sel = np.asarray(head_ids)
@@ -445,13 +454,14 @@ def _head_rows(
     if rope is not None and offsets is not None:
         # each offset's G_d is a rotation of G: the heads' Gram matrices are formed once
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
-        frames = [
-            _head_frame(
-                model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, radius, threads
-            )
-            for offset, grams_d in offset_grams(grams, rope, offsets)
-        ]
-        return pd.concat(frames, ignore_index=True)
+        return column_table.concat(
+            [
+                _head_columns(
+                    model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, radius, threads
+                )
+                for offset, grams_d in offset_grams(grams, rope, offsets)
+            ]
+        )
     if rotation_samples:
         # the rotation null starts from each head's G
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
@@ -461,12 +471,12 @@ def _head_rows(
         stats = head_statistics(
             weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, radius=radius
         )
-    return _head_frame(
+    return _head_columns(
         model, arch, weights, sel, kv, grams, None, rotation_samples, seed, radius, threads, stats
     )
 
 
-def _head_frame(
+def _head_columns(
     model: str,
     arch: Architecture,
     weights: LayerWeights,
@@ -479,12 +489,12 @@ def _head_frame(
     radius: float,
     threads: int,
     stats: HeadStatistics | None = None,
-) -> pd.DataFrame:
+) -> Columns:
     """The rows of one layer's selected heads (at one RoPE offset); ``stats`` default: from ``grams``."""
     n, N = weights.w_query.shape[-2:]
     if stats is None:
         stats = gram_statistics(grams, int(N), radius=radius)
-    rows: dict[str, Any] = {
+    values: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,
         "layer": weights.layer,
@@ -497,12 +507,11 @@ def _head_frame(
         "qk_norm": arch.qk_norm,
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
-    frame = pd.DataFrame(rows)
-    rotation = _rotation_rows(grams, int(N), frame, weights.layer, rotation_samples, seed, radius, threads)
-    frame = pd.concat([frame, pd.DataFrame(rotation, index=frame.index)], axis=1)
-    frame["alpha"] = _trimmed(stats.alpha.reshape(len(sel), -1))
-    frame["beta"] = _trimmed(stats.beta.reshape(len(sel), -1))
-    return frame
+    table = broadcast(values, len(sel))
+    table.update(_rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, radius, threads))
+    table["alpha"] = list_column(_trimmed(stats.alpha.reshape(len(sel), -1)))
+    table["beta"] = list_column(_trimmed(stats.beta.reshape(len(sel), -1)))
+    return table
 
 
 # ----------------------------------------------------------------------------- null laws
@@ -521,7 +530,7 @@ def _rotation_seed(seed: int, layer: int, head: int) -> int:
 def _rotation_rows(
     grams: np.ndarray,
     N: int,
-    frame: pd.DataFrame,
+    table: Columns,
     layer: int,
     samples: int,
     seed: int,
@@ -529,7 +538,7 @@ def _rotation_rows(
     threads: int = 1,
 ) -> dict[str, np.ndarray]:
     """Rotation-null columns of one layer's heads (NaN when ``samples`` is 0), and private floor flags."""
-    heads = len(frame)
+    heads = len(table["head"])
     out = {c: np.full(heads, np.nan) for c in _null_columns("rotation_")}
     for x in TAIL_STATISTICS:
         out[f"{x}_rotation_p_tail"] = np.full(heads, np.nan)
@@ -537,8 +546,8 @@ def _rotation_rows(
     if samples == 0:
         return out
     # Zero or non-finite heads have no orientation to randomise: their columns stay NaN.
-    todo = [i for i, reason in enumerate(frame["reason"]) if not reason]
-    heads_ids = frame["head"].to_numpy()
+    todo = [i for i, reason in enumerate(table["reason"]) if not reason]
+    heads_ids = table["head"]
 
     def draw(i: int) -> NullLaw:
         head_seed = _rotation_seed(seed, layer, int(heads_ids[i]))
@@ -546,7 +555,7 @@ def _rotation_rows(
 
     for i, law in zip(todo, thread_map(draw, todo, threads), strict=True):
         for x in NULL_STATISTICS:
-            judged = judge(law, x, frame[x].to_numpy(np.float64)[i : i + 1])
+            judged = judge(law, x, np.asarray(table[x], dtype=np.float64)[i : i + 1])
             for suffix in ("null_mean", "null_sd", "z", "p"):
                 out[f"{x}_rotation_{suffix}"][i] = judged[suffix][0]
             if x in TAIL_STATISTICS:
@@ -555,12 +564,12 @@ def _rotation_rows(
     return out
 
 
-def _with_rotation_bh(table: pd.DataFrame) -> pd.DataFrame:
+def _with_rotation_bh(table: Columns) -> Columns:
     """Add symmetric_energy_rotation_p_bh and move the rotation columns before the lobes."""
-    floor = table.pop("_symmetric_energy_rotation_floor").to_numpy(bool)
+    floor = table.pop("_symmetric_energy_rotation_floor").astype(bool)
     table["symmetric_energy_rotation_p_bh"] = bh_with_tail(
-        table["symmetric_energy_rotation_p"].to_numpy(np.float64),
-        table["symmetric_energy_rotation_p_tail"].to_numpy(np.float64),
+        table["symmetric_energy_rotation_p"].astype(np.float64),
+        table["symmetric_energy_rotation_p_tail"].astype(np.float64),
         floor,
     )
     rotation = [
@@ -568,12 +577,12 @@ def _with_rotation_bh(table: pd.DataFrame) -> pd.DataFrame:
         "symmetric_energy_rotation_p_tail",
         "symmetric_energy_rotation_p_bh",
     ]
-    rest = [c for c in table.columns if c not in rotation and c not in ("alpha", "beta")]
-    return table[[*rest, *rotation, "alpha", "beta"]]
+    rest = [c for c in table if c not in rotation and c not in ("alpha", "beta")]
+    return {c: table[c] for c in [*rest, *rotation, "alpha", "beta"]}
 
 
 def _with_null_columns(
-    table: pd.DataFrame,
+    table: Columns,
     *,
     null: bool,
     samples: int,
@@ -583,13 +592,16 @@ def _with_null_columns(
     progress: bool,
     laws: Mapping[tuple[int, int], NullLaw],
     threads: int,
-) -> pd.DataFrame:
+) -> Columns:
     """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s."""
-    extra = {c: np.full(len(table), np.nan) for c in _null_columns()}
-    extra["symmetric_energy_p_tail"] = np.full(len(table), np.nan)
-    floor = np.zeros(len(table), dtype=bool)
+    heads = len(table["head"])
+    extra = {c: np.full(heads, np.nan) for c in _null_columns()}
+    extra["symmetric_energy_p_tail"] = np.full(heads, np.nan)
+    floor = np.zeros(heads, dtype=bool)
     if null:
-        for n, N in table[["n", "N"]].drop_duplicates().itertuples(index=False):
+        from qkenergy.analysis.null_cache import null_law  # with its Monte Carlo engine, only when drawn
+
+        for n, N in dict.fromkeys(zip(table["n"].tolist(), table["N"].tolist(), strict=True)):
             law = laws.get((int(n), int(N))) or null_law(
                 int(n),
                 int(N),
@@ -601,9 +613,9 @@ def _with_null_columns(
                 names=NULL_STATISTICS,
                 threads=threads,
             )
-            rows = ((table["n"] == n) & (table["N"] == N)).to_numpy()
+            rows = (table["n"] == n) & (table["N"] == N)
             for x in NULL_STATISTICS:
-                judged = judge(law, x, table.loc[rows, x].to_numpy(np.float64))
+                judged = judge(law, x, np.asarray(table[x][rows], dtype=np.float64))
                 for suffix in ("null_mean", "null_sd", "z", "p"):
                     extra[f"{x}_{suffix}"][rows] = judged[suffix]
                 if x in TAIL_STATISTICS:
@@ -612,9 +624,8 @@ def _with_null_columns(
     extra["symmetric_energy_p_bh"] = bh_with_tail(
         extra["symmetric_energy_p"], extra["symmetric_energy_p_tail"], floor
     )
-    lobes = table[["alpha", "beta"]]
-    base = table.drop(columns=["alpha", "beta"])
-    return pd.concat([base, pd.DataFrame(extra, index=table.index), lobes], axis=1)
+    base = {c: v for c, v in table.items() if c not in ("alpha", "beta")}
+    return {**base, **extra, "alpha": table["alpha"], "beta": table["beta"]}
 
 
 # ----------------------------------------------------------------------------- layer forms
@@ -720,12 +731,14 @@ def _layer_row(model: str, arch: Architecture, weights: LayerWeights, radius: fl
 
 
 def _layer_null_columns() -> list[str]:
+    from qkenergy.math.layer_null import LAYER_NULL_STATISTICS
+
     names = [f"{x}_{s}" for x in LAYER_NULL_STATISTICS for s in ("null_mean", "null_sd", "z", "p")]
     return [*names[:4], "symmetric_energy_p_tail", *names[4:]]
 
 
 def _with_layer_null(
-    layers: pd.DataFrame,
+    layer_rows: list[dict[str, Any]],
     *,
     null: bool,
     samples: int,
@@ -739,6 +752,12 @@ def _with_layer_null(
     the per-head laws; a shape whose law would cost more than LAYER_NULL_MAX_FLOPS
     is not drawn, and ``null_note`` says so.
     """
+    import pandas as pd  # the layer forms' own work dwarfs these imports
+
+    from qkenergy.analysis.null_cache import layer_null_law
+    from qkenergy.math.layer_null import LAYER_NULL_STATISTICS, layer_null_flops, layer_null_route
+
+    layers = with_integer_counts(pd.DataFrame(layer_rows))
     extra: dict[str, Any] = {c: np.full(len(layers), np.nan) for c in _layer_null_columns()}
     route = np.full(len(layers), "", dtype=object)
     note = np.full(len(layers), "" if null else "null laws skipped", dtype=object)

@@ -34,7 +34,7 @@ def write_outputs(
     with OutputTransaction() as outputs:
         if output is not None:
             written += report.write_results(
-                analysis.heads,
+                analysis.head_table(),
                 output,
                 settings=analysis.settings,
                 layers=analysis.layers,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -109,6 +108,8 @@ def model_source(
             hub_id = root.parent.parent.name.removeprefix("models--").replace("--", "/")
     package = None
     if model.origin == "embedded":
+        import importlib.metadata  # 20 ms, for the embedded model only
+
         try:
             package = f"{_EMBEDDED_PACKAGE}=={importlib.metadata.version(_EMBEDDED_PACKAGE)}"
         except importlib.metadata.PackageNotFoundError:  # run from a source tree

@@ -1,4 +1,8 @@
-"""Tidy tables (csv / parquet / json, written atomically) and rich terminal summaries."""
+"""Tidy tables (csv / parquet / json, written atomically) and rich terminal summaries.
+
+pandas is imported where a function needs it, not with this module: writing a
+CSV of an analysis (a column table, :mod:`qkenergy.analysis.columns`) never needs it.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pandas as pd
 
+from qkenergy.analysis import columns as column_table
+from qkenergy.analysis.columns import COUNT_COLUMNS, LIST_COLUMNS, Columns, json_list, with_integer_counts
 from qkenergy.analysis.provenance import METADATA_KEY, read_settings, settings_json, sidecar_path
 from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import QKEnergyError
@@ -26,12 +31,14 @@ from qkenergy.formatting import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
     from rich.console import Console
     from rich.table import Table
 
     from qkenergy.analysis.analyze import Analysis
 
 __all__ = [
+    "COUNT_COLUMNS",
     "FORMATS",
     "LIST_COLUMNS",
     "REQUIRED_COLUMNS",
@@ -54,10 +61,8 @@ __all__ = [
 ]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
-LIST_COLUMNS = ("alpha", "beta")
 # How CSV cells hold the list columns (recorded in the sidecar and in docs/columns.md).
 CSV_LIST_ENCODING = "JSON array text, e.g. [0.41, 0.12]; [] for an undefined head"
-COUNT_COLUMNS = ("n_pos", "n_neg", "n_zero")
 STRING_COLUMNS = ("model", "stack", "positional", "head_type", "reason")
 REQUIRED_COLUMNS = ("model", "layer", "head", "n", "N", "symmetric_energy")
 SIGNIFICANCE = 0.05
@@ -95,17 +100,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield outputs.stage(path)
 
 
-def _list_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in LIST_COLUMNS if c in df.columns]
+def _list_columns(df: pd.DataFrame | Columns) -> list[str]:
+    return [c for c in LIST_COLUMNS if c in df]
 
 
-def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with n_pos, n_neg, n_zero as nullable integers (Int64; undefined heads are <NA>)."""
-    for col in COUNT_COLUMNS:
-        if col in df.columns:
-            values = pd.to_numeric(df[col], errors="coerce")
-            df[col] = values.round().astype("Int64")
-    return df
+def _frame(df: pd.DataFrame | Columns) -> pd.DataFrame:
+    """A copy of the table as a DataFrame, counts as nullable integers."""
+    return column_table.to_frame(df) if isinstance(df, dict) else with_integer_counts(df.copy())
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -115,7 +116,7 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def write_table(
-    df: pd.DataFrame,
+    df: pd.DataFrame | Columns,
     path: str | os.PathLike[str],
     *,
     settings: dict[str, Any] | None = None,
@@ -133,26 +134,30 @@ def write_table(
     null (``layers`` only for json: csv and parquet take the layer table as a
     table of its own, see :func:`write_results`); parquet keeps lists natively.
     ``transaction``: stage the files in the caller's transaction instead of
-    committing them here.
+    committing them here. ``df`` may be a column table
+    (:mod:`qkenergy.analysis.columns`): csv is then written without pandas.
     """
     target = Path(path)
     fmt = _format(target)
-    if settings is None:
+    if settings is None and not isinstance(df, dict):
         settings = df.attrs.get("settings")
     if layers is not None and fmt != "json":
         raise ValueError("layers are embedded in json tables only; write_results writes the others")
-    out = with_integer_counts(df.copy())
     with joined(transaction) as outputs:
         tmp = outputs.stage(target)
         if fmt == "csv":
-            for col in _list_columns(out):
-                out[col] = [_json_list(v) for v in out[col]]
-            out.to_csv(tmp, index=False)
+            if isinstance(df, dict):
+                column_table.write_csv(df, tmp)
+            else:
+                out = with_integer_counts(df.copy())
+                for col in _list_columns(out):
+                    out[col] = [json_list(v) for v in out[col]]
+                out.to_csv(tmp, index=False)
             if settings is not None:
                 sidecar = {
                     "table": target.name,
                     "settings": settings,
-                    "list_columns": {c: CSV_LIST_ENCODING for c in _list_columns(out)},
+                    "list_columns": {c: CSV_LIST_ENCODING for c in _list_columns(df)},
                 }
                 with open(outputs.stage(sidecar_path(target)), "w", encoding="utf-8") as fh:
                     json.dump(json_safe(sidecar), fh, allow_nan=False, indent=1)
@@ -161,6 +166,7 @@ def write_table(
             import pyarrow as pa
             import pyarrow.parquet as pq
 
+            out = _frame(df)
             for col in _list_columns(out):
                 out[col] = [[float(x) for x in v] for v in out[col]]
             table = pa.Table.from_pandas(out, preserve_index=False)
@@ -170,22 +176,13 @@ def write_table(
                 table = table.replace_schema_metadata(metadata)
             pq.write_table(table, tmp)
         else:
-            document: dict[str, Any] = {"settings": settings, "heads": _records(out)}
+            document: dict[str, Any] = {"settings": settings, "heads": _records(_frame(df))}
             if layers is not None:
                 document["layers"] = _records(with_integer_counts(layers.copy()))
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(json_safe(document), fh, allow_nan=False)
                 fh.write("\n")
     return target
-
-
-def _json_list(values: Any) -> str:
-    """A list cell as JSON array text (NaN as null); plain finite floats skip the item-by-item json_safe."""
-    values = list(values)
-    try:
-        return json.dumps(values, allow_nan=False)
-    except (TypeError, ValueError):  # numpy scalars, NaN or infinities
-        return json.dumps(json_safe(values))
 
 
 def layers_path(path: str | os.PathLike[str]) -> Path:
@@ -195,7 +192,7 @@ def layers_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_results(
-    heads: pd.DataFrame,
+    heads: pd.DataFrame | Columns,
     path: str | os.PathLike[str],
     *,
     settings: dict[str, Any] | None = None,
@@ -246,6 +243,8 @@ def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.Data
     settings = None
     try:
         if fmt == "csv":
+            import pandas as pd
+
             df = pd.read_csv(source)
             settings = read_settings(source)
         elif fmt == "parquet":
@@ -267,6 +266,8 @@ def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.Data
                 records = document  # before settings were recorded: a plain list of records
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise ValueError("expected a list of records (objects)")
+            import pandas as pd
+
             df = pd.DataFrame.from_records(records)
             for col in df.columns:
                 # Columns that are entirely null were all-NaN floats when written.
@@ -315,6 +316,8 @@ def layer_summary(df: pd.DataFrame) -> pd.DataFrame:
     ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative);
     the shares are over the layer's heads and NaN when no null was computed.
     """
+    import pandas as pd
+
     keys = [k for k in ("model", "stack") if k in df.columns] + ["layer"]
     rows = []
     # Stacks keep the order of the table (encoder before decoder), layers are sorted within.
@@ -371,7 +374,11 @@ def verdict(df: pd.DataFrame, *, null: bool = True) -> str:
         if np.ptp(base) == 0
         else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     )
-    p = df.get("symmetric_energy_p_bh", pd.Series(np.nan, index=df.index)).to_numpy(np.float64)
+    p = (
+        df["symmetric_energy_p_bh"].to_numpy(np.float64)
+        if "symmetric_energy_p_bh" in df
+        else np.full(len(df), np.nan)
+    )
     if not null or not np.isfinite(p).any():
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
@@ -520,7 +527,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     settings = analysis.settings
     every_offset = analysis.heads
     offset = _summary_offset(settings, every_offset)
-    df = cast(pd.DataFrame, _at_offset(every_offset, offset))
+    df = cast("pd.DataFrame", _at_offset(every_offset, offset))
     null = bool(settings.get("null", True))
     samples = settings.get("samples", 0)
     fold = "used" if settings.get("fold_norm") else "not used"
@@ -585,7 +592,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
                 str(r.get("head_type", "")),
             )
         print_table(console, form)
-        notes = {str(x) for x in layers.get("null_note", pd.Series(dtype=str)) if isinstance(x, str) and x}
+        notes = {str(x) for x in layers.get("null_note", ()) if isinstance(x, str) and x}
         for note in sorted(notes):
             console.print(f"Layer null {note}.")
     if top > 0:
