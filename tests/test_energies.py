@@ -216,6 +216,20 @@ def test_head_gram_grouped_query_attention_pairs_each_query_with_its_key(
         head_gram(w_query, w_key, np.array([0, 0, 0, 1, 1, 2]))
 
 
+def test_head_gram_reads_strided_heads_as_contiguous_ones() -> None:
+    # read_layer hands over views (a Conv1D's transposed columns): the same G bit for bit
+    rng = np.random.default_rng(9)
+    n, N, H = 4, 24, 3
+    conv1d = rng.standard_normal((N, 3 * H * n)).astype(np.float32)  # [in, out]: Q, K, V columns
+    w_query = conv1d[:, : H * n].T.reshape(H, n, N)
+    w_key = conv1d[:, H * n : 2 * H * n].T.reshape(H, n, N)
+    assert not w_query.flags.c_contiguous
+    for kv_head in (None, np.zeros(H, dtype=int)):  # each head its own key; one key for all
+        keys = w_key if kv_head is None else w_key[:1]
+        contiguous = head_gram(np.ascontiguousarray(w_query), np.ascontiguousarray(keys), kv_head)
+        np.testing.assert_array_equal(head_gram(w_query, keys, kv_head), contiguous)
+
+
 def test_head_gram_accepts_float32_exactly() -> None:
     w_query, w_key = head_pair(8, 3, 4, 16)
     low_query, low_key = w_query.astype(np.float32), w_key.astype(np.float32)

@@ -279,7 +279,6 @@ def test_read_layer_recovers_weights(model_type: str) -> None:
         np.testing.assert_array_equal(lw.w_query, truth[layer][0])
         np.testing.assert_array_equal(lw.w_key, truth[layer][1])
         assert lw.norm_gain is None
-        assert lw.w_query.flags.c_contiguous and lw.w_key.flags.c_contiguous
 
 
 def test_fused_splits_by_hand() -> None:

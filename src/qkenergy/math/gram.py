@@ -118,15 +118,20 @@ def piece_gram(
     the piece is converted and rescaled once and its G_KK = W_K W_K^T formed
     once; the query-key blocks G_QK of the queries sharing it come from one
     (c n x N)(N x n) product per chunk of at most 2^22 // (n N) queries; each
-    G_QQ = W_Q W_Q^T from a symmetric rank-k update. Scaling and dtypes as
-    :func:`head_gram`. G is exactly symmetric (numpy fills the other triangle
-    of a rank-k update by copying, and G_KQ is the transpose of G_QK), which
+    G_QQ = W_Q W_Q^T from a symmetric rank-k update. A piece whose key heads
+    each serve one query (multi-head attention) takes :func:`_paired_gram`
+    instead. Scaling and dtypes as :func:`head_gram`; the heads may be strided
+    views (a Conv1D's transposed columns): the conversion copy reads them. G is
+    exactly symmetric (numpy fills the other triangle of a rank-k update by
+    copying, and G_KQ is the transpose of G_QK), which
     statistics.head_statistics relies on.
     """
     n, N = w_query.shape[-2:]
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
     queries = np.asarray(queries)
     keys = np.asarray(kv_head)[queries]
+    if len(np.unique(keys)) == len(keys):
+        return _paired_gram(w_query, w_key, queries, keys, dtype)
     most = _chunk_heads(n, N)
     G = np.empty((len(queries), 2 * n, 2 * n))
     bad = np.zeros(len(queries), dtype=bool)
@@ -148,6 +153,36 @@ def piece_gram(
             G[chunk, n:, :n] = qk
             G[chunk, :n, n:] = np.swapaxes(qk, 1, 2)
     G[bad] = np.nan
+    return G
+
+
+def _paired_gram(
+    w_query: np.ndarray, w_key: np.ndarray, queries: np.ndarray, keys: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
+    """:func:`piece_gram` of heads whose key heads are all different: G = C C^T, C = [W_K; W_Q], per head.
+
+    Nothing is shared, so each head's C is converted into one buffer (both
+    halves rescaled in one pass) and G comes from one symmetric rank-k update
+    of C: the arithmetic of G_KK, G_QQ and G_QK, with one product per head
+    instead of three. Heads go through the buffer in chunks of the same
+    2^22 values as a key head's queries.
+    """
+    n, N = w_query.shape[-2:]
+    most = max(1, _chunk_heads(n, N) // 2)
+    G = np.empty((len(queries), 2 * n, 2 * n))
+    for start in range(0, len(queries), most):
+        chunk = range(start, min(start + most, len(queries)))
+        C = _scratch("pair", (len(chunk), 2 * n, N), dtype)
+        for i, row in enumerate(chunk):
+            C[i, :n] = w_key[keys[row]]  # the conversion to ``dtype`` happens in the copy
+            C[i, n:] = w_query[queries[row]]
+        bad = _scale_heads(C.reshape(-1, n, N)).reshape(-1, 2).any(axis=1)
+        for i, row in enumerate(chunk):
+            if dtype == G.dtype:
+                np.matmul(C[i], C[i].T, out=G[row])  # 2-D x @ x.T: the symmetric rank-k update
+            else:
+                G[row] = C[i] @ C[i].T
+        G[start : start + len(chunk)][bad] = np.nan
     return G
 
 

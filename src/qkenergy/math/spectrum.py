@@ -90,23 +90,24 @@ def triangular_blocks(V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return Z[..., :n], Z[..., n:], Z
 
 
-def block_symmetric_core(
-    X: np.ndarray, Y: np.ndarray, *, upper_only: bool = False, fortran: bool = False
-) -> np.ndarray:
+def block_symmetric_core(X: np.ndarray, Y: np.ndarray, *, upper_only: bool = False) -> np.ndarray:
     """1/2 [[X + X^T, Y], [Y^T, 0]]: orthogonally similar to the symmetric core of :func:`triangular_blocks`.
 
-    ``upper_only``: leave the block below the diagonal zero (for eigvalsh with
-    UPLO="U", which reads only the upper triangle): saves a transposed copy.
-    ``fortran``: each matrix in Fortran order (a transposed view of C-ordered
-    memory), the order in which eigvalsh copies it for LAPACK: its copy then
-    reads contiguous columns (about 7% of a 256 x 256 eigvalsh), same values.
+    Each matrix is in Fortran order (a transposed view of C-ordered memory),
+    the order in which eigvalsh copies it for LAPACK: its copy then reads
+    contiguous columns (about 7% of a 256 x 256 eigvalsh), same values.
+    ``upper_only``: leave the block below the diagonal unset (for eigvalsh
+    with UPLO="U", which reads only the upper triangle): saves a transposed
+    copy. The memory holds the transpose, so the symmetric X + X^T is written
+    as X^T + X, row by row.
     """
     n = X.shape[-1]
-    M = np.zeros((*X.shape[:-2], 2 * n, 2 * n))
-    if fortran:
-        M = np.swapaxes(M, -1, -2)
-    np.add(X, np.swapaxes(X, -1, -2), out=M[..., :n, :n])
-    M[..., :n, :n] *= 0.5
+    memory = np.empty((*X.shape[:-2], 2 * n, 2 * n))
+    memory[..., n:, n:] = 0.0
+    top_left = memory[..., :n, :n]
+    np.add(np.swapaxes(X, -1, -2), X, out=top_left)
+    top_left *= 0.5
+    M = np.swapaxes(memory, -1, -2)
     np.multiply(Y, 0.5, out=M[..., :n, n:])
     if not upper_only:
         M[..., n:, :n] = np.swapaxes(M[..., :n, n:], -1, -2)

@@ -295,14 +295,18 @@ def _failure_reason(non_finite: np.ndarray, zero_head: np.ndarray) -> np.ndarray
     return np.where(non_finite, REASON_NON_FINITE, reason).astype(str)
 
 
-def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Flat (H, 2n, 2n) float64 Gram matrices, rescaled, failed heads replaced; and their reasons."""
+def _prepare_gram(G: np.ndarray, *, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Flat (H, 2n, 2n) float64 Gram matrices, rescaled, failed heads replaced; and their reasons.
+
+    ``owned``: G is a float64 array made for this call (piece_gram's), rescaled in place;
+    otherwise the caller's G is left as it is.
+    """
     n = head_dim(G)
     G = np.asarray(G, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
     # max and -min rather than abs: no temporary copy; NaN anywhere in a head gives NaN
     max_abs = np.maximum(np.max(G, axis=(-2, -1), initial=-np.inf), -np.min(G, axis=(-2, -1), initial=np.inf))
     non_finite = ~np.isfinite(max_abs)
-    G = scale_by_power_of_two(G, -power_of_two_scale(max_abs)[:, None, None])  # a new array: ours to edit
+    G = scale_by_power_of_two(G, -power_of_two_scale(max_abs)[:, None, None], out=G if owned else None)
     # Failed heads are computed on a harmless stand-in and overwritten with NaN.
     stand_in = np.eye(2 * n)
     if np.any(non_finite):
@@ -317,7 +321,7 @@ def _prepare_gram(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _block_spectra(V: np.ndarray, *, with_h: bool) -> dict[str, np.ndarray | None]:
     """Spectra of heads from lower Cholesky factors V of their G (see spectrum.triangular_blocks)."""
     X, Y, Z = triangular_blocks(V)
-    core = block_symmetric_core(X, Y, upper_only=True, fortran=True)
+    core = block_symmetric_core(X, Y, upper_only=True)
     n = X.shape[-1]
     top_left, top_right = core[..., :n, :n], core[..., :n, n:]
     return {
@@ -374,9 +378,10 @@ def _check_names(names: Sequence[str]) -> tuple[str, ...]:
 def _gram_values(
     G: np.ndarray, N: int, *, radius: float, zero_tol: float, with_h: bool, symmetric: bool = False
 ) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
+    """``symmetric``: G is piece_gram's (exactly symmetric, and ours to rescale in place)."""
     batch = np.shape(G)[:-2]
     n = head_dim(G)
-    G, reason = _prepare_gram(G)
+    G, reason = _prepare_gram(G, owned=symmetric)
     # Many small eigenproblems: BLAS threads only contend here (several times
     # slower on a busy 2-core machine), so run them on one thread.
     with single_threaded_blas():

@@ -964,8 +964,9 @@ def read_layer(
         wq, wk = _read_latent(tensors, arch, layer, qname, need(lay.key.format(i=layer)), need, gain)
     else:  # pragma: no cover - guarded by the Storage literal
         raise AssertionError(f"unknown storage {lay.storage!r}")
-    # Contiguous copies: drop the value rows of fused tensors and the file mapping.
-    wq, wk = np.ascontiguousarray(wq), np.ascontiguousarray(wk)
+    # Views into the tensors read (a Conv1D's transposed columns, a fused tensor's rows), not
+    # copies: the Gram products convert each head into float32/64 anyway, and that copy reads
+    # a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
 
     if lay.qk_norm is not None:
         wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain)
