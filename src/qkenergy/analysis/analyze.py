@@ -209,11 +209,13 @@ def analyze_model(
     given = (
         layout if isinstance(layout, Layout) else None if layout_file is None else load_layout(layout_file)
     )
-    with open_model(model, config=config) as source:
+    with (
+        open_model(model, config=config) as source,
+        provenance.ReadRecorder(source.tensors) as tensors,  # notes what is read, for the fingerprints
+    ):
         found = architectures(
             source.config, source.config_where, model_type=model_type, layout=given or source.layout
         )
-        tensors = provenance.ReadRecorder(source.tensors)  # notes what is read, for the fingerprints
         stacks = _present_stacks(tensors, found)
         arch = stacks[0][0]
         plans = plan_stacks(rope_offsets, source.config, [a for a, _ in stacks], source.config_where)
