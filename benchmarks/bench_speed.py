@@ -304,6 +304,13 @@ def ratio(a: float, b: float) -> str:
 # ----------------------------------------------------------------------------- sections
 
 
+_HEAVY_PROBE = (
+    "import sys, qkenergy.analysis.analyze\n"
+    "heavy = ('pandas', 'pyarrow', 'scipy', 'matplotlib', 'dask')\n"
+    "print(', '.join(m for m in heavy if m in sys.modules))\n"
+)
+
+
 def section_startup(args: argparse.Namespace) -> None:
     print("\n== start-up (medians of 7; target: within 0.35 s of python -c pass)")
     base = median_time([sys.executable, "-c", "pass"])
@@ -313,8 +320,16 @@ def section_startup(args: argparse.Namespace) -> None:
     print(f"python -c pass                      {base:6.3f} s")
     print(f"python -c 'import qkenergy'         {imp:6.3f} s   (+{imp - base:.3f} s)")
     print(f"qkenergy --help                     {helps:6.3f} s   (+{helps - base:.3f} s)")
+    heavy = subprocess.run(
+        [sys.executable, "-c", _HEAVY_PROBE],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     print(
-        f"import qkenergy.analysis.analyze    {analyze_import:6.3f} s   (+{analyze_import - base:.3f} s; pandas)"
+        f"import qkenergy.analysis.analyze    {analyze_import:6.3f} s   (+{analyze_import - base:.3f} s; "
+        f"heavy libraries loaded: {heavy or 'none'})"
     )
     if args.before:
         old = median_time([sys.executable, "-c", "import qkenergy.analysis.analyze"], src=args.before)
