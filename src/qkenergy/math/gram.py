@@ -130,7 +130,7 @@ def piece_gram(
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
     queries = np.asarray(queries)
     keys = np.asarray(kv_head)[queries]
-    if len(np.unique(keys)) == len(keys):
+    if len(set(keys.tolist())) == len(keys):  # not np.unique: its first call imports numpy.ma (15 ms)
         return _paired_gram(w_query, w_key, queries, keys, dtype)
     most = _chunk_heads(n, N)
     G = np.empty((len(queries), 2 * n, 2 * n))
