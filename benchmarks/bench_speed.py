@@ -187,12 +187,18 @@ def paper_route(model: str, output: str, max_heads: int | None = None) -> None:
 # ----------------------------------------------------------------------------- helpers
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, src: Path = SRC) -> tuple[float, int]:
-    """Wall seconds of a subprocess and its peak RSS (bytes, from the child's wait4 rusage)."""
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, src: Path = SRC, one_core: bool = False
+) -> tuple[float, int]:
+    """Wall seconds of a subprocess and its peak RSS (bytes, from the child's wait4 rusage).
+
+    ``one_core``: the child (and its threads) may run on CPU 0 only.
+    """
     full_env = {**os.environ, "PYTHONPATH": str(src), **(env or {})}
+    pin = (lambda: os.sched_setaffinity(0, {0})) if one_core else None
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=pin)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
         proc.returncode = status
@@ -362,7 +368,8 @@ def gram_flops(shape: dict) -> float:
 
 def section_runs(args: argparse.Namespace, root: Path) -> None:
     print("\n== whole runs, start-up included: analyze --no-null (one BLAS thread unless stated)")
-    for label, shape in RUN_SHAPES.items():
+    for label in args.shapes.split(","):
+        shape = RUN_SHAPES[label]
         model = build(root, shape)
         heads = shape["layers"] * shape["heads"]
         out = root / "out.csv"
@@ -372,15 +379,21 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         paper_cmd = [sys.executable, __file__, "--paper-route", str(model), str(root / "paper.csv")]
         old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(out))
         # qkenergy, the code before and the paper's route interleaved, so that a change of load
-        # between them does not pass for a change of speed; the minimum of the repeats of each
-        times: dict[str, list[float]] = {"ours": [], "old": [], "paper": []}
+        # between them does not pass for a change of speed; the minimum of the repeats of each.
+        # "1 thread": one BLAS thread and --threads 1 (the read-ahead and hashing threads may use
+        # the other core); "one core": the same, pinned to CPU 0.
+        times: dict[str, list[float]] = {k: [] for k in ("ours", "old", "paper", "ours1", "old1", "paper1")}
         for repeat in range(args.repeats):
-            times["ours"].append(timed(ours_cmd, env=ONE_THREAD)[0])
-            if args.before:
-                times["old"].append(timed(old_cmd, env=ONE_THREAD, src=args.before)[0])
-            if repeat < max(1, args.repeats - 1):
-                times["paper"].append(timed(paper_cmd, env=ONE_THREAD)[0])
+            for one_core, suffix in ((False, ""), (True, "1")):
+                times["ours" + suffix].append(timed(ours_cmd, env=ONE_THREAD, one_core=one_core)[0])
+                if args.before:
+                    times["old" + suffix].append(
+                        timed(old_cmd, env=ONE_THREAD, src=args.before, one_core=one_core)[0]
+                    )
+                if repeat < max(1, args.repeats - 1):
+                    times["paper" + suffix].append(timed(paper_cmd, env=ONE_THREAD, one_core=one_core)[0])
         ours, paper = min(times["ours"]), min(times["paper"])
+        ours1, paper1 = min(times["ours1"]), min(times["paper1"])
         load = os.getloadavg()[0]
         two_cmd = qkenergy_cmd(
             "analyze", str(model), "--no-null", "--quiet", "--threads", "2", "-o", str(out)
@@ -406,6 +419,11 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         if args.before:
             old = min(times["old"])
             print(f"   before issue 7, 1 thread  {old:7.2f} s  -> throughput {ratio(old, ours)} of before")
+        print(f"   qkenergy, one core        {ours1:7.2f} s  (pinned to CPU 0: no read-ahead in parallel)")
+        print(f"   paper's route, one core   {paper1:7.2f} s  -> qkenergy is {ratio(paper1, ours1)} faster")
+        if args.before:
+            old1 = min(times["old1"])
+            print(f"   before issue 7, one core  {old1:7.2f} s  -> throughput {ratio(old1, ours1)} of before")
         print(f"   qkenergy, 2 threads       {two:7.2f} s  -> {ratio(ours, two)} of one thread")
         print(f"   2 threads, busy neighbour {busy:7.2f} s  -> {ratio(busy, two)} of idle 2 threads")
         if busy_default_blas is not None:
@@ -591,6 +609,9 @@ def main() -> None:
     parser.add_argument("--only", default="startup,runs,null,memory")
     parser.add_argument("--before", type=Path, default=None, help="src/ of an older qkenergy to compare")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--shapes", default=",".join(RUN_SHAPES), help="run shapes of the runs section (comma-separated)"
+    )
     parser.add_argument("--null-samples", type=int, default=2000)
     parser.add_argument("--stream-layers", type=int, default=3)
     parser.add_argument("--paper-heads", type=int, default=4)
