@@ -38,7 +38,6 @@ from qkenergy.math.nulls import (
     NullLaw,
 )
 from qkenergy.math.rope import Rope, rotate
-from qkenergy.math.rotation import rotation_law
 from qkenergy.math.statistics import (
     STATISTICS,
     HeadStatistics,
@@ -48,7 +47,6 @@ from qkenergy.math.statistics import (
 )
 from qkenergy.parallel import resolve_threads, thread_map
 from qkenergy.weights.checkpoint import open_model
-from qkenergy.weights.layout_toml import load_layout
 from qkenergy.weights.layouts import (
     FAMILIES,
     Architecture,
@@ -206,9 +204,11 @@ def analyze_model(
         raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
-    given = (
-        layout if isinstance(layout, Layout) else None if layout_file is None else load_layout(layout_file)
-    )
+    given = layout if isinstance(layout, Layout) else None
+    if layout_file is not None:
+        from qkenergy.weights.layout_toml import load_layout  # tomllib, for --layout only
+
+        given = load_layout(layout_file)
     with (
         open_model(model, config=config) as source,
         provenance.ReadRecorder(source.tensors) as tensors,  # notes what is read, for the fingerprints
@@ -550,6 +550,8 @@ def _rotation_rows(
     # Zero or non-finite heads have no orientation to randomise: their columns stay NaN.
     todo = [i for i, reason in enumerate(table["reason"]) if not reason]
     heads_ids = table["head"]
+
+    from qkenergy.math.rotation import rotation_law  # only when the rotation null is drawn
 
     def draw(i: int) -> NullLaw:
         head_seed = _rotation_seed(seed, layer, int(heads_ids[i]))

@@ -19,7 +19,6 @@ anything.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import os
@@ -190,6 +189,8 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
 
 
 def _missing(name: str, names: Iterable[str], where: str) -> QKEnergyError:
+    import difflib  # only to word an error
+
     close = difflib.get_close_matches(name, list(names), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return QKEnergyError(f"{where}: no tensor {name!r}{hint}")
