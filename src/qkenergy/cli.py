@@ -1050,12 +1050,35 @@ def _warning_line(
     click.echo(f"{PROG}: warning: {_one_line(str(message))}", err=True)
 
 
+def _keep_freed_memory() -> None:
+    """glibc only: serve arrays below 256 MiB from the heap and keep freed memory up to 1 GiB.
+
+    By default glibc maps every block above a threshold (at most 32 MiB) afresh
+    and unmaps it when freed, so each layer's Q/K arrays fault their pages in
+    again (a llama-sized query tensor is 33.5 MB): 2 to 9 % of a whole run.
+    Reused heap memory costs no faults, and the peak stays that of one layer
+    and the next. A process-wide setting, so the command line makes it, not the
+    library; other C libraries are left alone.
+    """
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+    except (ValueError, OSError):
+        return
+    import ctypes
+
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console entry point: run the command line and exit with its status.
 
     Every failure is one line on stderr. Set QKENERGY_DEBUG=1 to get the traceback of an
     unexpected exception (a bug, or an input class not checked yet) instead of its one line.
     """
+    _keep_freed_memory()
     with warnings.catch_warnings(), signals_raise():
         warnings.showwarning = _warning_line
         _run(argv)
