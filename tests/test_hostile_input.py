@@ -427,3 +427,28 @@ def test_unexpected_exceptions_are_one_line_unless_debugging(
     monkeypatch.setenv("QKENERGY_DEBUG", "1")
     with pytest.raises(KeyError):
         cli.main(["lobes"])
+
+
+def test_signal_as_a_temporary_file_is_made_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SIGTERM right after the temporary file exists, before the transaction has noted it: the
+    # signal waits for the note, then the rollback removes the file (it used to stay behind).
+    import os
+    import signal
+    import tempfile
+
+    from qkenergy.analysis import transaction
+    from qkenergy.interrupt import Interrupted, signals_raise
+
+    real = tempfile.mkstemp
+
+    def mkstemp_then_signal(*args: object, **kwargs: object) -> tuple[int, str]:
+        made = real(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGTERM)
+        return made
+
+    monkeypatch.setattr(transaction.tempfile, "mkstemp", mkstemp_then_signal)
+    with pytest.raises(Interrupted), signals_raise(), transaction.OutputTransaction() as outputs:
+        outputs.stage(tmp_path / "table.csv")
+    assert list(tmp_path.iterdir()) == []

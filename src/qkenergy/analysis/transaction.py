@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from qkenergy.errors import QKEnergyError
+from qkenergy.interrupt import signals_deferred
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["OutputTransaction", "joined", "write_through_target"]
@@ -99,12 +100,14 @@ class OutputTransaction:
         if target.exists() and not target.is_file():
             raise QKEnergyError(f"{show_path(requested)}: exists and is not a regular file")
         directory = self.ensure_directory(target.parent)
-        try:
-            fd, name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise QKEnergyError(f"{show_path(requested)}: cannot write ({exc.strerror or exc})") from None
-        os.close(fd)
-        self._staged.append(_Staged(Path(name), target, requested))
+        # Ctrl-C or SIGTERM between creating the file and noting it would leave it behind unnoted
+        with signals_deferred():
+            try:
+                fd, name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+            except OSError as exc:
+                raise QKEnergyError(f"{show_path(requested)}: cannot write ({exc.strerror or exc})") from None
+            os.close(fd)
+            self._staged.append(_Staged(Path(name), target, requested))
         return Path(name)
 
     def commit(self) -> list[Path]:
