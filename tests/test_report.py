@@ -177,6 +177,23 @@ def test_layer_summary_without_null(analysis) -> None:
     assert "no significance is claimed" in verdict(df, null=False)
 
 
+def test_summary_from_columns_is_the_summary_from_the_dataframe(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # print_summary reads the analysis' numpy columns (no pandas) until .heads is built; both
+    # must print the same, including the top heads' order and the per-layer shares.
+    cache = tmp_path_factory.getbasetemp() / "qkenergy-null-cache"
+    result = analyze_model(layers=[0, 3], samples=300, seed=0, cache_dir=cache)
+    from_columns = Console(record=True, width=140)
+    print_summary(result, from_columns, top=30)
+    assert "heads" not in result.__dict__  # the DataFrame was not built for it
+    from_frame = Console(record=True, width=140)
+    result.heads  # noqa: B018 - build the DataFrame: the summary now reads it
+    print_summary(result, from_frame, top=30)
+    text = from_frame.export_text()
+    assert from_columns.export_text() == text and "Heads worth a look" in text
+
+
 def test_print_summary(analysis) -> None:
     console = Console(record=True, width=140)
     print_summary(analysis, console)

@@ -5,7 +5,8 @@ qkenergy, running ``qkenergy --help`` and importing the computational modules
 must not pull in scipy.stats (~0.5 s), matplotlib, pandas or dask. Nor may a
 whole ``qkenergy analyze -o table.csv`` run, with or without null laws: its table
 is written from numpy columns, pandas (~0.25 s) is imported only when a DataFrame
-is asked for, and the Beta tail of the null columns needs scipy.special only.
+is asked for (the summary reads the numpy columns too), and the Beta tail of the
+null columns needs scipy.special only.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ try:
 except SystemExit as done:
     assert done.code in (0, None), done.code
 seen["analyze -o csv, with null laws"] = heavy()
+with contextlib.redirect_stdout(io.StringIO()) as summary:
+    try:
+        cli.main(["analyze", "--layers", "0", "--samples", "50", "--cache-dir", sys.argv[2], "-o", sys.argv[1]])
+    except SystemExit as done:
+        assert done.code in (0, None), done.code
+assert "Symmetric energy per layer" in summary.getvalue()
+seen["analyze with its summary"] = heavy()
 print(json.dumps(seen))
 """
 
@@ -66,4 +74,5 @@ def test_start_up_imports_no_heavy_library(tmp_path: Path) -> None:
     assert seen["analysis.analyze"] == []
     assert seen["analyze --no-null -o csv"] == []
     assert seen["analyze -o csv, with null laws"] == []  # the Beta tail needs scipy.special only
+    assert seen["analyze with its summary"] == []  # the summary reads the numpy columns
     assert len(table.read_text().splitlines()) == 1 + 12  # MiniLM's layer 0: 12 heads
