@@ -359,6 +359,8 @@ def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
         groups = sorted(members)
     s_all, N_all = _floats(table, "symmetric_energy"), np.asarray(table["N"])
     judged = "symmetric_energy_p_bh" in table and "symmetric_energy_z" in table
+    p_all = _floats(table, "symmetric_energy_p_bh") if judged else None
+    z_all = _floats(table, "symmetric_energy_z") if judged else None
     types_all = _texts(table, "head_type") if "head_type" in table else None
     rows = []
     for key in groups:
@@ -378,9 +380,8 @@ def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
             baseline=float(baseline(Ns[0])) if len(Ns) == 1 else np.nan,
         )
         above = below = np.nan
-        if judged:
-            p = _floats(table, "symmetric_energy_p_bh")[idx]
-            z = _floats(table, "symmetric_energy_z")[idx]
+        if p_all is not None and z_all is not None:
+            p, z = p_all[idx], z_all[idx]
             if np.isfinite(p).any():
                 significant = np.isfinite(p) & (p < SIGNIFICANCE)
                 above = float(np.mean(significant & (z > 0)))
