@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkenergy import __version__
-from qkenergy.analysis import columns as column_table
 from qkenergy.analysis import provenance
-from qkenergy.analysis.columns import Columns, broadcast, list_column, to_frame, with_integer_counts
+from qkenergy.analysis.columns import Columns, broadcast, concat, list_column, to_frame, with_integer_counts
 from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
@@ -270,7 +269,7 @@ def analyze_model(
 
     offsets_read = next((plan[1] for plan in plans.values() if plan is not None), None)
     table = _with_null_columns(
-        column_table.concat(head_parts),
+        concat(head_parts),
         null=gaussian,
         samples=samples,
         seed=seed,
@@ -456,7 +455,7 @@ def _head_rows(
     if rope is not None and offsets is not None:
         # each offset's G_d is a rotation of G: the heads' Gram matrices are formed once
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
-        return column_table.concat(
+        return concat(
             [
                 _head_columns(
                     model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, radius, threads

@@ -16,8 +16,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from qkenergy.analysis import columns as column_table
-from qkenergy.analysis.columns import COUNT_COLUMNS, LIST_COLUMNS, Columns, json_list, with_integer_counts
+from qkenergy.analysis.columns import (
+    COUNT_COLUMNS,
+    LIST_COLUMNS,
+    Columns,
+    json_list,
+    to_frame,
+    with_integer_counts,
+    write_csv,
+)
 from qkenergy.analysis.provenance import METADATA_KEY, read_settings, settings_json, sidecar_path
 from qkenergy.analysis.transaction import OutputTransaction, joined
 from qkenergy.errors import QKEnergyError
@@ -106,7 +113,7 @@ def _list_columns(df: pd.DataFrame | Columns) -> list[str]:
 
 def _frame(df: pd.DataFrame | Columns) -> pd.DataFrame:
     """A copy of the table as a DataFrame, counts as nullable integers."""
-    return column_table.to_frame(df) if isinstance(df, dict) else with_integer_counts(df.copy())
+    return to_frame(df) if isinstance(df, dict) else with_integer_counts(df.copy())
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -147,7 +154,7 @@ def write_table(
         tmp = outputs.stage(target)
         if fmt == "csv":
             if isinstance(df, dict):
-                column_table.write_csv(df, tmp)
+                write_csv(df, tmp)
             else:
                 out = with_integer_counts(df.copy())
                 for col in _list_columns(out):
