@@ -4,10 +4,16 @@ The handlers are installed before the command line (click, numpy, ...) is import
 interrupt during start-up prints one line instead of an import traceback. Nothing can need
 cleaning up before the commands run, so these first handlers just exit; ``cli.main`` then
 installs the ones that raise and clean up (see :mod:`qkenergy.interrupt`).
+
+The modules are imported with the cyclic garbage collector paused and their objects then
+frozen (:func:`gc.freeze`): they live as long as the process, so the collections that
+importing ~200 modules would trigger, and every later full collection, have nothing to find
+in them (about 5 ms of a run's start-up). The collector is on again before any command runs.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from types import FrameType
@@ -22,8 +28,14 @@ def main() -> None:
     """Entry point of the console script."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_at_once)
-    from qkenergy.cli import main as cli_main
-
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        from qkenergy.cli import main as cli_main
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
     cli_main()
 
 
