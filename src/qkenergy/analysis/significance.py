@@ -11,10 +11,14 @@ that floor.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from qkenergy.math.nulls import NullLaw
 from qkenergy.math.tails import beta_p_two_sided
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.math.nulls import NullLaw
 
 __all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
 

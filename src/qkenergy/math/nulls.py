@@ -17,15 +17,18 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkenergy.errors import QKEnergyError, check_integer, check_memory
-from qkenergy.math import montecarlo
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
-from qkenergy.math.entry_laws import EntryLaw
 from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fill_core
 from qkenergy.parallel import resolve_threads, single_threaded_blas
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.math import montecarlo
+    from qkenergy.math.entry_laws import EntryLaw
 
 __all__ = [
     "NULL_STATISTICS",
@@ -434,6 +437,10 @@ def null_law(
     seed = check_integer(seed, "seed", minimum=0)
     check_null_memory(n, N, samples)
     names = _statistic_names(names)
+    from qkenergy.math import (
+        montecarlo,
+    )  # the sampling engine, for drawing only (a run without nulls skips it)
+
     values = montecarlo.draw(
         null_statistics_sampler(n, N, names, radius=radius),
         samples,
@@ -470,6 +477,8 @@ def null_law_blocks(
     seed = check_integer(seed, "seed", minimum=0)
     check_null_memory(n, N, samples)
     sampler = null_statistics_sampler(n, N, _statistic_names(names), radius=radius)
+    from qkenergy.math import montecarlo
+
     return montecarlo.draw_blocks(sampler, samples, first, last, seed=seed)
 
 
@@ -495,6 +504,8 @@ def check_null_memory(n: int, N: int, samples: int) -> None:
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
     p = 2 * n
+    from qkenergy.math import montecarlo
+
     chunk = montecarlo.BLOCK_SIZE
     needed = 16 * samples * len(_statistic_names()) + 3 * 8 * chunk * p * p + 8 * p * N
     check_memory(needed, f"the null law of a head n={n}, N={N} with {samples} samples")

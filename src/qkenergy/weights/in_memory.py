@@ -30,7 +30,6 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from qkenergy.errors import QKEnergyError
@@ -64,6 +63,7 @@ def to_numpy(value: Any, what: str = "tensor") -> np.ndarray:
         if str(getattr(tensor, "device", "cpu")) != "cpu":
             tensor = tensor.cpu()
         if str(tensor.dtype) == "torch.bfloat16":
+            import ml_dtypes
             import torch  # present: the tensor is one
 
             return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
