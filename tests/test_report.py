@@ -66,7 +66,8 @@ def test_csv_lobes_are_json(table: pd.DataFrame, tmp_path: Path) -> None:
 
 def test_csv_from_columns_is_the_pandas_csv(analysis, tmp_path: Path) -> None:
     # An analysis writes its csv from numpy columns, without pandas: the bytes must be those
-    # pandas writes for the same table (floats by repr, NaN and None empty, quoted commas).
+    # pandas writes for the same table (floats by repr, NaN and None empty, quoted commas, quotes
+    # and line breaks, lobes quoted when they hold a comma).
     columns = concat(
         [
             {**analysis.columns, "offset": np.arange(len(analysis.columns["head"]))},
@@ -76,6 +77,7 @@ def test_csv_from_columns_is_the_pandas_csv(analysis, tmp_path: Path) -> None:
                 "symmetric_energy": np.array([-0.0, 1e16]),
                 "qk_norm": np.array([True, False]),
                 "reason": np.array([None, ""], dtype=object),
+                "head_type": np.array(["two\nlines", "carriage\rreturn"], dtype=object),
                 "alpha": list_column([[], [0.1, float("nan")]]),
                 "beta": list_column([[1e-300], [2.0 / 3.0]]),
             },
@@ -84,6 +86,10 @@ def test_csv_from_columns_is_the_pandas_csv(analysis, tmp_path: Path) -> None:
     assert write_table(columns, tmp_path / "columns.csv") == tmp_path / "columns.csv"
     write_table(to_frame(columns), tmp_path / "frame.csv")
     assert (tmp_path / "columns.csv").read_bytes() == (tmp_path / "frame.csv").read_bytes()
+    lone = {"reason": np.array(["", "x"], dtype=object)}  # a lone empty field is quoted
+    write_table(lone, tmp_path / "lone.csv")
+    write_table(to_frame(lone), tmp_path / "lone_frame.csv")
+    assert (tmp_path / "lone.csv").read_bytes() == (tmp_path / "lone_frame.csv").read_bytes()
 
 
 def test_written_table_is_the_changed_dataframe(tmp_path: Path) -> None:
