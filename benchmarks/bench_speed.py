@@ -208,8 +208,9 @@ def timed(
     return seconds, usage.ru_maxrss * 1024
 
 
-# Runs the CLI and, at exit, writes the process's own peak RSS (VmHWM) to $QK_BENCH_HWM:
-# wait4's ru_maxrss would report the benchmark's own size at fork when that is larger.
+# Runs the CLI as the `qkenergy` script does (qkenergy.console:main; `python -m qkenergy.cli` in
+# trees older than that entry point) and, at exit, writes the process's own peak RSS (VmHWM) to
+# $QK_BENCH_HWM: wait4's ru_maxrss would report the benchmark's own size at fork when that is larger.
 _WRAP = (
     "import atexit, os, runpy, sys\n"
     "def hwm():\n"
@@ -218,7 +219,12 @@ _WRAP = (
     "    open(os.environ['QK_BENCH_HWM'], 'w').write(kb)\n"
     "atexit.register(hwm)\n"
     "sys.argv = ['qkenergy', *sys.argv[1:]]\n"
-    "runpy.run_module('qkenergy.cli', run_name='__main__')\n"
+    "try:\n"
+    "    from qkenergy.console import main\n"
+    "except ImportError:\n"
+    "    runpy.run_module('qkenergy.cli', run_name='__main__')\n"
+    "else:\n"
+    "    main()\n"
 )
 
 
