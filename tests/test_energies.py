@@ -265,6 +265,43 @@ def test_head_gram_zero_and_non_finite_heads() -> None:
     np.testing.assert_array_equal(G[0], head_gram(w_query[0], w_key[0]))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_max_abs_reads_the_largest_magnitude_from_the_bits(dtype) -> None:
+    rng = np.random.default_rng(11)
+    tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+    heads = (rng.standard_normal((7, 3, 9)) * 0.05).astype(dtype)
+    heads[1] = -np.abs(heads[1])  # no positive entry
+    heads[2] = np.abs(heads[2])  # no negative entry
+    heads[3] = 0.0
+    heads[3, 0, 0] = -0.0
+    heads[4] = tiny  # subnormals only
+    heads[4, 1, 2] = -3 * tiny
+    heads[5, 2, 2] = -np.inf
+    heads[6, 0, 1] = np.nan
+    expected = np.max(np.abs(heads.astype(np.float64)), axis=(-2, -1))
+    np.testing.assert_array_equal(gram.max_abs(heads), expected)  # NaN where a head holds one
+    columns = np.ascontiguousarray(np.swapaxes(heads, -1, -2))  # a strided view, as a Conv1D's heads
+    np.testing.assert_array_equal(gram.max_abs(np.swapaxes(columns, -1, -2)), expected)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float32, np.float64])
+def test_head_gram_is_the_same_whether_weights_are_scaled_before_or_after_the_product(dtype) -> None:
+    # Weights within 2**+-_UNSCALED_EXPONENT are multiplied as they are and G's blocks scaled
+    # after; others are rescaled first: both give the G of the rescaled weights bit for bit,
+    # in the grouped-query and the multi-head products.
+    rng = np.random.default_rng(12)
+    w_query, w_key = (rng.standard_normal((2, 4, 3, 20)) * 0.03).astype(dtype)
+    # beyond the limit where the dtype can hold that (not float32 weights: float64 products, limit 400)
+    limit = gram._UNSCALED_EXPONENT[gram.accumulator_dtype(w_query.dtype)]
+    far = min(limit + 5, ml_dtypes.finfo(dtype).maxexp - 18)
+    for kv_head in (np.arange(4), np.array([0, 0, 1, 1])):
+        keys = w_key[: kv_head.max() + 1]
+        reference = head_gram(w_query, keys, kv_head)
+        for k in (-far, -7, 0, 9, far):
+            scaled = head_gram((w_query * 2.0**k).astype(dtype), keys, kv_head)
+            np.testing.assert_array_equal(scaled, reference, err_msg=f"2**{k} W_Q")
+
+
 def test_head_gram_rejects_mismatched_shapes() -> None:
     with pytest.raises(ValueError, match="share a shape"):
         head_gram(np.zeros((2, 3, 4)), np.zeros((2, 3, 5)))

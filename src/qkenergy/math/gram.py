@@ -36,25 +36,60 @@ def accumulator_dtype(*dtypes: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if sixteen_bit else np.dtype(np.float64)
 
 
-def _scale_heads(heads: np.ndarray) -> np.ndarray:
-    """Scale each head (h, n, N) in place by the power of two of its max-abs entry.
+def max_abs(heads: np.ndarray) -> np.ndarray:
+    """Largest |entry| of each matrix of ``heads`` (..., n, N) as float64; NaN where one is NaN.
 
-    Returns the mask of heads that held a non-finite entry (zeroed here). The
-    scaling is exact, so W and 2**k W give bitwise the same result, and a zero
-    head stays zero without a division.
+    Read from the sign-magnitude bits of any IEEE dtype (bfloat16 included)
+    with two integer maxima: over the signed view, the largest non-negative
+    entry; over the unsigned view with its sign bit cleared, the largest
+    magnitude of a negative entry (or, with none, the largest entry). No
+    temporary array, and integer maxima need no NaN checks.
     """
-    # max and -min rather than abs: no temporary copy of the heads
-    max_abs = np.maximum(
-        np.max(heads, axis=(-2, -1), initial=-np.inf), -np.min(heads, axis=(-2, -1), initial=np.inf)
-    ).astype(np.float64)
-    max_abs = np.where(np.isnan(max_abs), np.inf, np.maximum(max_abs, 0.0))
-    non_finite = ~np.isfinite(max_abs)
+    size = heads.dtype.itemsize
+    largest = np.max(heads.view(f"i{size}"), axis=(-2, -1))
+    unsigned = np.max(heads.view(f"u{size}"), axis=(-2, -1))
+    magnitude = np.maximum(
+        np.maximum(largest, 0).astype(unsigned.dtype), unsigned & ((1 << (8 * size - 1)) - 1)
+    )
+    return np.asarray(magnitude.view(heads.dtype), dtype=np.float64)
+
+
+# Heads whose largest entry is 2**e with |e| up to this are multiplied as they
+# are, and G's blocks scaled by 2**-e afterwards: no product or sum of such
+# weights leaves the normal range where those of the rescaled weights would
+# not, so G is the same (bitwise, but for entries at the underflow level).
+# Weights outside it are rescaled before the product.
+_UNSCALED_EXPONENT = {np.dtype(np.float32): 40, np.dtype(np.float64): 400}
+
+
+def _convert_heads(sources: list[np.ndarray], targets: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Copy the heads (n, N) into ``targets`` (h, n, N) (the conversion to its dtype happens in the copy).
+
+    Returns (e, non_finite) per head: the block of G that a head's weights
+    enter is to be scaled by 2**-e (power_of_two_scale of its max-abs entry,
+    MATH.md: rescale before squaring; exact, so W and 2**k W give the same G),
+    and the mask of heads with a non-finite entry (zeroed here, their G to be
+    NaN). If a head's e is beyond _UNSCALED_EXPONENT, the copies are rescaled
+    instead and every e is 0.
+    """
+    for source, target in zip(sources, targets, strict=True):
+        target[...] = source
+    maxima = max_abs(targets)
+    non_finite = ~np.isfinite(maxima)
     if np.any(non_finite):
-        heads[non_finite] = 0.0
+        targets[non_finite] = 0.0
+    exponent = power_of_two_scale(maxima)
+    if np.all(np.abs(exponent) <= _UNSCALED_EXPONENT[targets.dtype]):
+        return exponent.tolist(), non_finite
     # exactly ldexp (for subnormal weights, float64 near 1e-310 or bfloat16 near 1e-39, 2**-e itself
     # overflows and ldexp is used), but by a multiplication where 2**-e is representable
-    scale_by_power_of_two(heads, -power_of_two_scale(max_abs)[:, None, None], out=heads)
-    return non_finite
+    scale_by_power_of_two(targets, -exponent[:, None, None], out=targets)
+    return [0] * len(sources), non_finite
+
+
+def _power(exponent: int) -> np.float64:
+    """2**exponent as a float64 scalar: a product with it is computed in float64 (|exponent| <= 800 here)."""
+    return np.float64(2.0**exponent)
 
 
 # The query heads of one key head are converted and multiplied against it in
@@ -115,8 +150,7 @@ def piece_gram(
     """G (len(queries), 2n, 2n) of query heads ``queries`` of w_query (H, n, N), keys w_key[kv_head[h]].
 
     MATH.md: Gram route, with grouped-query attention in mind: each key head of
-    the piece is converted and rescaled once and its G_KK = W_K W_K^T formed
-    once; the query-key blocks G_QK of the queries sharing it come from one
+    the piece is converted once and its G_KK = W_K W_K^T formed once; the query-key blocks G_QK of the queries sharing it come from one
     (c n x N)(N x n) product per chunk of at most 2^22 // (n N) queries; each
     G_QQ = W_Q W_Q^T from a symmetric rank-k update. A piece whose key heads
     each serve one query (multi-head attention) takes :func:`_paired_gram`
@@ -138,20 +172,20 @@ def piece_gram(
     K = _scratch("key", (1, n, N), dtype)
     for key in dict.fromkeys(keys.tolist()):  # each key head once, in order
         rows = np.flatnonzero(keys == key)
-        K[0] = w_key[key]  # the conversion to ``dtype`` happens in the copy
-        key_bad = _scale_heads(K)[0]
-        G[rows, :n, :n] = K[0] @ K[0].T  # 2-D x @ x.T: numpy uses the symmetric rank-k update
+        (key_exponent,), (key_bad,) = _convert_heads([w_key[key]], K)
+        # 2-D x @ x.T: numpy uses the symmetric rank-k update
+        key_block = np.multiply(K[0] @ K[0].T, _power(-2 * key_exponent))
         for start in range(0, len(rows), most):
             chunk = rows[start : start + most]
             Q = _scratch("query", (len(chunk), n, N), dtype)
-            for i, h in enumerate(queries[chunk]):
-                Q[i] = w_query[h]
-            bad[chunk] = _scale_heads(Q) | key_bad
-            for i, row in enumerate(chunk):
-                G[row, n:, n:] = Q[i] @ Q[i].T
+            exponent, bad[chunk] = _convert_heads([w_query[h] for h in queries[chunk]], Q)
+            bad[chunk] |= key_bad
             qk = (Q.reshape(-1, N) @ K[0].T).reshape(-1, n, n)  # G_QK of the chunk at once
-            G[chunk, n:, :n] = qk
-            G[chunk, :n, n:] = np.swapaxes(qk, 1, 2)
+            for i, row in enumerate(chunk.tolist()):
+                G[row, :n, :n] = key_block
+                np.multiply(Q[i] @ Q[i].T, _power(-2 * exponent[i]), out=G[row, n:, n:])
+                np.multiply(qk[i], _power(-exponent[i] - key_exponent), out=G[row, n:, :n])
+                G[row, :n, n:] = G[row, n:, :n].T
     G[bad] = np.nan
     return G
 
@@ -161,37 +195,43 @@ def _paired_gram(
 ) -> np.ndarray:
     """:func:`piece_gram` of heads whose key heads are all different: G = C C^T, C = [W_K; W_Q], per head.
 
-    Nothing is shared, so each head's C is converted into one buffer (both
-    halves rescaled in one pass) and G comes from one symmetric rank-k update
-    of C: the arithmetic of G_KK, G_QQ and G_QK, with one product per head
-    instead of three. Heads go through the buffer in chunks of the same
-    2^22 values as a key head's queries.
+    Nothing is shared, so each head's C is converted into one buffer and G
+    comes from one symmetric rank-k update of C: the arithmetic of G_KK, G_QQ
+    and G_QK, with one product per head instead of three. Heads go through the
+    buffer in chunks of the same 2^22 values as a key head's queries.
     """
     n, N = w_query.shape[-2:]
     most = max(1, _chunk_heads(n, N) // 2)
     G = np.empty((len(queries), 2 * n, 2 * n))
     for start in range(0, len(queries), most):
-        chunk = range(start, min(start + most, len(queries)))
-        C = _scratch("pair", (len(chunk), 2 * n, N), dtype)
-        for i, row in enumerate(chunk):
-            C[i, :n] = w_key[keys[row]]  # the conversion to ``dtype`` happens in the copy
-            C[i, n:] = w_query[queries[row]]
-        bad = _scale_heads(C.reshape(-1, n, N)).reshape(-1, 2).any(axis=1)
-        for i, row in enumerate(chunk):
+        rows = np.arange(start, min(start + most, len(queries)))
+        C = _scratch("pair", (len(rows), 2 * n, N), dtype)
+        sources = [w[h] for row in rows for w, h in ((w_key, keys[row]), (w_query, queries[row]))]
+        exponent, bad = _convert_heads(sources, C.reshape(-1, n, N))
+        for i, row in enumerate(rows.tolist()):
+            # 2-D x @ x.T: numpy uses the symmetric rank-k update
             if dtype == G.dtype:
-                np.matmul(C[i], C[i].T, out=G[row])  # 2-D x @ x.T: the symmetric rank-k update
+                np.matmul(C[i], C[i].T, out=G[row])
             else:
                 G[row] = C[i] @ C[i].T
-        G[start : start + len(chunk)][bad] = np.nan
+            key_exponent, query_exponent = exponent[2 * i : 2 * i + 2]
+            if key_exponent or query_exponent:  # the blocks of 2**-e W_K and 2**-e' W_Q
+                G[row, :n, :n] *= _power(-2 * key_exponent)
+                G[row, n:, n:] *= _power(-2 * query_exponent)
+                G[row, :n, n:] *= _power(-key_exponent - query_exponent)
+                G[row, n:, :n] *= _power(-key_exponent - query_exponent)
+        G[rows[bad.reshape(-1, 2).any(axis=1)]] = np.nan
     return G
 
 
 def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None = None) -> np.ndarray:
     """Gram matrix G = C C^T, C = [W_K; W_Q], of each head: (..., n, N) x 2 -> (..., 2n, 2n) float64.
 
-    MATH.md: Gram route. Each of W_K and W_Q is rescaled per head by (the power
-    of two of) its own largest absolute entry before the product, so
-    normalized statistics are exact at any weight scale. Accepts float16,
+    MATH.md: Gram route. Each of W_K and W_Q counts as rescaled per head by
+    (the power of two of) its own largest absolute entry, so normalized
+    statistics are exact at any weight scale: the scaling is applied to G's
+    blocks after the product (or, for weights beyond 2**+-_UNSCALED_EXPONENT,
+    to the weights before it), exactly either way. Accepts float16,
     ml_dtypes.bfloat16, float32 and float64 (also memory-mapped); heads are
     converted a piece at a time and multiplied in ``accumulator_dtype``
     (float32 for 16-bit weights, else float64). A head with a non-finite
