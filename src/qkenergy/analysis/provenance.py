@@ -20,7 +20,6 @@ Where the settings live (:func:`read_settings` reads all three):
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -150,7 +149,7 @@ class ReadRecorder:
     def __init__(self, tensors: Any) -> None:
         self.tensors = tensors
         self.read: dict[str, None] = {}  # names in read order
-        self._memory = None if hasattr(tensors, "files") else hashlib.sha256()
+        self._memory = None if hasattr(tensors, "files") else _sha256()
         self._memory_bytes = 0
         self._begun: dict[Path, _BegunDigest] = {}  # file digests begun as tensors are read
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="qkenergy-hash")
@@ -222,6 +221,18 @@ class ReadRecorder:
         ]
 
 
+def _sha256(data: bytes = b"") -> Any:
+    """A new SHA-256 digest of ``data``.
+
+    hashlib is imported here, not with the module: loading it (OpenSSL) takes
+    about 2.5 ms, which a run from files spends on the hashing thread, while
+    the first layer is read, instead of in the start-up of every command.
+    """
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 class _BegunDigest:
     """A file's SHA-256 of :func:`fingerprint_files` begun while its tensors were read.
 
@@ -240,7 +251,7 @@ class _BegunDigest:
         with open(path, "rb") as fh:
             header = fh.read(8)
             header += fh.read(int.from_bytes(header, "little"))
-        return cls(len(header), hashlib.sha256(header))
+        return cls(len(header), _sha256(header))
 
     def add(self, begin: int, end: int) -> None:
         """Note the range [begin, end) hashed."""
@@ -252,7 +263,7 @@ class _BegunDigest:
         k = 0
         while k < min(len(ranges), len(self.ranges)) and ranges[k] == self.ranges[k]:
             k += 1
-        return (self.states[k - 1].copy(), k) if k else (hashlib.sha256(), 0)
+        return (self.states[k - 1].copy(), k) if k else (_sha256(), 0)
 
 
 def fingerprint_files(
@@ -289,7 +300,7 @@ def fingerprint_files(
                         f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"
                     )
                 started = (begun or {}).get(sf.path)
-                digest, done = started.resume(ranges) if started else (hashlib.sha256(), 0)
+                digest, done = started.resume(ranges) if started else (_sha256(), 0)
                 hashed = sum(end - begin for begin, end in ranges[:done])
                 for begin, end in ranges[done:]:
                     fh.seek(begin)
