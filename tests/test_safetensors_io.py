@@ -15,6 +15,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from qkenergy.errors import QKEnergyError
+from qkenergy.weights import safetensors_io
 from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource
 
 NAME = "encoder.layer.0.attention.self.query.weight"
@@ -124,6 +125,25 @@ def test_truncated_while_read_is_one_line_not_sigbus(tmp_path: Path) -> None:
         os.truncate(path, os.path.getsize(path) - 1000)
         with pytest.raises(QKEnergyError) as info:
             source.tensor("b")
+    msg = str(info.value)
+    assert "\n" not in msg and path.name in msg and "'b'" in msg and "truncated while in use" in msg
+
+
+def test_split_reads_same_arrays_and_one_line_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside split_reads a tensor is read in parts, each by a thread: the same array; a short part, one line."""
+    monkeypatch.setattr(
+        safetensors_io, "_SPLIT_BYTES", 4096
+    )  # parts of a page, so that a small tensor splits
+    x = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)  # 25,600 bytes: 3 parts
+    path = tmp_path / "w.safetensors"
+    save_file({"a": x, "b": x + 1}, str(path))
+    with TensorSource([path]) as source:
+        with source.split_reads(3):
+            np.testing.assert_array_equal(source.tensor("a"), x)
+            os.truncate(path, os.path.getsize(path) - 1000)  # the last part of "b", read by a helper thread
+            with pytest.raises(QKEnergyError) as info:
+                source.tensor("b")
+        assert source.files[0].read_threads == 1  # one thread again after the block
     msg = str(info.value)
     assert "\n" not in msg and path.name in msg and "'b'" in msg and "truncated while in use" in msg
 

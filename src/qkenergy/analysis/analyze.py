@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ from qkenergy.math.statistics import (
     gram_statistics,
     head_statistics,
 )
-from qkenergy.parallel import resolve_threads, thread_map
+from qkenergy.parallel import available_cores, resolve_threads, thread_map
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layouts import (
     FAMILIES,
@@ -233,7 +234,9 @@ def analyze_model(
             return read_layer(tensors, item[0], item[2], fold_norm=fold_norm, prefix=item[1])
 
         with _layer_progress(progress, len(todo)) as advance, ThreadPoolExecutor(1) as reader:
-            ahead = reader.submit(read, todo[0])
+            with _split_reads(source.tensors):  # nothing to overlap the first layer's read with
+                ahead = reader.submit(read, todo[0])
+                futures.wait([ahead])
             for i, (stack, _prefix, layer, stack_heads) in enumerate(todo):
                 weights = ahead.result()  # read by the helper thread (or failed to read: raise now)
                 if i + 1 < len(todo):
@@ -320,6 +323,12 @@ def analyze_model(
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
     return Analysis(columns=table, layers=layer_table, model=name, settings=settings)
+
+
+def _split_reads(tensors: Any) -> contextlib.AbstractContextManager[None]:
+    """Large reads split over the available cores inside the block (safetensors files; in memory: nothing)."""
+    split = getattr(tensors, "split_reads", None)
+    return contextlib.nullcontext() if split is None else split(available_cores())
 
 
 # ----------------------------------------------------------------------------- stacks
