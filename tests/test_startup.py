@@ -83,3 +83,16 @@ def test_start_up_imports_no_heavy_library(tmp_path: Path) -> None:
     assert seen["analyze -o csv, with null laws"] == []  # the Beta tail needs scipy.special only
     assert seen["analyze with its summary"] == []  # the summary reads the numpy columns
     assert len(table.read_text().splitlines()) == 1 + 12  # MiniLM's layer 0: 12 heads
+
+
+def test_console_entry_leaves_the_collector_on() -> None:
+    # The console script imports the command line with the garbage collector paused and then
+    # freezes what the imports made; the commands themselves run with it on.
+    probe = (
+        "import gc, qkenergy.cli\n"
+        "qkenergy.cli.main = lambda: print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+        "from qkenergy.console import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"]
