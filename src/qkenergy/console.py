@@ -8,7 +8,7 @@ installs the ones that raise and clean up (see :mod:`qkenergy.interrupt`).
 The modules are imported with the cyclic garbage collector paused and their objects then
 frozen (:func:`gc.freeze`): they live as long as the process, so the collections that
 importing ~200 modules would trigger, and every later full collection, have nothing to find
-in them (about 5 ms of a run's start-up). The collector is on again before any command runs.
+in them (a few milliseconds of a run's start-up). The collector is on again before any command runs.
 """
 
 from __future__ import annotations
