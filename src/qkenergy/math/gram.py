@@ -150,7 +150,8 @@ def piece_gram(
     """G (len(queries), 2n, 2n) of query heads ``queries`` of w_query (H, n, N), keys w_key[kv_head[h]].
 
     MATH.md: Gram route, with grouped-query attention in mind: each key head of
-    the piece is converted once and its G_KK = W_K W_K^T formed once; the query-key blocks G_QK of the queries sharing it come from one
+    the piece is converted once and its G_KK = W_K W_K^T formed once; the
+    query-key blocks G_QK of the queries sharing it come from one
     (c n x N)(N x n) product per chunk of at most 2^22 // (n N) queries; each
     G_QQ = W_Q W_Q^T from a symmetric rank-k update. A piece whose key heads
     each serve one query (multi-head attention) takes :func:`_paired_gram`
