@@ -437,9 +437,8 @@ def null_law(
     seed = check_integer(seed, "seed", minimum=0)
     check_null_memory(n, N, samples)
     names = _statistic_names(names)
-    from qkenergy.math import (
-        montecarlo,
-    )  # the sampling engine, for drawing only (a run without nulls skips it)
+    # the sampling engine, imported to draw only (a run without null laws skips it)
+    from qkenergy.math import montecarlo
 
     values = montecarlo.draw(
         null_statistics_sampler(n, N, names, radius=radius),
