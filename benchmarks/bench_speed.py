@@ -14,7 +14,10 @@ nothing is asserted. Sections (``--only``, comma-separated; default all but
   ``--before SRC``, the same command on an older source tree. Then the same
   run on two threads, and on two threads beside a process spinning on one
   core. Floors: one BLAS GEMM of the Gram products' flop count, one 2n x 2n
-  eigvalsh per head, and copying the Q/K bytes from the page cache.
+  eigvalsh per head, and copying the Q/K bytes from the page cache. Where
+  qkenergy's command line asks OpenBLAS for other kernels than its own choice
+  (qkenergy.blas_kernels: AVX2 ones on AMD Zen 4), the paper's route and the
+  code before are also timed with those kernels ("with ... kernels too").
 - ``null``: the null law at (128, 4096) for the three null statistics, per
   sample on one and on two threads (2000 samples, cold), peak RSS, in
   ``--repeats`` interleaved rounds; floor: one 2n x 2n eigvalsh per sample;
@@ -56,6 +59,25 @@ sys.path.insert(0, str(HERE))
 from bench_analyze import write_bf16_safetensors  # noqa: E402
 
 MB = 1e6
+
+
+def asked_kernels() -> str | None:
+    """The OpenBLAS kernels qkenergy's command line asks for here (None: OpenBLAS's own choice stands).
+
+    Imported here, in the parent only: a child running this file with an older tree on
+    PYTHONPATH must import that tree's qkenergy, which may not have the module.
+    """
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return None
+    sys.path.append(str(SRC))
+    from qkenergy.blas_kernels import preferred_kernels
+
+    try:
+        return preferred_kernels(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return None
+
+
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -399,8 +421,17 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         # between them does not pass for a change of speed; the minimum of the repeats of each.
         # "1 thread": one BLAS thread and --threads 1 (the read-ahead and hashing threads may use
         # the other core); "one core": the same, pinned to CPU 0.
-        times: dict[str, list[float]] = {k: [] for k in ("ours", "old", "paper", "ours1", "old1", "paper1")}
+        # "same kernels": the code before and the paper's route with the OpenBLAS kernels that
+        # qkenergy's command line asks for on this CPU (qkenergy.blas_kernels), if it asks for any.
+        kernels = asked_kernels()
+        same_kernels = {**ONE_THREAD, "OPENBLAS_CORETYPE": kernels} if kernels else None
+        kinds = ("ours", "old", "paper", "ours1", "old1", "paper1", "old_same", "paper_same")
+        times: dict[str, list[float]] = {k: [] for k in kinds}
         for repeat in range(args.repeats):
+            if same_kernels is not None:
+                if args.before:
+                    times["old_same"].append(timed(old_cmd, env=same_kernels, src=args.before)[0])
+                times["paper_same"].append(timed(paper_cmd, env=same_kernels)[0])
             for one_core, suffix in ((False, ""), (True, "1")):
                 times["ours" + suffix].append(timed(ours_cmd, env=ONE_THREAD, one_core=one_core)[0])
                 if args.before:
@@ -436,6 +467,14 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         if args.before:
             old = min(times["old"])
             print(f"   before issue 7, 1 thread  {old:7.2f} s  -> throughput {ratio(old, ours)} of before")
+        if same_kernels is not None:
+            same = f"   with {kernels} kernels too:"
+            paper_same = min(times["paper_same"])
+            print(f"{same} paper's route {paper_same:.2f} s -> {ratio(paper_same, ours)}", end="")
+            if args.before:
+                old_same = min(times["old_same"])
+                print(f"; before issue 7 {old_same:.2f} s -> {ratio(old_same, ours)}", end="")
+            print()
         print(f"   qkenergy, one core        {ours1:7.2f} s  (pinned to CPU 0: no read-ahead in parallel)")
         print(f"   paper's route, one core   {paper1:7.2f} s  -> qkenergy is {ratio(paper1, ours1)} faster")
         if args.before:

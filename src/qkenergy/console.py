@@ -9,6 +9,9 @@ The modules are imported with the cyclic garbage collector paused and their obje
 frozen (:func:`gc.freeze`): they live as long as the process, so the collections that
 importing ~200 modules would trigger, and every later full collection, have nothing to find
 in them (a few milliseconds of a run's start-up). The collector is on again before any command runs.
+
+Before numpy is imported, OpenBLAS is asked for the kernels that are fastest for these products
+on this CPU (:mod:`qkenergy.blas_kernels`: AVX2 ones on AMD Zen 4, unless OPENBLAS_CORETYPE is set).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import gc
 import os
 import signal
 from types import FrameType
+
+from qkenergy.blas_kernels import choose_openblas_kernels
 
 
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:
@@ -28,6 +33,7 @@ def main() -> None:
     """Entry point of the console script."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_at_once)
+    choose_openblas_kernels()
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -24,7 +24,7 @@ from threadpoolctl import ThreadpoolController
 
 from qkenergy.errors import check_integer
 
-__all__ = ["available_cores", "resolve_threads", "single_threaded_blas", "thread_map"]
+__all__ = ["available_cores", "blas_libraries", "resolve_threads", "single_threaded_blas", "thread_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,6 +62,24 @@ def _controller() -> ThreadpoolController:
     if _controller_cache is None or _controller_cache[0] != len(sys.modules):
         _controller_cache = (len(sys.modules), ThreadpoolController())
     return _controller_cache[1]
+
+
+def blas_libraries() -> list[str]:
+    """The BLAS libraries loaded in this process, as "openblas 0.3.31.188.0 (Haswell kernels)".
+
+    What a table's products were computed with (the settings' ``blas``): the
+    library, its version and, for OpenBLAS, the kernels it chose or was given
+    (:mod:`qkenergy.blas_kernels`). The products' rounding depends on them.
+    """
+    with _lock:
+        found = _controller().info()
+    described = (
+        f"{lib['internal_api']} {lib['version']}"
+        + (f" ({lib['architecture']} kernels)" if lib.get("architecture") else "")
+        for lib in found
+        if lib.get("user_api") == "blas"
+    )
+    return list(dict.fromkeys(described))  # numpy's and scipy's OpenBLAS are often the same build
 
 
 @contextmanager

@@ -4,7 +4,8 @@ A settings dict is a flat JSON object; commands add their own keys (``analyze``
 its selection and null-law options, ``survey`` its manifest) to the common ones
 made here:
 
-- ``qkenergy_version``, ``created`` (UTC, ISO 8601), ``command`` (the command line);
+- ``qkenergy_version``, ``created`` (UTC, ISO 8601), ``command`` (the command line),
+  ``blas`` (the BLAS libraries and kernels of the process, :func:`qkenergy.parallel.blas_libraries`);
 - ``model_source``: the MODEL argument and what it resolved to (see :func:`model_source`),
   with a fingerprint of every weight file read (see :func:`fingerprint_files`).
 
@@ -35,6 +36,7 @@ import numpy as np
 from qkenergy import __version__
 from qkenergy.errors import QKEnergyError
 from qkenergy.formatting import json_safe
+from qkenergy.parallel import blas_libraries
 from qkenergy.weights.safetensors_io import TensorSource, show_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,6 +79,7 @@ def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) 
         "command": shlex.join(
             [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
         ),
+        "blas": blas_libraries(),
     }
     if resolved is not None:
         out["model_source"] = dict(resolved)
