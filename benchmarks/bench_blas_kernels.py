@@ -50,7 +50,7 @@ def child() -> None:
     from threadpoolctl import threadpool_info
 
     from qkenergy.math import nulls
-    from qkenergy.math.statistics import head_statistics
+    from qkenergy.math.statistics import STATISTICS, head_statistics
 
     rng = np.random.default_rng(0)
     w_q = rng.standard_normal((32, 128, 4096)).astype(np.float32)
@@ -80,8 +80,6 @@ def child() -> None:
         {str(lib.get("architecture")) for lib in threadpool_info() if lib.get("user_api") == "blas"}
     )
     # the statistics themselves, to show how far the kernels move them
-    from qkenergy.math.statistics import STATISTICS
-
     gpt2_q, gpt2_k = rng.standard_normal((2, 12, 64, 768)).astype(np.float32)
     values = {
         "llama layer, bfloat16 weights (float32 products)": head_statistics(
@@ -105,6 +103,10 @@ def run_child(coretype: str | None) -> dict[str, Any]:
 
 
 def main() -> None:
+    import numpy as np
+
+    from qkenergy.blas_kernels import first_processor, preferred_kernels
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--kernels", default="Haswell", help="OPENBLAS_CORETYPE values to compare, comma-separated"
@@ -126,15 +128,13 @@ def main() -> None:
             statistics[coretype] = result["statistics"]
             for name, ms in result["times"].items():
                 best.setdefault(coretype, {})[name] = min(best.get(coretype, {}).get(name, float("inf")), ms)
-    from qkenergy.blas_kernels import preferred_kernels
-
     try:
         cpu = Path("/proc/cpuinfo").read_text()
     except OSError:
         cpu = ""
-    first = {k.strip(): v for k, _, v in (line.partition(":") for line in cpu.split("\n\n")[0].splitlines())}
+    first = first_processor(cpu)
     vendor, name, family, number = (
-        first.get(k, "?").strip() for k in ("vendor_id", "model name", "cpu family", "model")
+        first.get(k, "?") for k in ("vendor_id", "model name", "cpu family", "model")
     )
     model = f"{vendor} {name}, family {family} model {number}"
     print(f"CPU: {model}; qkenergy's command line asks for: {preferred_kernels(cpu) or OWN + ' choice'}")
@@ -148,8 +148,6 @@ def main() -> None:
         cells = [f"{best[None][name]:.2f}"]
         cells += [f"{best[c][name]:.2f} ({best[None][name] / best[c][name]:.2f}x)" for c in candidates[1:]]
         print(f"{name:42s}" + "".join(f"{cell:>24s}" for cell in cells))
-    import numpy as np
-
     print("\nlargest change of any statistic against OpenBLAS's own kernels (relative, or absolute below 1)")
     for name in statistics[None]:
         before = np.array(statistics[None][name], dtype=float)

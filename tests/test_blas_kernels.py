@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qkenergy.blas_kernels import VARIABLE, choose_openblas_kernels, preferred_kernels
+from qkenergy.blas_kernels import VARIABLE, choose_openblas_kernels, first_processor, preferred_kernels
 from qkenergy.parallel import blas_libraries
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -111,9 +111,7 @@ def test_the_command_line_asks_for_this_cpus_kernels_and_records_them(tmp_path: 
     if here is not None:
         assert all(f"({here} kernels)" in name for name in recorded), recorded
     # a user's choice wins over the command line's (SkylakeX needs AVX-512, Haswell AVX2)
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
+    flags = first_processor(text).get("flags", "").split()
     users = "SkylakeX" if here is not None else "Haswell" if "avx2" in flags else None
     if users is not None:
         chosen = [name for name in recorded_blas(tmp_path, users) if name.startswith("openblas")]

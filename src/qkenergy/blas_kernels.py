@@ -33,12 +33,25 @@ import sys
 from collections.abc import Collection, MutableMapping
 from pathlib import Path
 
-__all__ = ["VARIABLE", "choose_openblas_kernels", "preferred_kernels"]
+__all__ = ["VARIABLE", "choose_openblas_kernels", "first_processor", "preferred_kernels"]
 
 VARIABLE = "OPENBLAS_CORETYPE"
 
 # The first processor's entry of /proc/cpuinfo fits in this many bytes (its flags line is ~1.5 kB).
 _CPUINFO_BYTES = 16384
+
+
+def first_processor(cpuinfo: str) -> dict[str, str]:
+    """The fields of the first processor's entry of /proc/cpuinfo text ("vendor_id", "cpu family", "flags", ...)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, colon, value = line.partition(":")
+        if not colon:
+            if fields:  # a blank line ends the first processor's entry
+                break
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def preferred_kernels(cpuinfo: str) -> str | None:
@@ -49,14 +62,7 @@ def preferred_kernels(cpuinfo: str) -> str | None:
     AVX-512 and gets AVX2 kernels anyway; Zen 5, family 26, runs AVX-512 at
     full width).
     """
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, colon, value = line.partition(":")
-        if not colon:
-            if fields:  # a blank line ends the first processor's entry
-                break
-            continue
-        fields.setdefault(key.strip(), value.strip())
+    fields = first_processor(cpuinfo)
     zen4 = (
         fields.get("vendor_id") == "AuthenticAMD"
         and fields.get("cpu family") == "25"
