@@ -34,6 +34,7 @@ from qkenergy.math.gram import (
     head_dim,
     head_gram,
     key_block,
+    max_abs,
     piece_gram,
     query_block,
     query_pieces,
@@ -303,10 +304,9 @@ def _prepare_gram(G: np.ndarray, *, owned: bool = False) -> tuple[np.ndarray, np
     """
     n = head_dim(G)
     G = np.asarray(G, dtype=np.float64).reshape(-1, 2 * n, 2 * n)
-    # max and -min rather than abs: no temporary copy; NaN anywhere in a head gives NaN
-    max_abs = np.maximum(np.max(G, axis=(-2, -1), initial=-np.inf), -np.min(G, axis=(-2, -1), initial=np.inf))
-    non_finite = ~np.isfinite(max_abs)
-    G = scale_by_power_of_two(G, -power_of_two_scale(max_abs)[:, None, None], out=G if owned else None)
+    largest = max_abs(G)  # NaN anywhere in a head gives NaN
+    non_finite = ~np.isfinite(largest)
+    G = scale_by_power_of_two(G, -power_of_two_scale(largest)[:, None, None], out=G if owned else None)
     # Failed heads are computed on a harmless stand-in and overwritten with NaN.
     stand_in = np.eye(2 * n)
     if np.any(non_finite):
