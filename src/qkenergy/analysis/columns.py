@@ -34,6 +34,7 @@ __all__ = [
     "concat",
     "json_list",
     "list_column",
+    "row_count",
     "to_frame",
     "with_integer_counts",
     "write_csv",
@@ -65,6 +66,11 @@ def list_column(rows: Iterable[list[float]]) -> np.ndarray:
     return column
 
 
+def row_count(columns: Columns) -> int:
+    """The number of rows of a column table (0 without columns)."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
 def concat(parts: Sequence[Columns]) -> Columns:
     """The rows of ``parts`` one after another; a column a part lacks is NaN there (as ``pandas.concat``)."""
     names = list(dict.fromkeys(name for part in parts for name in part))
@@ -72,8 +78,7 @@ def concat(parts: Sequence[Columns]) -> Columns:
     for name in names:
         pieces = []
         for part in parts:
-            rows = len(next(iter(part.values()))) if part else 0
-            pieces.append(part[name] if name in part else np.full(rows, np.nan))
+            pieces.append(part[name] if name in part else np.full(row_count(part), np.nan))
         out[name] = np.concatenate(pieces) if pieces else np.empty(0)
     return out
 

@@ -21,6 +21,7 @@ from qkenergy.analysis.columns import (
     LIST_COLUMNS,
     Columns,
     json_list,
+    row_count,
     to_frame,
     with_integer_counts,
     write_csv,
@@ -323,9 +324,7 @@ def _texts(table: pd.DataFrame | Columns, name: str) -> list[str]:
 
 
 def _length(table: pd.DataFrame | Columns) -> int:
-    if isinstance(table, dict):
-        return len(next(iter(table.values()))) if table else 0
-    return len(table)
+    return row_count(table) if isinstance(table, dict) else len(table)
 
 
 def _take(table: pd.DataFrame | Columns, rows: np.ndarray) -> pd.DataFrame | Columns:
