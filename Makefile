@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test` (`make lint`: ruff and mypy).
+# The two set-up commands of the README: `make demo` and `make test` (`make lint`: ruff, mypy and lint-imports).
 # Each creates .venv if it is missing, installs what it needs, then runs.
 PYTHON ?= python3
 VENV   := .venv
@@ -37,12 +37,14 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 -q
 
-# ruff and mypy read their settings from pyproject.toml (mypy: src/qkenergy, strict).
+# ruff, mypy and lint-imports read their settings from pyproject.toml (mypy: src/qkenergy, strict;
+# lint-imports: the package's layer contracts, docs/ARCHITECTURE.md).
 LINTED := src tests benchmarks docs fuzz
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_statistics.py

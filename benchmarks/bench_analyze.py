@@ -215,7 +215,7 @@ def main() -> None:
         child_analyze(args.child_analyze)
         return
 
-    from qkenergy.math.nulls import null_law
+    from qkenergy.analysis.null_cache import null_law
     from qkenergy.math.statistics import dense_statistics, head_statistics
 
     print("command:", shlex.join([Path(sys.executable).name, *sys.argv]))
@@ -264,8 +264,9 @@ def main() -> None:
             f"null law n={n}, N={N}, {args.samples} samples: cold {cold:.2f} s, warm (disk cache) {warm:.3f} s"
         )
 
+        from qkenergy.weights.architecture import architecture
         from qkenergy.weights.checkpoint import open_model
-        from qkenergy.weights.layouts import architecture, read_layer
+        from qkenergy.weights.reading import read_layer
 
         with open_model(model) as source:
             arch = architecture(source.config)

@@ -1,7 +1,7 @@
 """OpenBLAS's own kernels against the ones qkenergy's command line asks for, on this CPU.
 
 OpenBLAS chooses its kernels when it is loaded; OPENBLAS_CORETYPE overrides
-the choice (qkenergy.blas_kernels sets it to Haswell on AMD Zen 4). Each
+the choice (qkenergy.base.blas_kernels sets it to Haswell on AMD Zen 4). Each
 candidate runs in a child process of its own, one BLAS thread, and times
 the products and factorisations of a run: a query head's G_QQ (rank-k
 update), a key head's query-key blocks, a gpt2-shaped G in float64, the
@@ -105,7 +105,7 @@ def run_child(coretype: str | None) -> dict[str, Any]:
 def main() -> None:
     import numpy as np
 
-    from qkenergy.blas_kernels import first_processor, preferred_kernels
+    from qkenergy.base.blas_kernels import first_processor, preferred_kernels
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -32,7 +32,8 @@ import ml_dtypes
 import numpy as np
 
 from qkenergy.math.statistics import head_statistics
-from qkenergy.weights.layouts import architecture, read_layer
+from qkenergy.weights.architecture import architecture
+from qkenergy.weights.reading import read_layer
 from qkenergy.weights.safetensors_io import TensorSource
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

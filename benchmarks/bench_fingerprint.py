@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_analyze import make_checkpoint
 
 from qkenergy.analysis.analyze import analyze_model
-from qkenergy.analysis.provenance import ReadRecorder, fingerprint_files
+from qkenergy.formats.provenance import ReadRecorder, fingerprint_files
+from qkenergy.weights.architecture import architecture
 from qkenergy.weights.checkpoint import open_model
-from qkenergy.weights.layouts import architecture, find_prefix, read_layer
+from qkenergy.weights.reading import find_prefix, read_layer
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ speed); printed are the minima of the whole loop and of each layer (the median
 over layers of the per-layer minima, so the first layer's warm-up does not
 count there), their ratios, the load average, and whether the statistics of
 the two trees are bitwise equal (else the largest difference relative to
-max(|value|, 1), as tests/test_issue7_reference.py measures it). Nothing is
+max(|value|, 1), as tests/cross/test_issue7_reference.py measures it). Nothing is
 asserted. Checkpoints are bench_speed's synthetic gpt2, llama and llama-8192
 shapes, built in ``--checkpoints`` (kept) or a temporary directory.
 
@@ -40,8 +40,9 @@ SRC = HERE.parent / "src"
 def child(model: str, output: str) -> None:
     """One run in this process (qkenergy from PYTHONPATH): JSON of the loop's and each layer's seconds."""
     from qkenergy.math.statistics import STATISTICS, head_statistics
+    from qkenergy.weights.architecture import architecture
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.layouts import architecture, read_layer
+    from qkenergy.weights.reading import read_layer
 
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     layers, values = [], []

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from qkenergy.base.parallel import single_threaded_blas
 from qkenergy.math import gram, spectrum, statistics
-from qkenergy.parallel import single_threaded_blas
+from qkenergy.weights.architecture import architecture
 from qkenergy.weights.checkpoint import open_model
-from qkenergy.weights.layouts import LayerWeights, architecture, read_layer
+from qkenergy.weights.reading import LayerWeights, read_layer
 
 
 def best_ms(step: Callable[[], Any], repeats: int) -> tuple[float, Any]:

@@ -30,8 +30,8 @@ import pandas as pd
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.analysis.comparison import baseline_comparison, model_summary
-from qkenergy.analysis.survey_figures import report_figures
-from qkenergy.analysis.survey_report import build_report
+from qkenergy.figures.survey_figures import report_figures
+from qkenergy.report.page import build_report
 
 ARCHITECTURES = ("gpt2", "opt", "bloom", "gpt_neox", "llama", "mistral", "bert")
 

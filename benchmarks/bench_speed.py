@@ -16,7 +16,7 @@ nothing is asserted. Sections (``--only``, comma-separated; default all but
   core. Floors: one BLAS GEMM of the Gram products' flop count, one 2n x 2n
   eigvalsh per head, and copying the Q/K bytes from the page cache. Where
   qkenergy's command line asks OpenBLAS for other kernels than its own choice
-  (qkenergy.blas_kernels: AVX2 ones on AMD Zen 4), the paper's route and the
+  (qkenergy.base.blas_kernels: AVX2 ones on AMD Zen 4), the paper's route and the
   code before are also timed with those kernels ("with ... kernels too").
 - ``null``: the null law at (128, 4096) for the three null statistics, per
   sample on one and on two threads (2000 samples, cold), peak RSS, in
@@ -70,7 +70,7 @@ def asked_kernels() -> str | None:
     if "OPENBLAS_CORETYPE" in os.environ:
         return None
     sys.path.append(str(SRC))
-    from qkenergy.blas_kernels import preferred_kernels
+    from qkenergy.base.blas_kernels import preferred_kernels
 
     try:
         return preferred_kernels(Path("/proc/cpuinfo").read_text())
@@ -160,8 +160,9 @@ def paper_route(model: str, output: str, max_heads: int | None = None) -> None:
     values of F. Writes symmetric_energy, pairing, lobe_departure and the
     leading share per head to a CSV. Reading goes through qkenergy's reader.
     """
+    from qkenergy.weights.architecture import architecture
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.layouts import architecture, read_layer
+    from qkenergy.weights.reading import read_layer
 
     rows = []
     done = 0
@@ -422,7 +423,7 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         # "1 thread": one BLAS thread and --threads 1 (the read-ahead and hashing threads may use
         # the other core); "one core": the same, pinned to CPU 0.
         # "same kernels": the code before and the paper's route with the OpenBLAS kernels that
-        # qkenergy's command line asks for on this CPU (qkenergy.blas_kernels), if it asks for any.
+        # qkenergy's command line asks for on this CPU (qkenergy.base.blas_kernels), if it asks for any.
         kernels = asked_kernels()
         same_kernels = {**ONE_THREAD, "OPENBLAS_CORETYPE": kernels} if kernels else None
         kinds = ("ours", "old", "paper", "ours1", "old1", "paper1", "old_same", "paper_same")
@@ -641,7 +642,9 @@ def section_stream(args: argparse.Namespace, root: Path) -> None:
 
 
 def _python_start() -> float:
-    return timed([sys.executable, "-c", "import numpy, qkenergy.weights.layouts"])[0]
+    return timed(
+        [sys.executable, "-c", "import numpy, qkenergy.weights.architecture, qkenergy.weights.reading"]
+    )[0]
 
 
 def _cold_read(model: Path) -> float:

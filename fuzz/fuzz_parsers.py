@@ -17,9 +17,9 @@ import tempfile
 import atheris
 
 with atheris.instrument_imports(include=["qkenergy"]):
-    from qkenergy.errors import QKEnergyError
+    from qkenergy.base.errors import QKEnergyError
+    from qkenergy.weights.architecture import architecture
     from qkenergy.weights.json_input import parse_object
-    from qkenergy.weights.layouts import architecture
     from qkenergy.weights.safetensors_io import SafetensorsFile
 
 _DIR = tempfile.mkdtemp(prefix="qk-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)

@@ -12,7 +12,7 @@ settings.load_profile("qkenergy")
 @pytest.fixture(scope="session")
 def survey_frames(tmp_path_factory: pytest.TempPathFactory):
     """(heads, layers, models) of MiniLM and a toy training run, shaped like a survey's (survey_data.py)."""
-    from survey_data import survey_tables
+    from tests.survey_data import survey_tables
 
     cache = tmp_path_factory.getbasetemp() / "qkenergy-null-cache"  # shared with the other modules
     return survey_tables(tmp_path_factory.mktemp("survey-checkpoints"), cache)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from qkenergy.base.version import __version__ as __version__
 
 # Heavy parts load on first use, so that `import qkenergy` stays cheap.
 _LAZY = {

@@ -3,7 +3,7 @@
 The handlers are installed before the command line (click, numpy, ...) is imported, so an
 interrupt during start-up prints one line instead of an import traceback. Nothing can need
 cleaning up before the commands run, so these first handlers just exit; ``cli.main`` then
-installs the ones that raise and clean up (see :mod:`qkenergy.interrupt`).
+installs the ones that raise and clean up (see :mod:`qkenergy.base.interrupt`).
 
 The modules are imported with the cyclic garbage collector paused and their objects then
 frozen (:func:`gc.freeze`): they live as long as the process, so the collections that
@@ -11,7 +11,7 @@ importing ~200 modules would trigger, and every later full collection, have noth
 in them (a few milliseconds of a run's start-up). The collector is on again before any command runs.
 
 Before numpy is imported, OpenBLAS is asked for the kernels that are fastest for these products
-on this CPU (:mod:`qkenergy.blas_kernels`: AVX2 ones on AMD Zen 4, unless OPENBLAS_CORETYPE is set).
+on this CPU (:mod:`qkenergy.base.blas_kernels`: AVX2 ones on AMD Zen 4, unless OPENBLAS_CORETYPE is set).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import signal
 from types import FrameType
 
-from qkenergy.blas_kernels import choose_openblas_kernels
+from qkenergy.base.blas_kernels import choose_openblas_kernels
 
 
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:

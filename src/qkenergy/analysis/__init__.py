@@ -1,1 +1,1 @@
-"""Analysis of checkpoints against the null laws, reports, plots and verification."""
+"""Analysis of models against the null laws: per-head analysis, significance, null cache, comparison, summary."""

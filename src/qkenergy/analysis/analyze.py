@@ -2,9 +2,9 @@
 
 One layer is read at a time (peak memory ~ one layer's Q/K weights), the
 statistics of all its selected heads come from one batched Gram-route call
-(MATH.md, "One sufficient statistic"), and each trained head is set next to
-the null law of a Gaussian head of the same (n, N) (MATH.md, "Comparing a
-trained head with the random law"): null mean and sd, z-score, two-sided
+(docs/mathematics.md §4), and each trained head is set next to
+the null law of a Gaussian head of the same (n, N) (docs/mathematics.md
+§6 and §7): null mean and sd, z-score, two-sided
 empirical p-value, and Benjamini-Hochberg adjusted p across the analysed heads.
 """
 
@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkenergy import __version__
-from qkenergy.analysis import provenance
-from qkenergy.analysis.columns import Columns, broadcast, concat, list_column, to_frame, with_integer_counts
 from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
-from qkenergy.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.base.parallel import available_cores, resolve_threads, thread_map
+from qkenergy.base.version import __version__
+from qkenergy.formats import provenance
+from qkenergy.formats.columns import Columns, broadcast, concat, list_column, to_frame, with_integer_counts
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
@@ -45,17 +46,11 @@ from qkenergy.math.statistics import (
     gram_statistics,
     head_statistics,
 )
-from qkenergy.parallel import available_cores, resolve_threads, thread_map
+from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
-from qkenergy.weights.layouts import (
-    FAMILIES,
-    Architecture,
-    LayerWeights,
-    Layout,
-    architectures,
-    find_prefix,
-    read_layer,
-)
+from qkenergy.weights.families import FAMILIES
+from qkenergy.weights.layout import Layout
+from qkenergy.weights.reading import LayerWeights, find_prefix, read_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -69,6 +64,9 @@ __all__ = [
     "analyze_model",
     "directionality",
     "layer_form_statistics",
+    "present_stacks",
+    "select",
+    "stack_settings",
 ]
 
 NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
@@ -185,7 +183,7 @@ def analyze_model(
     query-side features, columns: key-side features), exactly as published:
 
     - symmetry_score = (||M_s||^2 - ||M_a||^2) / ||M||^2 = 2s - 1, exact
-      (MATH.md, Lemma 5);
+      (Lemma 5, docs/mathematics.md §2);
     - directionality_raw = (C - R)/(C + R), R and C the summed excess of M's
       row / column norms above mean + 2 sd (ddof = 1) of their own list
       (0 when nothing stands out, NaN for L = 0); directionality = -raw, the
@@ -216,12 +214,12 @@ def analyze_model(
         found = architectures(
             source.config, source.config_where, model_type=model_type, layout=given or source.layout
         )
-        stacks = _present_stacks(tensors, found)
+        stacks = present_stacks(tensors, found)
         arch = stacks[0][0]
         plans = plan_stacks(rope_offsets, source.config, [a for a, _ in stacks], source.config_where)
         rope_info = rope_description(source.config, [a for a, _ in stacks], source.config_where)
-        layer_ids = _select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
-        head_ids = _select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
+        layer_ids = select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
+        head_ids = select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
         # One heads list per stack, shared by its layers (a config may claim many layers).
         heads_of = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
         todo = [
@@ -298,7 +296,7 @@ def analyze_model(
         "n_kv_heads": arch.n_kv_heads,
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
-        "stacks": [_stack_settings(a) for a, _ in stacks],
+        "stacks": [stack_settings(a) for a, _ in stacks],
         "notes": [note for note in (family_note, *_notes((a for a, _ in stacks), offsets_read)) if note],
         "layers": list(layer_ids),
         "heads": list(head_ids),
@@ -334,7 +332,7 @@ def _split_reads(tensors: Any) -> contextlib.AbstractContextManager[None]:
 # ----------------------------------------------------------------------------- stacks
 
 
-def _present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Architecture, str]]:
+def present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Architecture, str]]:
     """The stacks whose weights the checkpoint holds, each with its name prefix.
 
     A checkpoint may hold part of a model (a T5 encoder alone): its other stacks are
@@ -349,7 +347,7 @@ def _present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[A
     return found
 
 
-def _stack_settings(arch: Architecture) -> dict[str, Any]:
+def stack_settings(arch: Architecture) -> dict[str, Any]:
     return {
         "stack": arch.stack,
         "n_layers": arch.n_layers,
@@ -388,7 +386,7 @@ def _notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) 
 # ----------------------------------------------------------------------------- selection
 
 
-def _select(
+def select(
     option: str, chosen: Sequence[int | range] | int | range | None, count: int, what: str
 ) -> list[int]:
     """Validated, sorted, de-duplicated 0-based indices (all when ``chosen`` is None).
@@ -428,7 +426,7 @@ def _layer_progress(enabled: bool, total: int) -> Iterator[Any]:
     if not enabled:
         yield lambda: None
         return
-    from qkenergy.formatting import progress_bar
+    from qkenergy.base.formatting import progress_bar
 
     with progress_bar("analysing layers", stderr=True) as bar:
         task = bar.add_task("layers", total=total)

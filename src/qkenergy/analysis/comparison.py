@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qkenergy.analysis.report import HEAD_TYPES, REQUIRED_COLUMNS, SIGNIFICANCE, baseline
-from qkenergy.analysis.report import text_column as text
-from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.analysis.summary import HEAD_TYPES, SIGNIFICANCE, baseline
+from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.formats.tables import REQUIRED_COLUMNS
+from qkenergy.formats.tables import text_column as text
 
 __all__ = [
     "SUMMARY_COLUMNS",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qkenergy.errors import check_integer
+from qkenergy.base.errors import check_integer
 from qkenergy.math import layer_null, montecarlo, nulls
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA
 from qkenergy.math.statistics import STATISTICS

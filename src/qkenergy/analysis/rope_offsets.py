@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.math.rope import Rope, log_offsets, rotated_gram
-from qkenergy.weights.layouts import Architecture
+from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.rope_settings import context_length, has_rope, layer_ropes
 
 __all__ = ["OffsetPlan", "offset_grams", "plan_offsets", "plan_stacks", "rope_description"]

@@ -1,1 +1,1 @@
-"""The pure mathematics: functions on numpy arrays, free of I/O."""
+"""The pure mathematics: functions on numpy arrays, free of I/O (and verify, which checks it)."""

@@ -5,7 +5,7 @@
 - Proposition 6: expectation of the ratio ||S||^2/||L||^2 for Gaussian heads.
 - Exact laws of s = ||S||^2/||L||^2: Beta(N(N+1)/4, N(N-1)/4) for an iid
   Gaussian square L, and s = (1 + cos^2)/2, cos^2 ~ Beta(1/2, (N-1)/2), for a
-  rank-one Gaussian head (n = 1). See ../shared/spec/MATH.md.
+  rank-one Gaussian head (n = 1). See docs/mathematics.md §5.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qkenergy.errors import QKEnergyError, check_integer, check_positive
+from qkenergy.base.errors import QKEnergyError, check_integer, check_positive
 
 if TYPE_CHECKING:  # scipy.stats costs ~0.7 s to import: only the exact laws below need it
     from scipy import stats

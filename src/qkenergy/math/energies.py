@@ -7,7 +7,7 @@ For L in M_N(R) with S = (L + L^T)/2 and T = (L - L^T)/2 (Frobenius norms):
     ||T||^2 = 1/2 ||L||^2 - 1/2 tr(L^2).
 
 Everything is batched over the leading axes of L. L = 0 has no ratios: they
-are NaN, never 0 or 1/2 (MATH.md: Objects).
+are NaN, never 0 or 1/2 (docs/mathematics.md §2).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def power_of_two_scale(max_abs: np.ndarray) -> np.ndarray:
     """Exponent e with max_abs * 2**-e in [0.5, 1); 0 where max_abs is 0 or not finite.
 
     Scaling by a power of two is exact in binary floating point, so a rescaled
-    matrix carries exactly the same ratios as the original (MATH.md: rescale
-    before squaring).
+    matrix carries exactly the same ratios as the original (s and the other ratios
+    are scale-free: docs/mathematics.md §2).
     """
     max_abs = np.asarray(max_abs, dtype=np.float64)
     finite = np.isfinite(max_abs)

@@ -4,7 +4,7 @@
 Every law is centred exactly (its exact mean is subtracted) and scaled to the
 requested variance by its exact variance, so Corollaries 1 and 2 apply verbatim.
 The skewed laws (exponential, lognormal, bernoulli) are where the expectation of
-the ratio departs from the ratio of expectations (MATH.md).
+the ratio departs from the ratio of expectations (docs/mathematics.md §5).
 
 Specs for the command line: ``"gaussian"``, ``"bernoulli:0.1"``,
 ``"student_t:5"``, ``"lognormal:sigma=0.5"``; see :func:`entry_law`.
@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_positive
+from qkenergy.base.errors import QKEnergyError, check_positive
 
 __all__ = [
     "ENTRY_LAWS",

@@ -1,4 +1,4 @@
-"""MATH.md: Gram route. A head (W_Q, W_K) -> its 2n x 2n Gram matrix G = C C^T.
+"""docs/mathematics.md §4, the Gram route. A head (W_Q, W_K) -> its 2n x 2n Gram matrix G = C C^T.
 
 C = [W_K; W_Q] (keys first, 2n x N), so G has the blocks
 
@@ -67,7 +67,7 @@ def _convert_heads(sources: list[np.ndarray], targets: np.ndarray) -> tuple[list
 
     Returns (e, non_finite) per head: the block of G that a head's weights
     enter is to be scaled by 2**-e (power_of_two_scale of its max-abs entry,
-    MATH.md: rescale before squaring; exact, so W and 2**k W give the same G),
+    rescaled before squaring; exact, so W and 2**k W give the same G: docs/mathematics.md §4),
     and the mask of heads with a non-finite entry (zeroed here, their G to be
     NaN). If a head's e is beyond _UNSCALED_EXPONENT, the copies are rescaled
     instead and every e is 0.
@@ -149,7 +149,7 @@ def piece_gram(
 ) -> np.ndarray:
     """G (len(queries), 2n, 2n) of query heads ``queries`` of w_query (H, n, N), keys w_key[kv_head[h]].
 
-    MATH.md: Gram route, with grouped-query attention in mind: each key head of
+    docs/mathematics.md §4, the Gram route, with grouped-query attention in mind: each key head of
     the piece is converted once and its G_KK = W_K W_K^T formed once; the
     query-key blocks G_QK of the queries sharing it come from one
     (c n x N)(N x n) product per chunk of at most 2^22 // (n N) queries; each
@@ -228,7 +228,7 @@ def _paired_gram(
 def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None = None) -> np.ndarray:
     """Gram matrix G = C C^T, C = [W_K; W_Q], of each head: (..., n, N) x 2 -> (..., 2n, 2n) float64.
 
-    MATH.md: Gram route. Each of W_K and W_Q counts as rescaled per head by
+    docs/mathematics.md §4, the Gram route. Each of W_K and W_Q counts as rescaled per head by
     (the power of two of) its own largest absolute entry, so normalized
     statistics are exact at any weight scale: the scaling is applied to G's
     blocks after the product (or, for weights beyond 2**+-_UNSCALED_EXPONENT,
@@ -300,22 +300,22 @@ def query_key_block(G: np.ndarray) -> np.ndarray:
 
 
 def gram_norm_sq(G: np.ndarray) -> np.ndarray:
-    """||L||^2 = sum_ij (G_KK)_ij (G_QQ)_ij = tr(W_K W_K^T W_Q W_Q^T) (MATH.md: Gram route)."""
+    """||L||^2 = sum_ij (G_KK)_ij (G_QQ)_ij = tr(W_K W_K^T W_Q W_Q^T) (docs/mathematics.md §4, the Gram route)."""
     return np.sum(key_block(G) * query_block(G), axis=(-2, -1))
 
 
 def gram_trace_square(G: np.ndarray) -> np.ndarray:
-    """tr(L^2) = sum_ij (G_QK)_ij (G_QK)_ji (MATH.md: Gram route)."""
+    """tr(L^2) = sum_ij (G_QK)_ij (G_QK)_ji (docs/mathematics.md §4, the Gram route)."""
     qk = query_key_block(G)
     return np.sum(qk * np.swapaxes(qk, -1, -2), axis=(-2, -1))
 
 
 def gram_trace(G: np.ndarray) -> np.ndarray:
-    """tr L = tr G_QK (MATH.md: Gram route)."""
+    """tr L = tr G_QK (docs/mathematics.md §4, the Gram route)."""
     return np.trace(query_key_block(G), axis1=-2, axis2=-1)
 
 
 def gram_energies(G: np.ndarray) -> Energies:
-    """Lemma 5 energies of L from its Gram matrix, via ||L||^2 and tr(L^2) (MATH.md: Gram route)."""
+    """Lemma 5 energies of L from its Gram matrix, via ||L||^2 and tr(L^2) (docs/mathematics.md §4, the Gram route)."""
     G = np.asarray(G, dtype=np.float64)
     return energies_from_invariants(gram_norm_sq(G), gram_trace_square(G))

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer
+from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.math import montecarlo
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, dense_norms, directionality
 from qkenergy.math.nulls import NullLaw

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer, check_memory, check_positive
+from qkenergy.base.errors import QKEnergyError, check_integer, check_memory, check_positive
 from qkenergy.math.entry_laws import law_spec, resolve_spec, sample_shape
 
 __all__ = [

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer, check_memory
-from qkenergy.formatting import progress_bar
+from qkenergy.base.errors import QKEnergyError, check_integer, check_memory
+from qkenergy.base.formatting import progress_bar
+from qkenergy.base.parallel import single_threaded_blas
 from qkenergy.math import baselines
 from qkenergy.math.energies import energies_from_invariants
 from qkenergy.math.entry_laws import EntryLaw, entry_law
-from qkenergy.parallel import single_threaded_blas
 
 __all__ = [
     "BLOCK_SIZE",
@@ -300,7 +300,7 @@ def _qk_energies(law: EntryLaw, n: int, N: int, sigma2_K: float, sigma2_Q: float
         for lo, hi in _sub_batches(size, 2 * n * N):
             wk = law.sample(rng, (hi - lo, n, N), variance=sigma2_K)
             wq = law.sample(rng, (hi - lo, n, N), variance=sigma2_Q)
-            # MATH.md Gram route, never forming the N x N matrix L:
+            # the Gram route (docs/mathematics.md §4), never forming the N x N matrix L:
             # ||L||^2 = sum G_KK * G_QQ, tr L^2 = sum G_QK * G_QK^T.
             gkk = wk @ np.swapaxes(wk, 1, 2)
             gqq = wq @ np.swapaxes(wq, 1, 2)

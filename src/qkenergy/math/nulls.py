@@ -7,13 +7,12 @@ one standard Wishart serves every head of shape (n, N). For N >= 2n it is
 sampled by the Bartlett decomposition in O(n^3) per sample, independent of N;
 for N < 2n (G singular) by forming C C^T. Feeding these G to
 ``qkenergy.math.statistics.gram_statistics`` gives the null law of every statistic.
-See MATH.md, "Exact null laws".
+See docs/mathematics.md §6, "The null laws of a head".
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -21,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer, check_memory
+from qkenergy.base.errors import QKEnergyError, check_integer, check_memory
+from qkenergy.base.parallel import resolve_threads, single_threaded_blas
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
 from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fill_core
-from qkenergy.parallel import resolve_threads, single_threaded_blas
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math import montecarlo
@@ -124,7 +123,7 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     G = L^T L with L = U^T lower triangular. This is the textbook Bartlett
     factor G = L L^T, L_ii^2 ~ chi^2(N - i + 1), conjugated by the index
     reversal J (J G J ~ Wishart_p(N, I) again). O(n^3) per sample, independent
-    of N; valid for N >= 2n (MATH.md, exact null laws).
+    of N; valid for N >= 2n (docs/mathematics.md §6).
 
     Two samples share one (p + 1) x p buffer of normals: its upper triangle
     (diagonal included) of rows 0..p-1 holds one U, its lower triangle of rows
@@ -188,7 +187,7 @@ def bartlett_spectra(
     ``spectrum.fill_core`` (one triangular product per sample, G never formed
     nor re-factored) and their eigenvalues taken a stack at a time: keys ``eigs`` (size, 2n),
     ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,) and ``h`` (size, n)
-    with ``with_h``, else None (MATH.md, exact null laws).
+    with ``with_h``, else None (docs/mathematics.md §6).
     """
     p = 2 * n
     _load_scipy_blas()
@@ -399,7 +398,6 @@ def null_law(
     *,
     samples: int = 2000,
     seed: int = 0,
-    cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
     radius: float = 0.02,
     chunk_size: int | None = None,
@@ -413,25 +411,10 @@ def null_law(
     :func:`null_statistics_sampler` (Bartlett factors read in place, no G formed, for N >= 2n).
     ``threads`` (None: every available core) spreads the seeded blocks over
     threads with BLAS on one thread each; the values are bitwise the same for
-    any ``threads`` and ``chunk_size``. This module does no I/O: ``cache_dir``
-    is handed to :func:`qkenergy.analysis.null_cache.null_law`, which keeps
-    the samples on disk and calls back here on a miss.
+    any ``threads`` and ``chunk_size``. This module does no I/O:
+    :func:`qkenergy.analysis.null_cache.null_law` (same parameters plus ``cache_dir``)
+    keeps the samples on disk and calls this function on a miss.
     """
-    if cache_dir is not None:
-        from qkenergy.analysis import null_cache  # the I/O layer; imported only when asked for
-
-        return null_cache.null_law(
-            n,
-            N,
-            samples=samples,
-            seed=seed,
-            cache_dir=cache_dir,
-            progress=progress,
-            radius=radius,
-            chunk_size=chunk_size,
-            names=names,
-            threads=threads,
-        )
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)

@@ -10,7 +10,7 @@ so the head has one bilinear form per offset, L_d = W_K^T R_d W_Q, and L_0 = L
 is the form read without positions. R_d W_Q is a Gaussian head whenever W_Q
 is (R_d is orthogonal), so each L_d has the same null law as L.
 
-On the Gram route (MATH.md) the head with W_Q replaced by R_d W_Q has
+On the Gram route (docs/mathematics.md §4) the head with W_Q replaced by R_d W_Q has
 C_d = [W_K; R_d W_Q] = P_d C with P_d = diag(I, R_d), hence
 G_d = P_d G P_d^T: one rotation of the query rows and columns of the Gram
 matrix already computed, O(n^2) per head and offset, whatever N.

@@ -2,7 +2,7 @@
 
 A trained head keeps W_K and W_Q (their singular values and row spaces) and
 only the query's input space is rotated at random: L_U = W_K^T W_Q U, U Haar
-on O(N). MATH.md, "A conditional null":
+on O(N). docs/mathematics.md §6 (the rotation null):
 
 - ||L U|| = ||L|| and E[tr((L U)^2)] = ||L||^2 / N, since
   E[U_jk U_li] = delta_jl delta_ki / N; hence E[s(L U)] = (N+1)/(2N) for EVERY
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_integer
+from qkenergy.base.errors import QKEnergyError, check_integer
+from qkenergy.base.parallel import single_threaded_blas
 from qkenergy.math import montecarlo
 from qkenergy.math.gram import gram_norm_sq, head_dim, key_block, query_block
 from qkenergy.math.nulls import NullLaw
 from qkenergy.math.statistics import statistic_columns
-from qkenergy.parallel import single_threaded_blas
 
 __all__ = [
     "ROTATION_STATISTICS",

@@ -1,4 +1,4 @@
-"""Spectra of S, T and L from the Gram matrix G (MATH.md: Gram route), and the dense reference.
+"""Spectra of S, T and L from the Gram matrix G (docs/mathematics.md §4, the Gram route), and the dense reference.
 
 With C = [W_K; W_Q] and G = C C^T = V V^T:
 
@@ -259,7 +259,7 @@ def skew_core(V: np.ndarray) -> np.ndarray:
 
 
 def symmetric_eigenvalues(G: np.ndarray) -> np.ndarray:
-    """Eigenvalues of S (ascending, 2n per head; the other N - 2n are 0). MATH.md: Gram route."""
+    """Eigenvalues of S (ascending, 2n per head; the other N - 2n are 0). docs/mathematics.md §4, the Gram route."""
     head_dim(G)
     return np.linalg.eigvalsh(symmetric_core(psd_factor(G)))
 
@@ -275,7 +275,7 @@ def skew_singular_values_of_core(M: np.ndarray) -> np.ndarray:
 
 
 def skew_singular_values(G: np.ndarray) -> np.ndarray:
-    """Singular values of T (descending, 2n per head, in equal pairs). MATH.md: Gram route."""
+    """Singular values of T (descending, 2n per head, in equal pairs). docs/mathematics.md §4, the Gram route."""
     head_dim(G)
     return skew_singular_values_of_core(skew_core(psd_factor(G)))
 
@@ -295,7 +295,7 @@ def eigenvalue_tolerance(eigs: np.ndarray, zero_tol: float = 1e-9) -> np.ndarray
 def lobes(
     eigs: np.ndarray, *, zero_tol: float = 1e-9, length: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Positive and negative lobes (alpha, beta) of the eigenvalues of S (MATH.md: Per-head statistics).
+    """Positive and negative lobes (alpha, beta) of the eigenvalues of S (docs/mathematics.md §3).
 
     alpha: the eigenvalues above zero_tol * max|eigenvalue|, decreasing;
     beta: the absolute values of those below -zero_tol * max|eigenvalue|,

@@ -1,7 +1,7 @@
-"""Per-head statistics of L = W_K^T W_Q under the paper's names (MATH.md: Per-head statistics).
+"""Per-head statistics of L = W_K^T W_Q under the paper's names (docs/mathematics.md §3).
 
 Two routes give the same numbers: `gram_statistics` from the 2n x 2n Gram
-matrix G (MATH.md: Gram route, O(n^2 N) per head) and `dense_statistics`
+matrix G (docs/mathematics.md §4, the Gram route, O(n^2 N) per head) and `dense_statistics`
 from the N x N matrix L (the O(N^3) reference). Both reduce a head to
 
     the eigenvalues of S, ||S||^2, ||T||^2, tr L, the singular values h of L,
@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from qkenergy.base.parallel import single_threaded_blas, thread_map
 from qkenergy.math.energies import (
     divide_or_nan,
     energies,
@@ -53,7 +54,6 @@ from qkenergy.math.spectrum import (
     symmetric_core,
     triangular_blocks,
 )
-from qkenergy.parallel import single_threaded_blas, thread_map
 
 STATISTICS: tuple[str, ...] = (
     "symmetric_energy",
@@ -98,7 +98,7 @@ ZERO_HEAD_TOL = 1e-6
 
 @dataclass(frozen=True)
 class HeadStatistics:
-    """Statistics of a batch of heads: arrays of the batch shape (MATH.md: Per-head statistics).
+    """Statistics of a batch of heads: arrays of the batch shape (docs/mathematics.md §3).
 
     Scalars in `STATISTICS` order; `head_type` ("II", "I+", "I-", "" when
     undefined); `reason` ("" for a fine head, else why its statistics are
@@ -167,7 +167,7 @@ def _statistics_from_spectra(
     radius: float,
     zero_tol: float,
 ) -> dict[str, np.ndarray]:
-    """Every statistic of MATH.md for heads (H,) from their spectra.
+    """Every statistic of docs/mathematics.md §3 for heads (H,) from their spectra.
 
     eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq, norm_l_sq: ||S||^2,
     ||T||^2, ||L||^2 (= ||S||^2 + ||T||^2, Lemma 5); trace_l: tr L; h:
@@ -419,7 +419,7 @@ def _gram_values(
 def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
     """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
 
-    MATH.md: Gram route and Per-head statistics. With G = V V^T (Cholesky,
+    docs/mathematics.md §3 and §4. With G = V V^T (Cholesky,
     V lower triangular), the eigenvalues of S are those of the block core
     1/2 [[X + X^T, Y], [Y^T, 0]], X, Y from one (n x n)(n x 2n) product of V's
     blocks (spectrum.triangular_blocks); ||S||^2 and ||T||^2 are the norms of

@@ -55,7 +55,7 @@ def _arrow_table(frame: Any, extra: dict[str, Any], settings: dict[str, Any] | N
     the settings it was made with in the file's metadata (as every qkenergy Parquet table has them)."""
     import pyarrow as pa
 
-    from qkenergy.analysis.provenance import METADATA_KEY, settings_json
+    from qkenergy.formats.provenance import METADATA_KEY, settings_json
 
     frame = frame.drop(columns=[c for c in ("model", *BH_COLUMNS) if c in frame.columns])
     for key in MANIFEST_COLUMNS:
@@ -87,7 +87,7 @@ def write_unit(
     """Write one unit's file atomically (``settings`` in its Parquet metadata); returns its path."""
     import pyarrow.parquet as pq
 
-    from qkenergy.analysis.report import atomic_path
+    from qkenergy.formats.tables import atomic_path
 
     target = unit_path(out, table, model, layer)
     arrow = _arrow_table(frame, extra, settings)
@@ -150,7 +150,7 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
 
     import pandas as pd
 
-    from qkenergy.errors import QKEnergyError
+    from qkenergy.base.errors import QKEnergyError
     from qkenergy.weights.safetensors_io import show_path
 
     root = Path(out)

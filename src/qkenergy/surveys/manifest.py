@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["EMBEDDED", "KEYS", "ModelEntry", "model_name", "read_manifest"]

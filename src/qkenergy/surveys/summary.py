@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkenergy.formatting import format_fixed, format_percent, rich_table
+from qkenergy.base.formatting import format_fixed, format_percent, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -25,7 +25,7 @@ def model_summary(heads: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from qkenergy.analysis.report import SIGNIFICANCE, baseline
+    from qkenergy.analysis.summary import SIGNIFICANCE, baseline
 
     rows = []
     for model, group in heads.groupby("model", sort=True):

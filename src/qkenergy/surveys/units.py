@@ -92,15 +92,16 @@ def files_fingerprint(files: list[dict[str, Any]]) -> str:
 
 def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
     """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it)."""
-    from qkenergy.analysis.analyze import _present_stacks
-    from qkenergy.analysis.provenance import fingerprint_files
+    from qkenergy.analysis.analyze import present_stacks
+    from qkenergy.formats.provenance import fingerprint_files
+    from qkenergy.weights.architecture import architectures
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.layouts import architectures, read_layer
+    from qkenergy.weights.reading import read_layer
 
     with open_model(path) as source:
         found = architectures(source.config, source.config_where, layout=source.layout)
         recorder = _Recorder(source.tensors)
-        for arch, prefix in _present_stacks(source.tensors, found):  # every stack, as analyze reads them
+        for arch, prefix in present_stacks(source.tensors, found):  # every stack, as analyze reads them
             if layer < arch.n_layers:
                 read_layer(recorder, arch, layer, fold_norm=fold_norm, prefix=prefix)
         return files_fingerprint(fingerprint_files(source.tensors, sorted(recorder.read)))
@@ -121,8 +122,8 @@ def run_null_blocks(n: int, N: int, first: int, last: int, *, samples: int, seed
     Only the statistics analyze judges against the law (``NULL_STATISTICS``):
     the blocks joined in order are bitwise the law analyze draws (and caches).
     """
+    from qkenergy.base.parallel import single_threaded_blas
     from qkenergy.math.nulls import NULL_STATISTICS, null_law_blocks
-    from qkenergy.parallel import single_threaded_blas
 
     with single_threaded_blas():
         return null_law_blocks(

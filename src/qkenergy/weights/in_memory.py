@@ -1,6 +1,6 @@
 """Models that live in memory: a mapping of arrays, a transformers model, a TransformerLens model.
 
-Each is turned into a :class:`~qkenergy.weights.checkpoint.ModelSource` whose
+Each is turned into a :class:`~qkenergy.weights.source.ModelSource` whose
 ``tensors`` answer the same questions as a safetensors
 :class:`~qkenergy.weights.safetensors_io.TensorSource` (``names``, ``shape``,
 ``dtype``, ``tensor``, ``release``, ``close``), so the layouts and the analysis
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
-from qkenergy.weights.checkpoint import ModelSource
-from qkenergy.weights.layouts import Layout
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.layout import Layout
+from qkenergy.weights.source import ModelSource
 
 __all__ = ["TRANSFORMER_LENS_LAYOUT", "ArrayTensors", "is_in_memory", "open_in_memory", "to_numpy"]
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError
+from qkenergy.base.errors import QKEnergyError
 
 __all__ = [
     "MAX_DEPTH",

@@ -1,6 +1,6 @@
 """Layouts from TOML files: the shipped declarative schema, written by a user.
 
-A layout file holds the fields of :class:`qkenergy.weights.layouts.Layout`
+A layout file holds the fields of :class:`qkenergy.weights.layout.Layout`
 (every field but the ``adjust`` hook, which is code): tensor name templates
 (``{i}`` = layer index, relative to the checkpoint's prefix), how Q and K are
 stored (``storage``: separate, stacked, conv1d, interleaved), the norm feeding
@@ -28,8 +28,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from qkenergy.errors import QKEnergyError
-from qkenergy.weights.layouts import Layout
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.layout import Layout
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["layout_from_mapping", "load_layout"]

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from qkenergy.errors import ArgumentError, QKEnergyError
+from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.math.rope import ROPE_KINDS, Rope
-from qkenergy.weights.layouts import Architecture
+from qkenergy.weights.architecture import Architecture
 
 __all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes"]
 

@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from qkenergy.errors import QKEnergyError, check_memory
+from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.weights.json_input import describe, json_type, open_regular, parse_object, show_name
 
 __all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]

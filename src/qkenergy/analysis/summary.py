@@ -1,0 +1,410 @@
+"""The terminal summary of an analysis: per-layer table, verdicts and the heads worth a look (rich).
+
+The summary reads a DataFrame or a column table (an analysis' own, which spares
+the pandas import on every run that prints it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from qkenergy.base.formatting import (
+    format_fixed,
+    format_p,
+    format_percent,
+    print_table,
+    rich_table,
+)
+from qkenergy.formats.columns import (
+    Columns,
+    row_count,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from qkenergy.analysis.analyze import Analysis
+
+
+__all__ = [
+    "SIGNIFICANCE",
+    "baseline",
+    "layer_summary",
+    "notable_heads",
+    "print_summary",
+    "rotation_verdict",
+    "tail_note",
+    "verdict",
+]
+
+
+SIGNIFICANCE = 0.05
+
+
+HEAD_TYPES = ("II", "I+", "I-")
+
+
+def _floats(table: pd.DataFrame | Columns, name: str) -> np.ndarray:
+    return np.asarray(table[name], dtype=np.float64)
+
+
+def _texts(table: pd.DataFrame | Columns, name: str) -> list[str]:
+    """A label column as str, a missing value as ""."""
+    return [value if isinstance(value, str) else "" for value in np.asarray(table[name], dtype=object)]
+
+
+def _length(table: pd.DataFrame | Columns) -> int:
+    return row_count(table) if isinstance(table, dict) else len(table)
+
+
+def _take(table: pd.DataFrame | Columns, rows: np.ndarray) -> pd.DataFrame | Columns:
+    """The rows at these positions (or where this mask holds), in that order, as the same kind of table."""
+    positions = np.flatnonzero(rows) if rows.dtype == bool else rows
+    if isinstance(table, dict):
+        return {name: column[positions] for name, column in table.items()}
+    return table.iloc[positions]
+
+
+def _rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
+    if isinstance(table, dict):
+        names = list(table)
+        return [dict(zip(names, row, strict=True)) for row in zip(*(table[n].tolist() for n in names))]
+    return cast(list[dict[str, Any]], table.to_dict(orient="records"))
+
+
+def baseline(N: Any) -> Any:
+    """Exact null mean of the symmetric energy, (N+1)/(2N) (Corollary 2, Proposition 6)."""
+    return (N + 1) / (2 * N)
+
+
+def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
+    """The rows of :func:`layer_summary`."""
+    keys = [k for k in ("model", "stack") if k in table] + ["layer"]
+    layer = np.asarray(table["layer"])
+    row_keys = list(zip(*(layer.tolist() if k == "layer" else _texts(table, k) for k in keys), strict=True))
+    members: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(row_keys):
+        members.setdefault(key, []).append(i)
+    if "stack" in table:
+        # Stacks keep the order of the table (encoder before decoder), layers are sorted within.
+        stacks = _texts(table, "stack")
+        rank = {stack: k for k, stack in enumerate(dict.fromkeys(stacks))}
+        order = sorted(range(len(row_keys)), key=lambda i: (rank[stacks[i]], layer[i]))
+        groups = list(dict.fromkeys(row_keys[i] for i in order))
+    else:
+        groups = sorted(members)
+    s_all, N_all = _floats(table, "symmetric_energy"), np.asarray(table["N"])
+    judged = "symmetric_energy_p_bh" in table and "symmetric_energy_z" in table
+    p_all = _floats(table, "symmetric_energy_p_bh") if judged else None
+    z_all = _floats(table, "symmetric_energy_z") if judged else None
+    types_all = _texts(table, "head_type") if "head_type" in table else None
+    rows = []
+    for key in groups:
+        idx = np.asarray(members[key])
+        s = s_all[idx]
+        defined = s[np.isfinite(s)]
+        q1, med, q3 = np.quantile(defined, [0.25, 0.5, 0.75]) if defined.size else (np.nan,) * 3
+        Ns = np.unique(N_all[idx])
+        row: dict[str, Any] = dict(zip(keys, key, strict=True))
+        row.update(
+            heads=len(idx),
+            N=int(Ns[0]) if len(Ns) == 1 else np.nan,
+            symmetric_energy_median=float(med),
+            symmetric_energy_q1=float(q1),
+            symmetric_energy_q3=float(q3),
+            symmetric_energy_iqr=float(q3 - q1),
+            baseline=float(baseline(Ns[0])) if len(Ns) == 1 else np.nan,
+        )
+        above = below = np.nan
+        if p_all is not None and z_all is not None:
+            p, z = p_all[idx], z_all[idx]
+            if np.isfinite(p).any():
+                significant = np.isfinite(p) & (p < SIGNIFICANCE)
+                above = float(np.mean(significant & (z > 0)))
+                below = float(np.mean(significant & (z < 0)))
+        row.update(share_above=above, share_below=below)
+        types = [] if types_all is None else [types_all[i] for i in idx]
+        for t in HEAD_TYPES:
+            row[f"type_{t}"] = types.count(t)
+        row["undefined"] = int((~np.isfinite(s)).sum())
+        rows.append(row)
+    return rows
+
+
+def layer_summary(df: pd.DataFrame | Columns) -> pd.DataFrame:
+    """Per layer: median and IQR of symmetric energy, baseline, significant shares, head types.
+
+    A head is significantly above (below) the random law when
+    ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative);
+    the shares are over the layer's heads and NaN when no null was computed.
+    """
+    import pandas as pd
+
+    return pd.DataFrame(_layer_rows(df))
+
+
+def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
+    """One sentence on the whole model: how many heads differ from the random law, and how."""
+    s = _floats(df, "symmetric_energy")
+    defined = np.isfinite(s)
+    total = int(defined.sum())
+    if total == 0:
+        return "No head has a defined symmetric energy (all forms are zero or non-finite)."
+    median = float(np.median(s[defined]))
+    base = baseline(_floats(df, "N")[defined])
+    base_text = (
+        format_fixed(base[0])
+        if np.ptp(base) == 0
+        else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
+    )
+    p = _floats(df, "symmetric_energy_p_bh") if "symmetric_energy_p_bh" in df else np.full(len(s), np.nan)
+    if not null or not np.isfinite(p).any():
+        return (
+            f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
+            f"over {total} heads; null laws were skipped, so no significance is claimed."
+        )
+    z = _floats(df, "symmetric_energy_z")
+    significant = np.isfinite(p) & (p < SIGNIFICANCE)
+    above = int((significant & (z > 0)).sum())
+    below = int((significant & (z < 0)).sum())
+    return (
+        f"{above} of {total} heads ({100 * above / total:.0f}%) are significantly more symmetric "
+        f"and {below} ({100 * below / total:.0f}%) significantly more skew than a random head of "
+        f"the same shape (BH-adjusted p < {SIGNIFICANCE:g}); median symmetric energy {median:.4f} "
+        f"against the random baseline {base_text}."
+    )
+
+
+def _significant(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int] | None:
+    """(above, below, total) heads with BH-adjusted p < SIGNIFICANCE under one null; None if not drawn."""
+    p_col, z_col = f"{prefix}_p_bh", f"{prefix}_z"
+    if p_col not in df or z_col not in df:
+        return None
+    p = _floats(df, p_col)
+    if not np.isfinite(p).any():
+        return None
+    z = _floats(df, z_col)
+    significant = np.isfinite(p) & (p < SIGNIFICANCE)
+    return int((significant & (z > 0)).sum()), int((significant & (z < 0)).sum()), int(np.isfinite(p).sum())
+
+
+def rotation_verdict(df: pd.DataFrame | Columns) -> str | None:
+    """One sentence on the rotation null (the heads' own spectra, random orientation); None if not drawn."""
+    counts = _significant(df, "symmetric_energy_rotation")
+    if counts is None:
+        return None
+    above, below, total = counts
+    sd = _floats(df, "symmetric_energy_rotation_null_sd")
+    sd = sd[np.isfinite(sd)]
+    return (
+        f"Rotation null (each head's own W_K, W_Q, query input space rotated at random): {above} of "
+        f"{total} heads significantly more symmetric and {below} more skew (BH-adjusted p < "
+        f"{SIGNIFICANCE:g}); null sd of s {format_fixed(sd.min())}–{format_fixed(sd.max())}."
+    )
+
+
+def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | None:
+    """How many empirical p-values sat at their Monte Carlo floor and entered BH as the Beta tail."""
+    parts = []
+    for prefix, key, label in (
+        ("symmetric_energy", "samples", "Gaussian"),
+        ("symmetric_energy_rotation", "rotation_samples", "rotation"),
+    ):
+        K = int(settings.get(key) or 0)
+        if K < 2 or f"{prefix}_p" not in df:
+            continue
+        p = _floats(df, f"{prefix}_p")
+        at_floor = int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum())
+        if at_floor:
+            parts.append(f"{at_floor} heads under the {label} null")
+    if not parts:
+        return None
+    return (
+        "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
+        "matched to the null's mean and variance (an approximation; see docs/statistics.md)."
+    )
+
+
+def _layer_count(df: pd.DataFrame | Columns) -> str:
+    """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
+    layers = np.asarray(df["layer"]).tolist()
+    stacks = _texts(df, "stack") if "stack" in df else [""] * len(layers)
+    if len(set(stacks)) <= 1:
+        return f"{len(set(layers))} layers"
+    return f"{len(set(zip(stacks, layers, strict=True)))} layers of {len(set(stacks))} stacks"
+
+
+def _layer_label(row: Mapping[Any, Any]) -> str:
+    """'3', or 'encoder 3' for a layer of a named stack."""
+    stack = row.get("stack") or ""
+    return f"{stack} {row['layer']}" if stack else str(row["layer"])
+
+
+def _notable_rows(df: pd.DataFrame | Columns, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the ``top`` largest and the ``top`` smallest defined s (ties: first in the table first)."""
+    s = _floats(df, "symmetric_energy")
+    defined = np.flatnonzero(np.isfinite(s))
+    largest = defined[np.argsort(-s[defined], kind="stable")[:top]]
+    smallest = defined[np.argsort(s[defined], kind="stable")[:top]]
+    return largest, smallest
+
+
+def notable_heads(
+    df: pd.DataFrame | Columns, top: int = 5
+) -> tuple[pd.DataFrame | Columns, pd.DataFrame | Columns]:
+    """The ``top`` most symmetric heads (largest s) and the ``top`` most skew (smallest s), as ``df`` is."""
+    largest, smallest = _notable_rows(df, top)
+    return _take(df, largest), _take(df, smallest)
+
+
+def _notable_table(df: pd.DataFrame | Columns, top: int) -> Table:
+    table = rich_table(
+        "Heads worth a look",
+        [("", "left"), "layer", "head", "s", "z", "p_bh", ("type", "left")],
+        title_justify="left",
+    )
+    for label, rows in zip(("most symmetric", "most skew"), notable_heads(df, top), strict=True):
+        records = _rows(rows)
+        for i, r in enumerate(records):
+            table.add_row(
+                label if i == 0 else "",
+                _layer_label(r),
+                str(r["head"]),
+                format_fixed(r["symmetric_energy"]),
+                format_fixed(r.get("symmetric_energy_z"), 1),
+                format_p(r.get("symmetric_energy_p_bh")),
+                str(r.get("head_type", "")),
+                end_section=i == len(records) - 1,
+            )
+    return table
+
+
+def _summary_offset(settings: dict[str, Any], df: pd.DataFrame | Columns) -> int | None:
+    """The RoPE offset the summary's tables read (the first asked for), or None without offsets."""
+    offsets = settings.get("rope_offsets")
+    if not settings.get("rope") or not offsets or "offset" not in df:
+        return None
+    return int(offsets[0])
+
+
+def _at_offset(table: pd.DataFrame | Columns | None, offset: int | None) -> pd.DataFrame | Columns | None:
+    """The rows of one RoPE offset (each head once), or ``table`` itself without offsets."""
+    if table is None or offset is None or "offset" not in table:
+        return table
+    return _take(table, np.asarray(table["offset"]) == offset)
+
+
+def _print_rope(
+    settings: dict[str, Any], df: pd.DataFrame | Columns, offset: int | None, console: Console
+) -> None:
+    """With RoPE offsets: which offset the tables read, and the median s at every offset."""
+    if offset is None:
+        return
+    rope = settings["rope"]
+    offsets, s = _floats(df, "offset"), _floats(df, "symmetric_energy")
+    medians = []
+    for d in np.unique(offsets[~np.isnan(offsets)]):
+        at_d = s[offsets == d]
+        at_d = at_d[~np.isnan(at_d)]
+        medians.append(f"{int(d)}: {format_fixed(float(np.median(at_d)) if at_d.size else np.nan)}")
+    console.print(
+        f"RoPE ({rope.get('kind')}, theta {', '.join(f'{t:g}' for t in rope.get('theta', []))}): "
+        f"the tables below read offset d = {offset}; the CSV has every offset. Median s by offset d: "
+        + ", ".join(medians)
+    )
+
+
+def print_summary(analysis: Analysis, console: Console | None = None, *, top: int = 5) -> None:
+    """Header line, per-layer table (and the layer forms, when analysed), the ``top`` most
+    symmetric and most skew heads (none when ``top`` is 0), one-sentence verdict.
+
+    On a console that is not a terminal (a pipe, a file) the tables are plain
+    text: aligned columns without box drawing.
+    """
+    from rich.console import Console
+
+    console = console or Console()
+    settings = analysis.settings
+    every_offset = analysis.head_table()
+    offset = _summary_offset(settings, every_offset)
+    df = _at_offset(every_offset, offset)
+    assert df is not None
+    null = bool(settings.get("null", True))
+    samples = settings.get("samples", 0)
+    fold = "used" if settings.get("fold_norm") else "not used"
+    # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
+    # of trained heads often lie far beyond what K null samples can resolve.
+    if not null:
+        null_text = "null laws skipped"
+    else:
+        texts = []
+        if samples:
+            texts.append(f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})")
+        rotation = int(settings.get("rotation_samples") or 0)
+        if rotation:
+            texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
+        null_text = " · ".join(texts)
+    console.print(
+        f"[bold]{analysis.model}[/bold] · {_length(df)} heads in {_layer_count(df)} · "
+        f"fold-norm {fold} · {null_text}"
+    )
+    for note in settings.get("notes", ()):
+        console.print(f"note: {note}")
+    _print_rope(settings, every_offset, offset, console)
+    table = rich_table(
+        "Symmetric energy per layer",
+        ["layer", "heads", "median s", "IQR", "baseline", "above", "below", *HEAD_TYPES],
+        title_justify="left",
+    )
+    for r in _layer_rows(df):
+        table.add_row(
+            _layer_label(r),
+            str(r["heads"]),
+            format_fixed(r["symmetric_energy_median"]),
+            format_fixed(r["symmetric_energy_iqr"]),
+            format_fixed(r["baseline"]),
+            format_percent(r["share_above"]),
+            format_percent(r["share_below"]),
+            str(r["type_II"]),
+            str(r["type_I+"]),
+            str(r["type_I-"]),
+        )
+    print_table(console, table)
+    layers = cast("pd.DataFrame | None", _at_offset(analysis.layers, offset))
+    if layers is not None and len(layers):
+        form = rich_table(
+            "Whole-layer forms (sum over heads)",
+            ["layer", "s", "2s-1", "z(s)", "dir", "z(dir)", "p(dir)", "type"],
+            title_justify="left",
+            caption="dir: directionality as published by Saponati et al. 2025, (R - C)/(R + C), "
+            "> 0 when query-side features stand out; z and p against the Gaussian law of a "
+            "layer of the same shape",
+        )
+        for r in _rows(layers):
+            form.add_row(
+                _layer_label(r),
+                format_fixed(r["symmetric_energy"]),
+                format_fixed(r["symmetry_score"]),
+                format_fixed(r.get("symmetric_energy_z"), 1),
+                format_fixed(r["directionality"], 3),
+                format_fixed(r.get("directionality_z"), 2),
+                format_fixed(r.get("directionality_p"), 3),
+                str(r.get("head_type", "")),
+            )
+        print_table(console, form)
+        notes = {str(x) for x in layers.get("null_note", ()) if isinstance(x, str) and x}
+        for note in sorted(notes):
+            console.print(f"Layer null {note}.")
+    if top > 0:
+        print_table(console, _notable_table(df, top))
+    rotation_line = rotation_verdict(df)
+    if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
+        console.print(verdict(df, null=null))
+    for line in (rotation_line, tail_note(df, settings)):
+        if line is not None:
+            console.print(line)

@@ -1,0 +1,181 @@
+"""``qkenergy analyze``: the per-head analysis of a model, its summary, tables and figures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from qkenergy.cli.output import stdout_console
+from qkenergy.cli.params import (
+    BYTES_PER_NULL_SAMPLE,
+    IndexSelectionType,
+    RopeOffsetsType,
+    default_cache_dir,
+    fits_in_memory,
+    null_options,
+    plot_options,
+)
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the per-head table here (.csv, .parquet or .json).",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the figures into this directory.",
+)
+@click.option(
+    "--per-layer",
+    is_flag=True,
+    help="Also analyse each layer's whole form sum_h W_K^h^T W_Q^h, with the symmetry "
+    "score 2s - 1 and the directionality of Saponati et al. 2025, each against the law of "
+    "a Gaussian layer of the same shape; written to <output>.layers.<ext>.",
+)
+@click.option(
+    "--fold-norm",
+    is_flag=True,
+    help="Fold the gain of the norm feeding attention into the form (L -> D L D, as TransformerLens does).",
+)
+@click.option(
+    "--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3."
+)
+@click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=None,
+    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+    help="Null-law samples per head shape (cached per shape).  [default: 2000]",
+)
+@null_options
+@click.option(
+    "--rotation-samples",
+    type=click.IntRange(min=2),
+    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+    default=None,
+    help="Rotation-null draws per head (not cached).  [default: 500]",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
+@click.option(
+    "--model-type",
+    default=None,
+    metavar="TYPE",
+    help="Read MODEL as this supported model_type, whatever its config.json says.",
+)
+@click.option(
+    "--layout",
+    "layout_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML layout file for an architecture qkenergy does not ship (see docs/models.md).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads for heads and null samples, BLAS on one thread each (default: every available core).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Name this many most symmetric and most skew heads in the summary (0: none).",
+)
+@click.option(
+    "--rope-offsets",
+    type=RopeOffsetsType(),
+    default=None,
+    help="RoPE models: also read each head at these relative offsets d (L_d = W_K^T R_d W_Q), "
+    "e.g. 0,1,2,4, or 'log' for 0, 1, 2, 4, ... up to the context length; adds an offset column.",
+)
+@click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
+def analyze(
+    model: str | None,
+    output: Path | None,
+    plot_dir: Path | None,
+    per_layer: bool,
+    fold_norm: bool,
+    layers: tuple[int, ...] | None,
+    heads: tuple[int, ...] | None,
+    samples: int | None,
+    seed: int,
+    no_null: bool,
+    null_kind: str,
+    rotation_samples: int | None,
+    radius: float,
+    cache_dir: Path | None,
+    model_type: str | None,
+    layout_file: Path | None,
+    threads: int | None,
+    top: int,
+    rope_offsets: Any,
+    quiet: bool,
+) -> None:
+    """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM).
+
+    Every column of the table and every term of the summary is explained in
+    docs/columns.md, the mathematics behind them in docs/mathematics.md.
+    """
+    from qkenergy.analysis import analyze as analysis
+    from qkenergy.analysis import summary
+    from qkenergy.formats import tables
+    from qkenergy.report.outputs import write_outputs
+
+    if output is not None and output.suffix.lower() not in tables.FORMATS:
+        raise click.BadParameter(
+            f"expected a file ending in {', '.join(tables.FORMATS)}, got {str(output)!r}",
+            param_hint="'-o' / '--output'",
+        )
+    options: dict[str, Any] = {}
+    if samples is not None:
+        options["samples"] = samples
+    if rotation_samples is not None:
+        options["rotation_samples"] = rotation_samples
+    result = analysis.analyze_model(
+        model,
+        model_type=model_type,
+        layout=layout_file,
+        rope_offsets=rope_offsets,
+        layers=layers,
+        heads=heads,
+        per_layer=per_layer,
+        fold_norm=fold_norm,
+        seed=seed,
+        radius=radius,
+        null=not no_null,
+        null_kind=null_kind,
+        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        progress=not quiet and sys.stderr.isatty(),
+        threads=threads,
+        **options,
+    )
+    if not quiet:
+        summary.print_summary(result, stdout_console(), top=top)
+    # the tables, their settings and the figures land together or not at all
+    written = write_outputs(
+        result,
+        output=output,
+        plot_dir=plot_dir,
+        **plot_options(samples=samples, seed=seed, cache_dir=cache_dir),
+    )
+    if not quiet:
+        for path in written:
+            click.echo(f"wrote {path}", err=True)

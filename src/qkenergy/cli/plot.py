@@ -1,0 +1,52 @@
+"""``qkenergy plot``: the figures of a head table written by ``analyze -o``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, HeadType, fits_in_memory, plot_options
+
+
+@click.command()
+@click.argument("results", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "outdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the figures.",
+)
+@click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=None,
+    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+    help="Null-law samples for the overlays.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
+def plot(
+    results: Path,
+    outdir: Path,
+    head: tuple[int, int] | None,
+    samples: int | None,
+    seed: int,
+    cache_dir: Path | None,
+) -> None:
+    """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
+    from qkenergy.figures import plots
+    from qkenergy.formats import tables
+
+    table = tables.read_table(results)
+    options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
+    for path in plots.plot_results(table, outdir, head=head, **options):
+        click.echo(f"wrote {path}")

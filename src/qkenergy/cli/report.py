@@ -1,0 +1,49 @@
+"""``qkenergy report``: the comparison report (HTML page and figures) of surveys or analyze tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("report")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The report page (.html); its PNG / SVG figures and CSV tables go to <name>_files/ beside it.",
+)
+@click.option(
+    "--baseline",
+    "reference",
+    default=None,
+    help="Compare every model of the same architecture with this model, head by head.",
+)
+@click.option("--title", default=None, help="Title of the page.")
+@click.option("--no-static", is_flag=True, help="Skip the PNG / SVG figures (they need Chrome or Chromium).")
+def report_command(
+    sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, no_static: bool
+) -> None:
+    """Compare models in one report: a survey's OUT directory, or head tables from `analyze -o`."""
+    from qkenergy.report import page as survey_report
+
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise click.BadParameter(
+            f"expected a file ending in .html, got {str(output)!r}", param_hint="'-o' / '--output'"
+        )
+    inputs = survey_report.read_inputs(sources)
+    result = survey_report.build_report(
+        inputs.heads,
+        inputs.layers,
+        output,
+        baseline=reference,
+        models=inputs.models,
+        settings=inputs.settings,
+        title=title,
+        static=not no_static,
+    )
+    click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
+    click.echo(f"wrote {len(result.files)} files in {result.directory}")

@@ -1,0 +1,129 @@
+"""``qkenergy survey``: many models in one restartable Dask run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from qkenergy.cli.output import fail, stdout_console
+from qkenergy.cli.params import (
+    BYTES_PER_NULL_SAMPLE,
+    DEFAULT_BASELINE_SAMPLES,
+    default_cache_dir,
+    fits_in_memory,
+    null_options,
+)
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Survey directory: heads/ (and layers/) Parquet datasets, ledger.sqlite, survey.json.",
+)
+@click.option("--per-layer", is_flag=True, help="Also analyse each layer's whole form (OUT/layers/).")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=2),
+    default=DEFAULT_BASELINE_SAMPLES,
+    show_default=True,
+    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+    help="Null-law samples per head shape (one law per shape per survey).",
+)
+@null_options
+@click.option(
+    "--rotation-samples",
+    type=click.IntRange(min=2),
+    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+    default=500,
+    show_default=True,
+    help="Rotation-null draws per head (with --null rotation or both).",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Retries of a failing unit before it is reported.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="Submit to this running Dask scheduler (e.g. tcp://head:8786) instead of a local cluster.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes of the local cluster.  [default: one per core]",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Null-law cache, read and written by this process (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+)
+@click.option("--quiet", is_flag=True, help="No progress display and no summary.")
+def survey(
+    manifest: Path,
+    out: Path,
+    per_layer: bool,
+    samples: int,
+    seed: int,
+    no_null: bool,
+    null_kind: str,
+    rotation_samples: int,
+    radius: float,
+    retries: int,
+    scheduler: str | None,
+    workers: int | None,
+    cache_dir: Path | None,
+    quiet: bool,
+) -> None:
+    """Analyse every layer of every model of MANIFEST on Dask, restartably (see docs/survey.md).
+
+    MANIFEST: a TOML file of [[model]] tables or a text file with one source per line.
+    Rerunning the same command does only what is missing.
+    """
+    import signal
+
+    from qkenergy.surveys import engine, load_survey
+    from qkenergy.surveys.summary import print_survey
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (a batch system's cancel) unwinds like Ctrl-C: the cluster is stopped, in-flight units released.
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        run = engine.survey(
+            manifest,
+            out,
+            per_layer=per_layer,
+            samples=samples,
+            seed=seed,
+            null=not no_null,
+            null_kind=null_kind,
+            rotation_samples=rotation_samples,
+            radius=radius,
+            retries=retries,
+            scheduler=scheduler,
+            workers=workers,
+            cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+            progress=not quiet and sys.stderr.isatty(),
+        )
+    except KeyboardInterrupt:
+        fail(f"interrupted; the finished units are kept in {out}: rerun the same command to resume", 130)
+    if not quiet:
+        heads = load_survey(out)[0] if run.units > len(run.failed) else None
+        print_survey(run, heads, stdout_console())
+    if not run.ok:
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Figures: matplotlib figures of a head table (plots) and the plotly figures of the comparison report."""

@@ -1,0 +1,512 @@
+"""Matplotlib figures of a head table (Agg canvas only, never a GUI backend).
+
+1. ``symmetric_energy_heatmap``: layer x head, diverging colours centred on the
+   random baseline (N+1)/(2N) (Corollary 2, Proposition 6).
+2. ``symmetric_energy_null``: histogram of the heads' symmetric energy against
+   the exact null density of a Gaussian head of the same (n, N).
+3. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex with the
+   accumulation-limit curve rho -> (2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2).
+4. ``lobes_layer{L}_head{H}``: one head's sorted lobes alpha vs beta with the
+   line beta = rho alpha (Lemma 6).
+5. ``symmetric_energy_offsets`` (tables with an ``offset`` column, from
+   ``--rope-offsets``): s of L_d against the offset d, one line per layer;
+   figures 1-4 then show the smallest offset.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
+
+from qkenergy.analysis.summary import baseline
+from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.formatting import MISSING, format_fixed
+from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
+from qkenergy.formats.transaction import OutputTransaction, joined
+
+__all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
+
+FORMATS = ("png", "svg", "pdf")
+_SQRT3_2 = math.sqrt(3) / 2
+_DPI = 150
+
+
+# Where each format keeps free text: the run's settings (JSON) go there.
+_SETTINGS_FIELD = {"png": METADATA_KEY, "svg": "Description", "pdf": "Subject"}
+
+
+def _save(
+    fig: Figure,
+    outdir: Path,
+    stem: str,
+    formats: Sequence[str],
+    outputs: OutputTransaction,
+    settings: dict[str, Any] | None,
+) -> list[Path]:
+    FigureCanvasAgg(fig)  # attach the Agg canvas; svg/pdf pick their own writer by format
+    paths = []
+    for fmt in formats:
+        path = outdir / f"{stem}.{fmt}"
+        # No timestamps of the drawing itself: the same table and settings give the same bytes.
+        metadata: dict[str, Any] = (
+            {"Date": None} if fmt == "svg" else ({"CreationDate": None} if fmt == "pdf" else {})
+        )
+        if settings is not None:
+            metadata[_SETTINGS_FIELD[fmt]] = settings_json(settings)
+        fig.savefig(outputs.stage(path), format=fmt, dpi=_DPI, bbox_inches="tight", metadata=metadata or None)
+        paths.append(path)
+    return paths
+
+
+def _check_formats(formats: Sequence[str]) -> list[str]:
+    if isinstance(formats, str):
+        formats = [formats]
+    out = [str(f).lower().lstrip(".") for f in formats]
+    bad = [f for f in out if f not in FORMATS]
+    if bad or not out:
+        raise QKEnergyError(f"plot formats {bad or '(none)'} not supported; choose from {', '.join(FORMATS)}")
+    return list(dict.fromkeys(out))
+
+
+def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
+
+
+def _model_name(df: pd.DataFrame) -> str | None:
+    models = df["model"].unique() if "model" in df.columns else np.array([])
+    return str(models[0]) if len(models) == 1 else None
+
+
+def _title(df: pd.DataFrame) -> str:
+    return _model_name(df) or "heads"
+
+
+# ----------------------------------------------------------------------------- 1. heatmap
+
+
+def _rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with a heatmap row key: the layer, or 'stack layer' when there are several stacks."""
+    if "stack" not in df.columns or df["stack"].nunique() <= 1:
+        return df.assign(row=df["layer"])
+    labels = df["stack"].astype(str) + " " + df["layer"].astype(str)
+    order = pd.unique(labels)  # stacks in table order, layers as analysed
+    return df.assign(row=pd.Categorical(labels, categories=order, ordered=True))
+
+
+def _heatmap(df: pd.DataFrame) -> Figure:
+    df = _rows(df)
+    grid = df.pivot_table(
+        index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
+    )
+    values = grid.to_numpy(np.float64)
+    Ns = df["N"].unique()
+    centre = float(baseline(float(Ns[0])))
+    finite = values[np.isfinite(values)]
+    spread = max(np.max(np.abs(finite - centre)) if finite.size else 0.0, 1e-6)
+    lo = min(finite.min() if finite.size else centre, centre - 1e-3 * spread)
+    hi = max(finite.max() if finite.size else centre, centre + 1e-3 * spread)
+    norm = TwoSlopeNorm(vcenter=centre, vmin=lo, vmax=hi)
+
+    rows, cols = values.shape
+    fig = Figure(figsize=(max(5.0, 0.45 * cols + 2.5), max(3.0, 0.4 * rows + 1.6)))
+    ax = fig.add_subplot()
+    import matplotlib
+
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")
+    image = ax.imshow(
+        np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"
+    )
+    ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
+    ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    # Mark heads whose symmetric energy differs significantly from the random law.
+    if {"symmetric_energy_p_bh"} <= set(df.columns):
+        sig_table = df.pivot_table(
+            index="row",
+            columns="head",
+            values="symmetric_energy_p_bh",
+            aggfunc="first",
+            dropna=False,
+            observed=True,
+        )
+        sig = sig_table.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
+        annotate = rows * cols <= 400
+        for i in range(rows):
+            for j in range(cols):
+                v = values[i, j]
+                if not math.isfinite(v):
+                    continue
+                star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
+                if annotate:
+                    dark = abs(norm(v) - 0.5) > 0.3
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.2f}{star}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if dark else "black",
+                    )
+                elif star:
+                    ax.text(j, i, star, ha="center", va="center", fontsize=6)
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("symmetric energy s")
+    ax.set_title(
+        f"{_title(df)}: symmetric energy per head\n"
+        f"colour centre: random baseline (N+1)/2N = {centre:.4f}; * BH-adjusted p < 0.05",
+        fontsize=9,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. null histogram
+
+
+def _null_histogram(
+    df: pd.DataFrame,
+    *,
+    null_samples: int,
+    seed: int,
+    cache_dir: str | os.PathLike[str] | None,
+    population: str = "heads",
+) -> Figure:
+    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.math.nulls import NULL_STATISTICS
+
+    s = df["symmetric_energy"].to_numpy(np.float64)
+    s = s[np.isfinite(s)]
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot()
+    axn = ax.twinx()  # the null is much narrower than trained heads: own density axis
+    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
+    colours = ["0.25", "tab:purple", "tab:green", "tab:brown"]
+    lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
+    for k, (n, N) in enumerate(shapes):
+        law = null_law(
+            int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
+        )
+        draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
+        draws = draws[np.isfinite(draws)]
+        colour = colours[k % len(colours)]
+        axn.hist(
+            draws,
+            bins=60,
+            density=True,
+            histtype="stepfilled",
+            alpha=0.35,
+            color=colour,
+            label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples)",
+        )
+        base = float(baseline(float(N)))
+        axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+        lo, hi = min(lo, draws.min(), base), max(hi, draws.max(), base)
+    if s.size:
+        span = hi - lo if hi > lo else 1e-3
+        bins = np.linspace(lo - 0.02 * span, hi + 0.02 * span, 41)
+        ax.hist(s, bins=bins.tolist(), color="tab:red", alpha=0.75, label=f"{population} ({s.size})")
+    ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
+    ax.set_ylabel("heads")
+    axn.set_ylabel("null density")
+    handles = ax.get_legend_handles_labels()
+    handles_n = axn.get_legend_handles_labels()
+    ax.legend(handles[0] + handles_n[0], handles[1] + handles_n[1], fontsize=7, loc="upper right")
+    ax.set_title(f"{_title(df)}: heads against the exact random law", fontsize=10)
+    return fig
+
+
+# ----------------------------------------------------------------------------- 3. simplex
+
+
+def ternary_xy(b: ArrayLike, c: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Barycentric (b, c, d) -> plane: b at the top, c bottom left, d bottom right."""
+    top, left, right = (np.asarray(v, dtype=np.float64) for v in (b, c, d))
+    total = top + left + right
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top, right = top / total, right / total
+    return right + top / 2, top * _SQRT3_2
+
+
+def accumulation_limit(rho: np.ndarray) -> np.ndarray:
+    """(2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2): the limit symmetric profile (docs/mathematics.md §3)."""
+    rho = np.asarray(rho, dtype=np.float64)
+    out = np.stack([2 * rho, np.clip(1 - rho, 0, None) ** 2, np.clip(rho - 1, 0, None) ** 2], axis=-1)
+    return out / (1 + rho**2)[..., None]
+
+
+def _simplex(df: pd.DataFrame, *, radius: float = 0.02, population: str = "heads") -> Figure:
+    fig = Figure(figsize=(6.4, 5.6))
+    ax = fig.add_subplot()
+    ax.set_aspect("equal")
+    ax.axis("off")
+    corners = np.array([[0, 0], [1, 0], [0.5, _SQRT3_2], [0, 0]])
+    ax.plot(corners[:, 0], corners[:, 1], color="0.2", lw=1)
+    for t in np.arange(0.2, 1.0, 0.2):  # grid lines of constant b, c and d
+        for line in (
+            ternary_xy([t, t], [1 - t, 0], [0, 1 - t]),
+            ternary_xy([1 - t, 0], [t, t], [0, 1 - t]),
+            ternary_xy([1 - t, 0], [0, 1 - t], [t, t]),
+        ):
+            ax.plot(*line, color="0.88", lw=0.6, zorder=0)
+    # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
+    ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":")
+    ax.plot(*ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]), color="0.4", lw=0.8)
+    theta = np.linspace(0, np.pi / 2, 400)
+    limit = accumulation_limit(np.tan(theta[:-1]))
+    limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
+    ax.plot(
+        *ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]),
+        color="tab:orange",
+        lw=1.5,
+        label="accumulation limit, ρ from 0 (c) to ∞ (d)",
+    )
+    ok = df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)
+    sub = df[ok]
+    x, y = ternary_xy(sub["b_sym"], sub["c_sym"], sub["d_sym"])
+    points = ax.scatter(
+        x,
+        y,
+        c=sub["layer"],
+        cmap="viridis",
+        s=18,
+        edgecolor="k",
+        linewidth=0.3,
+        zorder=3,
+        label=f"{population} ({len(sub)})",
+    )
+    if len(sub):
+        bar = fig.colorbar(points, ax=ax, shrink=0.7)
+        bar.set_label("layer")
+    pad = 0.04
+    ax.text(
+        0.5, _SQRT3_2 + pad, "b_sym (paired lobes)\nType II near here", ha="center", va="bottom", fontsize=8
+    )
+    ax.text(-pad, -pad, "c_sym\n(α excess, I+)", ha="right", va="top", fontsize=8)
+    ax.text(1 + pad, -pad, "d_sym\n(β excess, I−)", ha="left", va="top", fontsize=8)
+    ax.set_xlim(-0.25, 1.25)
+    ax.set_ylim(-0.2, _SQRT3_2 + 0.18)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
+    ax.set_title(f"{_title(df)}: symmetric profiles (b, c, d)/s", fontsize=10)
+    return fig
+
+
+# ----------------------------------------------------------------------------- 4. lobes
+
+
+def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
+    """(layer, head) to plot: the given one (tuple or 'L,H' / 'L.H' / 'L:H'), else the most extreme.
+
+    Most extreme: largest |symmetric_energy_z|, or, without null columns, the
+    largest |s - (N+1)/(2N)|.
+    """
+    if head is not None:
+        if isinstance(head, str):
+            parts = head.replace(":", ",").replace(".", ",").split(",")
+            try:
+                layer, h = (int(p) for p in parts)
+            except ValueError:
+                raise ArgumentError(f"--head: expected LAYER,HEAD, got {head!r}") from None
+        else:
+            try:
+                layer, h = (int(v) for v in head)
+            except (TypeError, ValueError):
+                raise ArgumentError(f"--head: expected (layer, head), got {head!r}") from None
+        if not ((df["layer"] == layer) & (df["head"] == h)).any():
+            raise ArgumentError(f"--head: layer {layer}, head {h} is not in the table")
+        return layer, h
+    score = (
+        df["symmetric_energy_z"].abs()
+        if "symmetric_energy_z" in df.columns
+        else pd.Series(np.nan, index=df.index)
+    )
+    if not np.isfinite(score.to_numpy(np.float64)).any():
+        score = (df["symmetric_energy"] - baseline(df["N"].astype(float))).abs()
+    if not np.isfinite(score.to_numpy(np.float64)).any():
+        raise QKEnergyError("no head with a defined symmetric energy to plot")
+    row = df.loc[cast(Any, score.idxmax())]  # an index label (pandas-stubs types it Hashable)
+    return int(row["layer"]), int(row["head"])
+
+
+def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
+    row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
+    alpha = np.asarray(row["alpha"], dtype=np.float64)
+    beta = np.asarray(row["beta"], dtype=np.float64)
+    m = max(alpha.size, beta.size)
+    alpha = np.pad(alpha, (0, m - alpha.size))
+    beta = np.pad(beta, (0, m - beta.size))
+    rho = (
+        float(row["rho"])
+        if "rho" in row and np.isfinite(row["rho"])
+        else (float(np.linalg.norm(beta) / np.linalg.norm(alpha)) if np.any(alpha) else float("nan"))
+    )
+
+    fig = Figure(figsize=(10.0, 4.2))
+    ax, ax2 = fig.subplots(1, 2)
+    top = max(alpha.max(initial=0), beta.max(initial=0)) * 1.05 or 1.0
+    ax.plot([0, top], [0, top], color="0.7", ls=":", lw=1, label="β = α")
+    if math.isfinite(rho):
+        ax.plot([0, top], [0, rho * top], color="tab:orange", lw=1.5, label=f"β = ρα, ρ = {rho:.3f}")
+    ax.scatter(
+        alpha,
+        beta,
+        s=14,
+        color="tab:blue",
+        edgecolor="k",
+        linewidth=0.3,
+        zorder=3,
+        label="sorted pairs (α_i, β_i)",
+    )
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel("α_i (positive eigenvalues of S)")
+    ax.set_ylabel("β_i (|negative eigenvalues| of S)")
+    ax.legend(fontsize=7, loc="upper left")
+    ranks = np.arange(1, m + 1)
+    ax2.plot(ranks, alpha, marker="o", ms=3, lw=1, label="α (positive lobe)")
+    ax2.plot(ranks, beta, marker="s", ms=3, lw=1, label="β (negative lobe)")
+    if math.isfinite(rho):
+        ax2.plot(ranks, rho * alpha, color="tab:orange", lw=1, ls="--", label="ρα")
+    ax2.set_xlabel("rank i")
+    ax2.set_ylabel("eigenvalue magnitude")
+    ax2.legend(fontsize=7)
+
+    def fmt(name: str, digits: int = 3) -> str:
+        return format_fixed(row.get(name), digits)
+
+    fig.suptitle(
+        f"{_title(df)}: layer {layer}, head {head} — s = {fmt('symmetric_energy', 4)} "
+        f"(z = {fmt('symmetric_energy_z', 1)}), type {row.get('head_type', '') or MISSING}, "
+        f"pairing = {fmt('pairing')}, lobe departure = {fmt('lobe_departure')}",
+        fontsize=10,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------- 5. RoPE offsets
+
+
+def _offsets(df: pd.DataFrame) -> Figure:
+    """Symmetric energy against the RoPE offset d: one line per layer (median over heads, IQR band)."""
+    fig = Figure(figsize=(7.5, 4.4))
+    ax = fig.add_subplot()
+    layers = sorted(df["layer"].unique())
+    import matplotlib
+
+    colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(len(layers), 1)))
+    for colour, layer in zip(colours, layers):
+        by_offset = df[df["layer"] == layer].groupby("offset")["symmetric_energy"]
+        offsets = np.asarray(by_offset.median().index, dtype=np.float64)
+        ax.plot(
+            offsets,
+            by_offset.median().to_numpy(),
+            marker="o",
+            ms=3,
+            lw=1.2,
+            color=colour,
+            label=f"layer {layer}",
+        )
+        ax.fill_between(
+            offsets,
+            by_offset.quantile(0.25).to_numpy(),
+            by_offset.quantile(0.75).to_numpy(),
+            color=colour,
+            alpha=0.12,
+        )
+    base = float(baseline(float(df["N"].iloc[0])))
+    ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("relative offset d = i - j (query i, key j)")
+    ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
+    ax.legend(fontsize=7, ncol=2 if len(layers) > 8 else 1, loc="best")
+    ax.set_title(
+        f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def plot_results(
+    df: pd.DataFrame,
+    outdir: str | os.PathLike[str],
+    *,
+    head: tuple[int, int] | str | None = None,
+    null_samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    formats: Sequence[str] = ("png", "svg"),
+    settings: dict[str, Any] | None = None,
+    transaction: OutputTransaction | None = None,
+) -> list[Path]:
+    """Write the figures for one model's head table into ``outdir``; returns the files.
+
+    The lobe figure is drawn for the most extreme head (largest
+    |symmetric_energy_z|) and, when ``head`` = (layer, head) names another
+    one, for that head too. ``null_samples``, ``seed``, ``cache_dir``: the null
+    laws drawn for the histogram (null_cache.null_law). The lobe figures are
+    skipped, with a warning, when the table has no alpha/beta columns.
+    ``settings`` (default: ``df.attrs["settings"]``) name the heads in the
+    legends (:func:`provenance.population_label`) and are stored in each file
+    (PNG text chunk ``qkenergy``, SVG description, PDF subject).
+    ``transaction``: stage the files in the caller's transaction (see
+    :mod:`qkenergy.formats.transaction`); by default they are committed together here.
+    """
+    formats = _check_formats(formats)
+    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
+    if len(df) == 0:
+        raise QKEnergyError("cannot plot an empty head table")
+    if "model" in df.columns and df["model"].nunique() > 1:
+        raise QKEnergyError(
+            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
+        )
+    if df["N"].nunique() > 1:
+        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+    every_offset = df
+    if "offset" in df.columns:  # RoPE offsets: the per-head figures show the smallest offset
+        df = df[df["offset"] == df["offset"].min()]
+    # validate --head before any drawing; the requested head comes in addition to the most extreme one
+    chosen = list(dict.fromkeys([choose_head(df), *([choose_head(df, head)] if head is not None else [])]))
+    _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
+    if settings is None:
+        settings = df.attrs.get("settings")
+    population = population_label(settings, _model_name(df))
+    paths: list[Path] = []
+    with joined(transaction) as outputs:
+        outdir = outputs.ensure_directory(outdir)
+
+        def save(fig: Figure, stem: str) -> None:
+            paths.extend(_save(fig, outdir, stem, formats, outputs, settings))
+
+        if "offset" in every_offset.columns:
+            save(_offsets(every_offset), "symmetric_energy_offsets")
+        save(_heatmap(df), "symmetric_energy_heatmap")
+        save(
+            _null_histogram(
+                df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+            ),
+            "symmetric_energy_null",
+        )
+        radius = float((settings or {}).get("radius", 0.02))
+        save(_simplex(df, radius=radius, population=population), "symmetric_profiles")
+        if {"alpha", "beta"} <= set(df.columns):
+            for layer, h in chosen:
+                save(_lobes(df, layer, h), f"lobes_layer{layer}_head{h}")
+        else:
+            warnings.warn("the table has no alpha/beta lobe columns: lobe figures skipped", stacklevel=2)
+    return paths

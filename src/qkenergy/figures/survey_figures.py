@@ -1,0 +1,590 @@
+"""Plotly figures comparing models: the figures of ``qkenergy report``.
+
+Each figure is drawn from the frames of :mod:`qkenergy.analysis.comparison`
+and comes back as a :class:`ReportFigure` (file stem, title, caption, plotly
+figure, size for the static export). Every head marker shows, on hover, its
+model, layer, head and the key statistics (s, z, BH-adjusted p, type, pairing).
+Only SVG traces are used (no WebGL), so the figures render the same in a
+headless browser, in kaleido and on machines without a GPU.
+
+1. ``symmetric_energy_by_model``: s per head of each model, box and points,
+   over the band null mean +- 2 sd and the baseline (N+1)/(2N).
+2. ``symmetric_energy_by_depth``: s against relative depth, per-layer medians.
+3. ``head_types``: shares of Type II, I+ and I- heads per model.
+4. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex, one per model.
+5. ``training_steps`` (heads with a ``step``): median s per layer against step.
+6. ``groups`` (heads with a ``group``): models compared by group.
+7. ``baseline_difference`` (with a reference model): s - s_reference per head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative, sample_colorscale
+from plotly.subplots import make_subplots
+
+from qkenergy.analysis.comparison import (
+    BaselineComparison,
+    head_keys,
+    model_info,
+    present,
+    relative_depth,
+)
+from qkenergy.analysis.summary import HEAD_TYPES, baseline
+from qkenergy.formats.tables import text_column as text
+
+__all__ = ["ReportFigure", "report_figures"]
+
+WIDTH = 1000  # static export width in pixels; the HTML figures fill the page width
+_PALETTE = qualitative.D3 + qualitative.Dark2
+_TYPE_COLOURS = {"II": "#7f7f7f", "I+": "#d62728", "I-": "#1f77b4", "undefined": "#dddddd"}
+_FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """One figure of the report: ``name`` is the file stem of its PNG / SVG."""
+
+    name: str
+    title: str
+    caption: str
+    figure: go.Figure
+    height: int
+
+
+def _colours(models: list[str]) -> dict[str, str]:
+    return {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
+
+
+def _layout(fig: go.Figure, height: int, **extra: Any) -> None:
+    options: dict[str, Any] = {
+        "template": "plotly_white",
+        "height": height,
+        "font": _FONT,
+        "margin": {"l": 70, "r": 30, "t": 40, "b": 60},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    }
+    fig.update_layout(**{**options, **extra})
+
+
+# ----------------------------------------------------------------------------- hover
+
+
+_HOVER = (
+    "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>"
+    "s = %{customdata[2]:.4f}, z = %{customdata[3]:.1f}, BH p = %{customdata[4]:.2g}<br>"
+    "type %{customdata[5]}, pairing %{customdata[6]:.3f}<extra></extra>"
+)
+
+
+def _where(frame: pd.DataFrame) -> pd.Series:
+    label = "layer " + frame["layer"].astype(str) + ", head " + frame["head"].astype(str)
+    if "stack" in frame.columns:
+        stack = text(frame["stack"])
+        label = label.where(stack == "", label + " (" + stack + ")")
+    return label
+
+
+def _customdata(frame: pd.DataFrame) -> np.ndarray:
+    """Per head: model, where, s, z, BH p, type, pairing (NaN shows as NaN).
+
+    Numbers are rounded one digit beyond what the hover shows: the page carries
+    every head three times, and full float64 text would double its data.
+    """
+
+    def col(name: str, digits: int) -> Any:
+        return frame[name].astype(np.float64).round(digits) if name in frame.columns else np.nan
+
+    p = (
+        frame["symmetric_energy_p_bh"]
+        if "symmetric_energy_p_bh" in frame.columns
+        else pd.Series(np.nan, frame.index)
+    )
+    data = pd.DataFrame(
+        {
+            "model": frame["model"].astype(str),
+            "where": _where(frame),
+            "s": col("symmetric_energy", 5),
+            "z": col("symmetric_energy_z", 2),
+            "p": [float(f"{v:.3g}") for v in p.astype(np.float64)],
+            "type": text(frame["head_type"]).replace("", "–") if "head_type" in frame else "–",
+            "pairing": col("pairing", 4),
+        }
+    )
+    return data.to_numpy(dtype=object)
+
+
+# ----------------------------------------------------------------------------- 1. by model
+
+
+def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
+    fig = go.Figure()
+    for i, name in enumerate(models):
+        group = heads[heads["model"] == name]
+        fig.add_trace(
+            go.Box(
+                x=[name] * len(group),
+                y=group["symmetric_energy"],
+                name=name,
+                marker={"color": colours[name], "size": 3, "opacity": 0.6},
+                line={"width": 1.2},
+                boxpoints="all",
+                jitter=0.45,
+                pointpos=0,
+                hoveron="points",
+                customdata=_customdata(group),
+                hovertemplate=_HOVER,
+                showlegend=False,
+            )
+        )
+        # The null band and baseline of each (n, N) shape of the model.
+        for (_n, N), shape in group.groupby(["n", "N"]):
+            base = float(baseline(float(cast(float, N))))
+            sd = (
+                float(np.nanmedian(shape["symmetric_energy_null_sd"]))
+                if "symmetric_energy_null_sd" in shape
+                else math.nan
+            )
+            if math.isfinite(sd):
+                fig.add_shape(
+                    type="rect",
+                    x0=i - 0.45,
+                    x1=i + 0.45,
+                    y0=base - 2 * sd,
+                    y1=base + 2 * sd,
+                    fillcolor="rgba(120,120,120,0.22)",
+                    line={"width": 0},
+                    layer="below",
+                )
+            fig.add_shape(
+                type="line",
+                x0=i - 0.45,
+                x1=i + 0.45,
+                y0=base,
+                y1=base,
+                line={"color": "black", "width": 1.5, "dash": "dash"},
+            )
+    _layout(fig, 460, showlegend=False)
+    fig.update_xaxes(categoryorder="array", categoryarray=models, title_text="model")
+    fig.update_yaxes(title_text="symmetric energy s = ||S||²/||L||²")
+    return ReportFigure(
+        "symmetric_energy_by_model",
+        "Symmetric energy per model against its random baseline",
+        "Each point is a head; the box spans its model's quartiles. The dashed line is the exact mean of "
+        "a random (Gaussian) head of the same shape, (N+1)/(2N); the grey band is that null law's mean "
+        "± 2 standard deviations. Heads far outside the band are more symmetric (above) or more skew "
+        "(below) than chance.",
+        fig,
+        460,
+    )
+
+
+# ----------------------------------------------------------------------------- 2. by depth
+
+
+def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
+    fig = go.Figure()
+    for name in models:
+        group = heads[heads["model"] == name]
+        fig.add_trace(
+            go.Scatter(
+                x=group["relative_depth"],
+                y=group["symmetric_energy"],
+                mode="markers",
+                marker={"color": colours[name], "size": 5, "opacity": 0.35},
+                name=name,
+                legendgroup=name,
+                showlegend=False,
+                customdata=_customdata(group),
+                hovertemplate=_HOVER,
+            )
+        )
+        medians = group.groupby(["relative_depth"])["symmetric_energy"].median().reset_index()
+        fig.add_trace(
+            go.Scatter(
+                x=medians["relative_depth"],
+                y=medians["symmetric_energy"],
+                mode="lines+markers",
+                line={"color": colours[name], "width": 2},
+                marker={"size": 6},
+                name=name,
+                legendgroup=name,
+                hovertemplate=f"<b>{name}</b><br>depth %{{x:.2f}}: median s %{{y:.4f}}<extra></extra>",
+            )
+        )
+    for N in sorted(heads["N"].unique()):
+        base = float(baseline(float(N)))
+        fig.add_hline(y=base, line={"color": "black", "width": 1, "dash": "dot"})
+    _layout(fig, 460)
+    fig.update_xaxes(title_text="relative depth: layer / (layers - 1)", range=[-0.03, 1.03])
+    fig.update_yaxes(title_text="symmetric energy s")
+    return ReportFigure(
+        "symmetric_energy_by_depth",
+        "Symmetric energy against relative depth",
+        "Points are heads, lines the median over each layer's heads, with depth scaled so that every "
+        "model runs from its first layer (0) to its last (1). Dotted lines: the random baselines (N+1)/(2N) "
+        "of the models' widths. Click a model in the legend to hide it; double-click to show it alone.",
+        fig,
+        460,
+    )
+
+
+# ----------------------------------------------------------------------------- 3. head types
+
+
+def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
+    types = text(heads["head_type"]).replace("", "undefined")
+    counts = pd.crosstab(heads["model"], types).reindex(index=models, fill_value=0)
+    totals = counts.sum(axis=1)
+    fig = go.Figure()
+    for t in (*HEAD_TYPES, "undefined"):
+        if t not in counts.columns or (t == "undefined" and not counts[t].any()):
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=models,
+                y=counts[t] / totals,
+                name=f"Type {t}" if t != "undefined" else "undefined",
+                marker_color=_TYPE_COLOURS[t],
+                customdata=np.column_stack([counts[t], totals]),
+                hovertemplate=f"<b>%{{x}}</b><br>Type {t}: %{{customdata[0]}} of %{{customdata[1]}} heads "
+                "(%{y:.0%})<extra></extra>",
+            )
+        )
+    _layout(fig, 400, barmode="stack")
+    fig.update_yaxes(title_text="share of heads", tickformat=".0%", range=[0, 1])
+    fig.update_xaxes(title_text="model")
+    return ReportFigure(
+        "head_types",
+        "Head types per model",
+        "Type II heads have paired lobes (c_sym + d_sym within the Type II radius); Type I+ heads carry "
+        "excess positive-lobe energy (c_sym > d_sym), Type I- heads excess negative-lobe energy. "
+        "Undefined: heads with L = 0 or non-finite weights.",
+        fig,
+        400,
+    )
+
+
+# ----------------------------------------------------------------------------- 4. simplex
+
+
+def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
+    from qkenergy.figures.plots import accumulation_limit
+
+    cols = min(len(models), 3)
+    rows = math.ceil(len(models) / cols)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        specs=[[{"type": "ternary"}] * cols for _ in range(rows)],
+        subplot_titles=models,
+        horizontal_spacing=0.14,
+        vertical_spacing=0.12 / rows + 0.06,
+    )
+    theta = np.linspace(0, np.pi / 2, 200)
+    limit = np.vstack([accumulation_limit(np.tan(theta[:-1])), [0.0, 0.0, 1.0]])
+    for i, name in enumerate(models):
+        row, col = i // cols + 1, i % cols + 1
+        group = heads[(heads["model"] == name) & heads[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)]
+        fig.add_trace(
+            go.Scatterternary(
+                a=limit[:, 0],
+                b=limit[:, 1],
+                c=limit[:, 2],
+                mode="lines",
+                line={"color": "#ff7f0e", "width": 3},
+                name="accumulation limit",
+                showlegend=False,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatterternary(
+                a=group["b_sym"],
+                b=group["c_sym"],
+                c=group["d_sym"],
+                mode="markers",
+                marker={
+                    "color": group["relative_depth"],
+                    "coloraxis": "coloraxis",
+                    "size": 5,
+                    "line": {"width": 0.3, "color": "black"},
+                },
+                name=name,
+                showlegend=False,
+                customdata=_customdata(group),
+                hovertemplate=_HOVER,
+            ),
+            row=row,
+            col=col,
+        )
+    height = 120 + 330 * rows
+    _layout(
+        fig,
+        height,
+        coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "depth"}}},
+    )
+    fig.update_ternaries(
+        aaxis={"title": {"text": "b_sym"}, "min": 0},
+        baxis={"title": {"text": "c_sym"}, "min": 0},
+        caxis={"title": {"text": "d_sym"}, "min": 0},
+        sum=1,
+    )
+    fig.update_annotations(yshift=18)
+    return ReportFigure(
+        "symmetric_profiles",
+        "Symmetric profiles on the simplex",
+        "Each head's symmetric energy split into paired lobe energy b_sym (top corner, Type II), positive "
+        "excess c_sym (bottom left, I+) and negative excess d_sym (bottom right, I-), coloured by relative "
+        "depth. The orange curve, along the two upper edges, is the accumulation limit "
+        "(2ρ, (1-ρ)₊², (ρ-1)₊²)/(1+ρ²) that the profile of a head with long, regular lobes approaches.",
+        fig,
+        height,
+    )
+
+
+# ----------------------------------------------------------------------------- 5. training steps
+
+
+def _runs(heads: pd.DataFrame, info: pd.DataFrame) -> pd.Series:
+    """The training run of each row: its group when given, else its architecture, else one run."""
+    run = pd.Series("all checkpoints", index=heads.index)
+    arch = text(heads["model"].map(info["architecture"]))
+    run = run.where(arch == "", arch)
+    if "group" in heads.columns:
+        group = text(heads["group"])
+        run = run.where(group == "", group)
+    return run
+
+
+def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
+    step = pd.to_numeric(heads["step"], errors="coerce")
+    frame = heads.assign(step=step, run=_runs(heads, info), where=_where(heads)).dropna(subset=["step"])
+    keys = [k for k in head_keys(frame) if k != "head"]
+    runs = [r for r, g in frame.groupby("run", sort=True) if g["step"].nunique() >= 2]
+    if not runs:
+        return None
+    fig = make_subplots(rows=len(runs), cols=1, subplot_titles=runs, vertical_spacing=0.25 / len(runs))
+    for row, run in enumerate(runs, start=1):
+        part = frame[frame["run"] == run]
+        medians = (
+            part.groupby([*keys, "step"])
+            .agg(
+                s=("symmetric_energy", "median"),
+                depth=("relative_depth", "first"),
+                model=("model", "first"),
+            )
+            .reset_index()
+            .sort_values("step")
+        )
+        positive = bool((medians["step"] > 0).all()) and medians["step"].max() >= 100 * medians["step"].min()
+        for key, line in medians.groupby(keys, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            label = "layer " + " ".join(str(k) for k in reversed(key) if str(k))  # no "" stack
+            colour = sample_colorscale("Viridis", [float(np.clip(line["depth"].iloc[0], 0, 1))])[0]
+            fig.add_trace(
+                go.Scatter(
+                    x=line["step"],
+                    y=line["s"],
+                    mode="lines+markers",
+                    line={"color": colour, "width": 1.5},
+                    marker={"size": 5},
+                    name=label,
+                    showlegend=row == 1,
+                    legendgroup=label,
+                    customdata=line[["model"]].to_numpy(dtype=object),
+                    hovertemplate=f"<b>%{{customdata[0]}}</b><br>{label}, step %{{x}}<br>"
+                    "median s %{y:.4f}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+        for N in sorted(part["N"].unique()):
+            fig.add_hline(
+                y=float(baseline(float(N))),
+                line={"color": "black", "width": 1, "dash": "dot"},
+                row=row,
+                col=1,
+            )
+        fig.update_xaxes(title_text="training step", type="log" if positive else "linear", row=row, col=1)
+        fig.update_yaxes(title_text="median s", row=row, col=1)
+    height = 80 + 340 * len(runs)
+    _layout(fig, height, legend={"orientation": "v", "x": 1.02, "y": 1})
+    return ReportFigure(
+        "training_steps",
+        "Symmetric energy per layer across training",
+        "For checkpoints of one training run (one panel per group), the median symmetric energy of each "
+        "layer's heads against the training step; colours go from the first layer (dark) to the last "
+        "(yellow). Dotted: the random baseline (N+1)/(2N), where every layer starts from a random "
+        "initialisation.",
+        fig,
+        height,
+    )
+
+
+# ----------------------------------------------------------------------------- 6. groups
+
+
+def _groups(heads: pd.DataFrame, summary: pd.DataFrame) -> ReportFigure:
+    group = text(heads["group"]).replace("", "(no group)")
+    names = sorted(group.unique())
+    fig = go.Figure()
+    for name in names:
+        fig.add_trace(
+            go.Box(
+                x=group[group == name],
+                y=heads.loc[group == name, "symmetric_energy"],
+                name=name,
+                boxpoints=False,
+                marker_color="#9aa7b8",
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    per_model = summary.assign(group=text(summary["group"]).replace("", "(no group)"))
+    fig.add_trace(
+        go.Scatter(
+            x=per_model["group"],
+            y=per_model["s_median"],
+            mode="markers",
+            marker={
+                "symbol": "diamond",
+                "size": 10,
+                "color": "#d62728",
+                "line": {"width": 1, "color": "black"},
+            },
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": per_model["s_q3"] - per_model["s_median"],
+                "arrayminus": per_model["s_median"] - per_model["s_q1"],
+                "width": 3,
+            },
+            name="model median (IQR)",
+            customdata=per_model[["model", "s_q1", "s_q3", "heads"]].to_numpy(dtype=object),
+            hovertemplate="<b>%{customdata[0]}</b> (%{x})<br>median s %{y:.4f}, IQR %{customdata[1]:.4f}–"
+            "%{customdata[2]:.4f}<br>%{customdata[3]} heads<extra></extra>",
+        )
+    )
+    _layout(fig, 420)
+    fig.update_xaxes(title_text="group", categoryorder="array", categoryarray=names)
+    fig.update_yaxes(title_text="symmetric energy s")
+    return ReportFigure(
+        "groups",
+        "Models compared by group",
+        "Boxes: the symmetric energy of all heads of each group's models. Diamonds: each model's median "
+        "with its interquartile range (hover for the model).",
+        fig,
+        420,
+    )
+
+
+# ----------------------------------------------------------------------------- 7. reference model
+
+
+def _difference(comparison: BaselineComparison) -> ReportFigure:
+    diffs = comparison.differences
+    compared = comparison.compared
+    fig = make_subplots(
+        rows=len(compared),
+        cols=1,
+        subplot_titles=[f"{m} − {comparison.reference}" for m in compared],
+        vertical_spacing=0.3 / len(compared),
+    )
+    span = float(np.nanmax(np.abs(diffs["difference"].to_numpy(np.float64)))) if len(diffs) else 0.0
+    span = span if math.isfinite(span) and span > 0 else 1e-3
+    heights = []
+    for row, name in enumerate(compared, start=1):
+        part = diffs[diffs["model"] == name].copy()
+        stack = text(part["stack"]) if "stack" in part else pd.Series("", index=part.index)
+        part["row"] = part["layer"].astype(str).where(stack == "", stack + " " + part["layer"].astype(str))
+        grid = part.pivot_table(
+            index="row", columns="head", values="difference", aggfunc="first", dropna=False
+        )
+        own = part.pivot_table(
+            index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False
+        )
+        ref = part.pivot_table(
+            index="row", columns="head", values="symmetric_energy_reference", aggfunc="first", dropna=False
+        )
+        own = own.reindex_like(grid)
+        ref = ref.reindex_like(grid)
+        fig.add_trace(
+            go.Heatmap(
+                z=grid.to_numpy(np.float64),
+                x=[str(h) for h in grid.columns],
+                y=[str(r) for r in grid.index],
+                coloraxis="coloraxis",
+                customdata=np.dstack([own.to_numpy(np.float64), ref.to_numpy(np.float64)]),
+                hovertemplate=f"<b>{name}</b><br>layer %{{y}}, head %{{x}}<br>s = %{{customdata[0]:.4f}}, "
+                f"{comparison.reference}: %{{customdata[1]:.4f}}<br>difference %{{z:+.4f}}<extra></extra>",
+                xgap=1,
+                ygap=1,
+            ),
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title_text="layer", autorange="reversed", row=row, col=1)
+        fig.update_xaxes(title_text="head", row=row, col=1)
+        heights.append(len(grid))
+    height = int(80 + sum(max(160, 60 + 18 * h) for h in heights))
+    _layout(
+        fig,
+        height,
+        coloraxis={
+            "colorscale": "RdBu_r",
+            "cmid": 0,
+            "cmin": -span,
+            "cmax": span,
+            "colorbar": {"title": {"text": "Δs"}},
+        },
+    )
+    return ReportFigure(
+        "baseline_difference",
+        f"Difference from {comparison.reference}, head by head",
+        f"For each model of the same architecture as {comparison.reference}, the symmetric energy of every "
+        "head minus that of the same head (layer, head) of the reference: red cells became more symmetric, "
+        "blue cells more skew.",
+        fig,
+        height,
+    )
+
+
+# ----------------------------------------------------------------------------- all
+
+
+def report_figures(
+    heads: pd.DataFrame,
+    summary: pd.DataFrame,
+    *,
+    models: pd.DataFrame | None = None,
+    comparison: BaselineComparison | None = None,
+) -> list[ReportFigure]:
+    """The report's figures for a head table (see the module docstring for which appear when)."""
+    info = model_info(heads, models)
+    order = list(info.index)
+    heads = heads.assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
+    colours = _colours(order)
+    figures = [
+        _by_model(heads, order, colours),
+        _by_depth(heads, order, colours),
+        _head_types(heads, order),
+        _simplex(heads, order),
+    ]
+    if "step" in heads.columns and present(heads["step"]):
+        steps = _steps(heads, info)
+        if steps is not None:
+            figures.append(steps)
+    if "group" in heads.columns and present(heads["group"]):
+        figures.append(_groups(heads, summary))
+    if comparison is not None and comparison.compared:
+        figures.append(_difference(comparison))
+    return figures

@@ -1,0 +1,1 @@
+"""File formats: column tables, table files (csv / parquet / json), provenance, atomic transactions."""

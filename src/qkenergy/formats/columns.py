@@ -1,0 +1,163 @@
+"""Column tables: a table as an ordered mapping of equal-length 1-D numpy arrays.
+
+The analysis assembles its head table this way and writes CSV from it with
+the standard csv module, so a command-line run never imports pandas unless
+it must: importing pandas costs about 0.25 s, as much as the whole analysis
+of a gpt2-sized model. A DataFrame is built only when one is asked for
+(``Analysis.heads``, parquet and json files, the summary, the plots), by
+:func:`to_frame`; :func:`write_csv` writes exactly the bytes pandas'
+``to_csv(index=False)`` writes for that frame.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkenergy.base.formatting import json_safe
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = [
+    "COUNT_COLUMNS",
+    "LIST_COLUMNS",
+    "Columns",
+    "broadcast",
+    "concat",
+    "json_list",
+    "list_column",
+    "row_count",
+    "to_frame",
+    "with_integer_counts",
+    "write_csv",
+]
+
+Columns = dict[str, np.ndarray]
+"""Column name -> 1-D array (object arrays for text and lists), every column the same length."""
+
+LIST_COLUMNS = ("alpha", "beta")
+COUNT_COLUMNS = ("n_pos", "n_neg", "n_zero")
+
+
+def broadcast(values: Mapping[str, Any], rows: int) -> Columns:
+    """Each value as a column of ``rows`` entries: arrays as given, scalars repeated (text as objects)."""
+    out: Columns = {}
+    for name, value in values.items():
+        if isinstance(value, np.ndarray):
+            out[name] = value.reshape(-1)
+        else:
+            out[name] = np.full(rows, value, dtype=object if isinstance(value, str) else None)
+    return out
+
+
+def list_column(rows: Iterable[list[float]]) -> np.ndarray:
+    """A column whose cells are lists (the lobes): an object array, never a 2-D array."""
+    cells = list(rows)
+    column = np.empty(len(cells), dtype=object)
+    column[:] = cells
+    return column
+
+
+def row_count(columns: Columns) -> int:
+    """The number of rows of a column table (0 without columns)."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def concat(parts: Sequence[Columns]) -> Columns:
+    """The rows of ``parts`` one after another; a column a part lacks is NaN there (as ``pandas.concat``)."""
+    names = list(dict.fromkeys(name for part in parts for name in part))
+    out: Columns = {}
+    for name in names:
+        pieces = []
+        for part in parts:
+            pieces.append(part[name] if name in part else np.full(row_count(part), np.nan))
+        out[name] = np.concatenate(pieces) if pieces else np.empty(0)
+    return out
+
+
+def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with n_pos, n_neg, n_zero as nullable integers (Int64; undefined heads are <NA>)."""
+    import pandas as pd
+
+    for col in COUNT_COLUMNS:
+        if col in df.columns:
+            values = pd.to_numeric(df[col], errors="coerce")
+            df[col] = values.round().astype("Int64")
+    return df
+
+
+def to_frame(columns: Columns) -> pd.DataFrame:
+    """The table as a pandas DataFrame, the counts as nullable integers."""
+    import pandas as pd
+
+    return with_integer_counts(pd.DataFrame(columns))
+
+
+def json_list(values: Any) -> str:
+    """A list cell as JSON array text (NaN as null); plain finite floats skip the item-by-item json_safe."""
+    values = list(values)
+    try:
+        return json.dumps(values, allow_nan=False)
+    except (TypeError, ValueError):  # numpy scalars, NaN or infinities
+        return json.dumps(json_safe(values))
+
+
+def _cells(name: str, column: np.ndarray) -> list[str]:
+    """One column's CSV cells, as pandas writes them: floats by repr, a missing value empty."""
+    if name in LIST_COLUMNS:
+        return [json_list(v) for v in column]
+    if name in COUNT_COLUMNS:
+        counts = np.asarray(column, dtype=np.float64)
+        return ["" if math.isnan(x) else str(int(x)) for x in np.round(counts).tolist()]
+    if column.dtype.kind == "f":
+        return ["" if math.isnan(x) else repr(x) for x in column.tolist()]
+    values = column.tolist()
+    if column.dtype.kind in "biu":
+        return [str(x) for x in values]
+    return ["" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x) for x in values]
+
+
+def _fields(name: str, column: np.ndarray) -> list[str]:
+    """One column's cells as csv.writer writes them in a row of several fields (quoted where needed).
+
+    Numbers never need quotes. A list cell is a JSON array of numbers: quoted
+    exactly when it holds a comma, with no quote character inside to double, so
+    the long lobe cells are not scanned character by character as csv.writer
+    would (a third of the time of writing a llama-sized table). Text goes
+    through csv.writer itself, once per distinct value.
+    """
+    cells = _cells(name, column)
+    if name in LIST_COLUMNS:
+        return [f'"{cell}"' if "," in cell else cell for cell in cells]
+    if name in COUNT_COLUMNS or column.dtype.kind in "fbiu":
+        return cells
+    quoted: dict[str, str] = {}
+    for cell in cells:
+        if cell not in quoted:
+            line = io.StringIO()
+            csv.writer(line, lineterminator="\n").writerow([cell, ""])
+            quoted[cell] = line.getvalue()[:-2]  # without the empty second field's "," and the "\n"
+    return [quoted[cell] for cell in cells]
+
+
+def write_csv(columns: Columns, path: str | os.PathLike[str]) -> None:
+    """Write the table as CSV: the bytes of ``to_frame(columns).to_csv(path, index=False)``.
+
+    The list columns (alpha, beta) hold JSON array text, as report.write_table writes them.
+    """
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(columns)
+        if len(columns) < 2:  # csv.writer quotes a lone empty field, so that the row is not blank
+            writer.writerows(zip(*(_cells(name, column) for name, column in columns.items())))
+            return
+        fields = [_fields(name, column) for name, column in columns.items()]
+        fh.write("".join([",".join(row) + "\n" for row in zip(*fields, strict=True)]))

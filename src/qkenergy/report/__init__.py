@@ -1,0 +1,1 @@
+"""Reports: the comparison HTML page and every output of one analyze run."""

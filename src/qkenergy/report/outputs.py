@@ -1,0 +1,49 @@
+"""Every output of one ``analyze`` run, written in one transaction: tables, sidecars, figures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qkenergy.formats.transaction import OutputTransaction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.analyze import Analysis
+
+__all__ = ["write_outputs"]
+
+
+def write_outputs(
+    analysis: Analysis,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    plot_dir: str | os.PathLike[str] | None = None,
+    **plot_options: Any,
+) -> list[Path]:
+    """Write the head table (and layer table) to ``output`` and the figures into ``plot_dir``.
+
+    All files land together or none does (:class:`OutputTransaction`): an
+    unwritable plot directory or a failing layer table leaves no head table
+    behind. ``plot_options`` go to :func:`qkenergy.figures.plots.plot_results`.
+    Returns the files written.
+    """
+    from qkenergy.formats import tables
+
+    written: list[Path] = []
+    with OutputTransaction() as outputs:
+        if output is not None:
+            written += tables.write_results(
+                analysis.head_table(),
+                output,
+                settings=analysis.settings,
+                layers=analysis.layers,
+                transaction=outputs,
+            )
+        if plot_dir is not None:
+            from qkenergy.figures import plots
+
+            written += plots.plot_results(
+                analysis.heads, plot_dir, settings=analysis.settings, transaction=outputs, **plot_options
+            )
+    return written

@@ -1,0 +1,137 @@
+"""Planning a survey: each manifest model resolved to a :class:`ModelPlan`, each unit's action.
+
+The client resolves every model from its headers and config only (stacks,
+layers, head shapes, a digest of its settings), checks that a resumed survey
+keeps its settings, and decides per (model, layer) unit whether it is done,
+to be run, or to be rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.version import __version__
+from qkenergy.surveys.dataset import unit_path
+from qkenergy.surveys.ledger import UnitRow
+from qkenergy.surveys.manifest import EMBEDDED, ModelEntry
+from qkenergy.weights.safetensors_io import show_path
+
+__all__ = [
+    "ModelPlan",
+]
+
+
+SETTINGS = ("samples", "seed", "null", "null_kind", "rotation_samples", "radius", "per_layer")
+
+
+@dataclass
+class ModelPlan:
+    """A manifest model resolved on the client: where its files are, its sizes, its layers."""
+
+    entry: ModelEntry
+    path: str | None = None
+    origin: str | None = None
+    arch: dict[str, Any] = field(default_factory=dict)
+    layers: list[int] = field(default_factory=list)
+    files_digest: str = ""
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            **self.entry.record(),
+            "path": self.path,
+            "origin": self.origin,
+            **self.arch,
+            "layers": self.layers,
+            "status": "failed" if self.error else "ok",
+            "error": self.error,
+        }
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resolve_entry(entry: ModelEntry) -> ModelPlan:
+    """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read)."""
+    from qkenergy.analysis.analyze import present_stacks, select, stack_settings
+    from qkenergy.weights.architecture import architectures
+    from qkenergy.weights.checkpoint import open_model
+
+    plan = ModelPlan(entry)
+    embedded = entry.source == EMBEDDED and not os.path.exists(entry.source)
+    try:
+        with open_model(None if embedded else entry.source, revision=entry.revision) as source:
+            # as analyze_model reads them: every attention stack the checkpoint holds
+            stacks = [
+                a
+                for a, _ in present_stacks(
+                    source.tensors, architectures(source.config, source.config_where, layout=source.layout)
+                )
+            ]
+            arch = stacks[0]
+            n_layers = max(a.n_layers for a in stacks)
+            files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
+            plan.origin = source.origin
+            plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
+            plan.arch = {
+                "model_type": arch.model_type,
+                "n_layers": n_layers,
+                "n_heads": arch.n_heads,
+                "n_kv_heads": arch.n_kv_heads,
+                "head_dim": arch.head_dim,
+                "hidden_size": arch.hidden_size,
+                "stacks": [stack_settings(a) for a in stacks],
+            }
+            plan.layers = select(f"{entry.name}: layers", entry.layers, n_layers, "layers")
+            stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]]
+            plan.files_digest = digest(stats)
+    except QKEnergyError as error:
+        plan.error = str(error)
+    except OSError as error:
+        plan.error = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+    return plan
+
+
+def check_settings(out: Path, settings: dict[str, Any]) -> None:
+    """An OUT made with other global settings is not resumed (its files would mix two surveys)."""
+    path = out / "survey.json"
+    if not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        raise QKEnergyError(
+            f"{show_path(path)}: unreadable; remove it or choose another output directory"
+        ) from None
+    for key in SETTINGS:
+        if key in recorded and recorded[key] != settings[key]:
+            option = {"null": "--no-null", "per_layer": "--per-layer", "null_kind": "--null"}.get(
+                key, "--" + key.replace("_", "-")
+            )
+            raise ArgumentError(
+                f"{option}: {show_path(out)} holds a survey made with {key} = {recorded[key]!r}, not "
+                f"{settings[key]!r}; rerun with the same settings or choose another -o directory"
+            )
+
+
+def unit_params(plan: ModelPlan, settings: dict[str, Any]) -> str:
+    """Digest of everything that decides a unit's numbers besides its tensors."""
+    return digest({"path": plan.path, "fold_norm": plan.entry.fold_norm, "version": __version__, **settings})
+
+
+def unit_action(row: UnitRow | None, plan: ModelPlan, layer: int, out: Path, settings: dict[str, Any]) -> str:
+    """'skip' (done, files in place, checkpoint untouched), 'verify' (files touched: compare
+    fingerprints on a worker) or 'compute'."""
+    if row is None or row.status != "done" or row.params != unit_params(plan, settings):
+        return "compute"
+    tables = ("heads", "layers") if settings["per_layer"] else ("heads",)
+    if not all(unit_path(out, t, plan.entry.name, layer).is_file() for t in tables):
+        return "compute"
+    return "skip" if row.files_digest == plan.files_digest else "verify"

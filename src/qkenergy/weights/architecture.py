@@ -1,0 +1,227 @@
+"""A checkpoint's config.json resolved against its family: one :class:`Architecture` per attention stack.
+
+:func:`family_of` picks the family (``model_type``, or the one asked for),
+:func:`architectures` gives every stack's sizes (layers, query and key heads,
+head dimension, residual width), norms and positional scheme, checked before
+anything is sized by them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.weights.families import FAMILIES, supported_model_types
+from qkenergy.weights.json_input import get_bool, get_int, get_str, show_name
+from qkenergy.weights.layout import Family, Layout
+
+__all__ = [
+    "Architecture",
+    "architecture",
+    "architectures",
+    "family_of",
+]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Attention sizes of one stack of a checkpoint (from config.json) and its layout."""
+
+    model_type: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    layout: Layout
+    # Cross-attention: the norm (relative name) on the output of the stack its keys read,
+    # folded into W_K by fold_norm; None for self-attention (keys see the query's norm).
+    key_norm: str | None = None
+    # Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
+    latent: tuple[int, int, int, int] | None = None
+
+    @property
+    def stack(self) -> str:
+        return self.layout.stack
+
+    @property
+    def positional(self) -> str:
+        return self.layout.positional
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether queries and keys are normalised after projection (qk-norm or latent norms)."""
+        return self.layout.qk_norm is not None or self.layout.latent is not None
+
+    @property
+    def kv_head(self) -> np.ndarray:
+        """Key head used by each query head: h // (n_heads / n_kv_heads) (grouped-query attention)."""
+        return np.arange(self.n_heads) // (self.n_heads // self.n_kv_heads)
+
+
+# Boolean config.json keys that change a layout (see the ``adjust`` functions).
+_FLAGS = ("layer_norm_elementwise_affine", "do_layer_norm_before")
+
+
+# Sizes in config.json beyond this are no real model's: refused before anything is sized by them.
+MAX_CONFIG_SIZE = 1 << 20
+
+
+def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: str, source: str) -> int:
+    """The first of ``keys`` present in the config, checked to be a positive integer of sane size."""
+    for key in keys:
+        value = get_int(config, key, source, minimum=1, maximum=MAX_CONFIG_SIZE)
+        if value is not None:
+            return value
+    also = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
+    raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
+
+
+_OVERRIDES = "pass --model-type TYPE to read it as a supported type, or --layout FILE.toml to describe it"
+
+
+def family_of(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    model_type: str | None = None,
+    layout: Layout | Family | None = None,
+) -> tuple[str, Family]:
+    """The ``model_type`` of a config.json dict and its :class:`Family`.
+
+    ``model_type`` reads the checkpoint as that supported type whatever its
+    config says; ``layout`` (a Layout, e.g. from
+    :func:`qkenergy.weights.layout_toml.load_layout`, or a whole Family) is used
+    as given, for an architecture qkenergy does not ship.
+    """
+    if model_type is not None:
+        if model_type not in FAMILIES:
+            raise ArgumentError(
+                f"--model-type {model_type!r} is not a supported type; supported: "
+                + ", ".join(supported_model_types())
+            )
+    else:
+        model_type = get_str(config, "model_type", source)
+    if layout is not None:
+        family = layout if isinstance(layout, Family) else Family((layout,))
+        return str(model_type or "custom"), family
+    if model_type is None:
+        raise QKEnergyError(
+            f"{source} has no 'model_type' ({_OVERRIDES}); supported: " + ", ".join(supported_model_types())
+        )
+    found = FAMILIES.get(str(model_type))
+    if found is None:
+        raise QKEnergyError(
+            f"{source}: model_type {show_name(model_type)} is not supported ({_OVERRIDES}); supported: "
+            + ", ".join(supported_model_types())
+        )
+    return str(model_type), found
+
+
+def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
+    if layout.config_section is not None:
+        section = config.get(layout.config_section)
+        if not isinstance(section, Mapping):
+            raise QKEnergyError(
+                f"{source} has no {layout.config_section!r} section, needed for the {layout.stack} "
+                f"stack of a {mt} model"
+            )
+        config = section
+        source = f"{source} ({layout.config_section})"
+    for flag in _FLAGS:  # read by the adjust functions: true, false or absent, nothing else
+        get_bool(config, flag, source, default=True)
+    if layout.adjust is not None:
+        layout = layout.adjust(config, layout)
+    n_heads = _config_int(config, layout.heads_keys, mt, source)
+    hidden = _config_int(config, layout.hidden_keys, mt, source)
+    n_layers = _config_int(config, layout.layers_keys, mt, source)
+    n_kv = n_heads
+    kv_key = layout.kv_heads_key
+    if layout.kv_heads is not None:
+        n_kv, kv_key = layout.kv_heads, "key heads"
+    elif kv_key is not None and config.get(kv_key) is not None:
+        n_kv = _config_int(config, (kv_key,), mt, source)
+    if n_heads % n_kv:
+        raise QKEnergyError(
+            f"{source}: {layout.heads_keys[0]}={n_heads} is not a multiple of {kv_key}={n_kv}"
+        )
+    latent = None
+    if layout.latent is not None:
+        lat = layout.latent
+        keys = (lat.nope_key, lat.rope_key, lat.value_key, lat.rank_key)
+        d_nope, d_rope, d_value, rank = (_config_int(config, (k,), mt, source) for k in keys)
+        latent = (d_nope, d_rope, d_value, rank)
+        head_dim = d_nope + d_rope
+        n_kv = n_heads  # every head has its own key (its own up-projection of the latent)
+    elif layout.head_dim_key is not None and config.get(layout.head_dim_key) is not None:
+        head_dim = _config_int(config, (layout.head_dim_key,), mt, source)
+    else:
+        if hidden % n_heads:
+            raise QKEnergyError(
+                f"{source}: {layout.hidden_keys[0]}={hidden} is not a multiple of "
+                f"{layout.heads_keys[0]}={n_heads}"
+            )
+        head_dim = hidden // n_heads
+    return Architecture(mt, n_layers, n_heads, n_kv, head_dim, hidden, layout, latent=latent)
+
+
+def _output_norm(arch: Architecture) -> str | None:
+    """The norm on a stack's output (relative name): its final norm, or a post-norm stack's last."""
+    lay = arch.layout
+    if lay.final_norm is not None:
+        return lay.final_norm
+    if lay.post_norm and lay.norm is not None:
+        return lay.norm.format(i=arch.n_layers - 1)
+    return None
+
+
+def architectures(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    model_type: str | None = None,
+    layout: Layout | Family | None = None,
+) -> tuple[Architecture, ...]:
+    """One :class:`Architecture` per attention stack of the model a config.json dict describes.
+
+    ``model_type`` and ``layout`` override the lookup of the config's ``model_type``
+    (see :func:`family_of`). ``source`` names the config file in error messages.
+    """
+    mt, family = family_of(config, source, model_type=model_type, layout=layout)
+    archs = [_stack_architecture(config, layout, mt, source) for layout in family.stacks]
+    by_name = {a.stack: a for a in archs}
+    for k, arch in enumerate(archs):
+        if arch.layout.key_stack is not None:
+            archs[k] = dataclasses.replace(arch, key_norm=_output_norm(by_name[arch.layout.key_stack]))
+    return tuple(archs)
+
+
+def architecture(
+    config: Mapping[str, Any],
+    source: str = "config.json",
+    *,
+    stack: str | None = None,
+    model_type: str | None = None,
+    layout: Layout | Family | None = None,
+) -> Architecture:
+    """Sizes and layout of one attention stack (``stack``: its name; None for single-stack models).
+
+    ``source`` names the config file in error messages (e.g. its full path);
+    ``model_type`` and ``layout`` as for :func:`family_of`.
+    """
+    archs = architectures(config, source, model_type=model_type, layout=layout)
+    if stack is None and len(archs) == 1:
+        return archs[0]
+    for arch in archs:
+        if arch.stack == stack:
+            return arch
+    names = ", ".join(repr(a.stack) for a in archs)
+    raise QKEnergyError(
+        f"{source}: a {archs[0].model_type} model has the attention stacks {names}; "
+        + ("name one" if stack is None else f"not {stack!r}")
+    )

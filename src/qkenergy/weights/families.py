@@ -1,0 +1,480 @@
+"""The supported families: one declarative :class:`~qkenergy.weights.layout.Family` per ``model_type``.
+
+Adding a family is a few declarative lines in :data:`FAMILIES` (the builders
+below share the common shapes: BERT-like, llama-like, seq2seq stacks, vision
+towers). ``qkenergy layouts`` lists them (:func:`describe_families`,
+:data:`LAYOUT_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.layout import Family, LatentAttention, Layout, Positional, QKNorm
+
+__all__ = [
+    "FAMILIES",
+    "LAYOUT_COLUMNS",
+    "describe_families",
+    "supported_model_types",
+]
+
+
+def _bert_like(root: str, **kw: Any) -> Layout:
+    return Layout(
+        query=f"{root}.layer.{{i}}.attention.self.query.weight",
+        key=f"{root}.layer.{{i}}.attention.self.key.weight",
+        norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
+        post_norm=True,
+        first_norm="embeddings.LayerNorm.weight",
+        **kw,
+    )
+
+
+def _llama_like(**kw: Any) -> Layout:
+    """Pre-RMSNorm decoder with separate q_proj / k_proj, grouped-query attention and RoPE."""
+    fields: dict[str, Any] = dict(
+        query="layers.{i}.self_attn.q_proj.weight",
+        key="layers.{i}.self_attn.k_proj.weight",
+        norm="layers.{i}.input_layernorm.weight",
+        kv_heads_key="num_key_value_heads",
+        head_dim_key="head_dim",
+        positional="rope",
+    )
+    return Layout(**{**fields, **kw})
+
+
+def _opt_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    if not config.get("layer_norm_elementwise_affine", True):
+        return dataclasses.replace(layout, norm=None)
+    if not config.get("do_layer_norm_before", True):
+        # Post-norm OPT (e.g. opt-350m): layer i reads layer i-1's final_layer_norm;
+        # the embeddings feeding layer 0 are not normed.
+        return dataclasses.replace(
+            layout, norm="layers.{i}.final_layer_norm.weight", post_norm=True, first_norm=None
+        )
+    return layout
+
+
+def _family(layout: Layout, proof: str, models: str = "", note: str = "", variants: str = "") -> Family:
+    return Family((layout,), models=models, note=note, proof=proof, variants=variants)
+
+
+def _qk_norm(
+    prefix: str = "layers.{i}.self_attn.", q: str = "q_norm", k: str = "k_norm", **kw: Any
+) -> QKNorm:
+    return QKNorm(f"{prefix}{q}.weight", f"{prefix}{k}.weight", **kw)
+
+
+def _falcon_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Falcon's three storages of query_key_value, and ALiBi instead of RoPE when asked."""
+    positional: Positional = "alibi" if config.get("alibi") else "rope"
+    if config.get("new_decoder_architecture"):
+        # Two parallel norms by default (num_ln_in_parallel_attn null or 2): ln_attn feeds attention.
+        one_norm = config.get("num_ln_in_parallel_attn") == 1
+        norm = "h.{i}.input_layernorm.weight" if one_norm else "h.{i}.ln_attn.weight"
+        return dataclasses.replace(
+            layout, storage="grouped", kv_heads_key="num_kv_heads", norm=norm, positional=positional
+        )
+    if config.get("multi_query", True):
+        return dataclasses.replace(layout, storage="stacked", kv_heads=1, positional=positional)
+    return dataclasses.replace(layout, storage="interleaved", positional=positional)
+
+
+def _with_qk_layernorm(qk: QKNorm) -> Callable[[Mapping[str, Any], Layout], Layout]:
+    """The layout with ``qk`` when the config sets qk_layernorm (phi, stablelm)."""
+
+    def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+        return dataclasses.replace(layout, qk_norm=qk) if config.get("qk_layernorm") else layout
+
+    return adjust
+
+
+def _electra_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    # A smaller embedding is projected up after its norm: no norm feeds layer 0 directly.
+    if config.get("embedding_size", config.get("hidden_size")) != config.get("hidden_size"):
+        return dataclasses.replace(layout, first_norm=None)
+    return layout
+
+
+def _albert_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    if config.get("inner_group_num", 1) != 1:
+        raise QKEnergyError(
+            f"ALBERT with inner_group_num={config.get('inner_group_num')!r} is not supported "
+            "(every released ALBERT has 1: one layer per group)"
+        )
+    return layout
+
+
+def _deepseek_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Without a query latent (q_lora_rank null, DeepSeek-V2-Lite) q_proj reads x directly."""
+    if config.get("q_lora_rank") is None and layout.latent is not None:
+        latent = dataclasses.replace(layout.latent, query_norm=None, query_up=None)
+        return dataclasses.replace(layout, query="layers.{i}.self_attn.q_proj.weight", latent=latent)
+    return layout
+
+
+def _t5_stacks() -> tuple[Layout, ...]:
+    sizes: dict[str, Any] = dict(heads_keys=("num_heads",), hidden_keys=("d_model",), head_dim_key="d_kv")
+    decoder_layers = ("num_decoder_layers", "num_layers")
+    return (
+        Layout(
+            query="encoder.block.{i}.layer.0.SelfAttention.q.weight",
+            key="encoder.block.{i}.layer.0.SelfAttention.k.weight",
+            norm="encoder.block.{i}.layer.0.layer_norm.weight",
+            layers_keys=("num_layers",),
+            stack="encoder",
+            positional="relative_bias",
+            final_norm="encoder.final_layer_norm.weight",
+            **sizes,
+        ),
+        Layout(
+            query="decoder.block.{i}.layer.0.SelfAttention.q.weight",
+            key="decoder.block.{i}.layer.0.SelfAttention.k.weight",
+            norm="decoder.block.{i}.layer.0.layer_norm.weight",
+            layers_keys=decoder_layers,
+            stack="decoder",
+            positional="relative_bias",
+            **sizes,
+        ),
+        Layout(
+            query="decoder.block.{i}.layer.1.EncDecAttention.q.weight",
+            key="decoder.block.{i}.layer.1.EncDecAttention.k.weight",
+            norm="decoder.block.{i}.layer.1.layer_norm.weight",
+            layers_keys=decoder_layers,
+            stack="cross",
+            positional="none",
+            key_stack="encoder",
+            **sizes,
+        ),
+    )
+
+
+def _seq2seq_stacks(post_norm: bool) -> tuple[Layout, ...]:
+    """BART (post-norm, normed embeddings) and Whisper (pre-norm, a final encoder norm)."""
+    stacks = []
+    for stack in ("encoder", "decoder"):
+        common: dict[str, Any] = dict(
+            heads_keys=(f"{stack}_attention_heads",),
+            hidden_keys=("d_model",),
+            layers_keys=(f"{stack}_layers",),
+        )
+        if post_norm:
+            norm: dict[str, Any] = dict(
+                norm=f"{stack}.layers.{{i}}.final_layer_norm.weight",
+                post_norm=True,
+                first_norm=f"{stack}.layernorm_embedding.weight",
+            )
+        else:
+            norm = dict(norm=f"{stack}.layers.{{i}}.self_attn_layer_norm.weight")
+            if stack == "encoder":
+                norm["final_norm"] = "encoder.layer_norm.weight"
+        stacks.append(
+            Layout(
+                query=f"{stack}.layers.{{i}}.self_attn.q_proj.weight",
+                key=f"{stack}.layers.{{i}}.self_attn.k_proj.weight",
+                stack=stack,
+                **common,
+                **norm,
+            )
+        )
+        if stack == "decoder":
+            cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
+            stacks.append(
+                Layout(
+                    query="decoder.layers.{i}.encoder_attn.q_proj.weight",
+                    key="decoder.layers.{i}.encoder_attn.k_proj.weight",
+                    norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
+                    stack="cross",
+                    key_stack="encoder",
+                    **common,
+                )
+            )
+    return tuple(stacks)
+
+
+def _clip_tower(tower: str) -> Layout:
+    return Layout(
+        query=f"{tower}_model.encoder.layers.{{i}}.self_attn.q_proj.weight",
+        key=f"{tower}_model.encoder.layers.{{i}}.self_attn.k_proj.weight",
+        norm=f"{tower}_model.encoder.layers.{{i}}.layer_norm1.weight",
+        stack=tower,
+        config_section=f"{tower}_config",
+    )
+
+
+def _vit_like(norm: str) -> Layout:
+    return Layout(
+        query="encoder.layer.{i}.attention.attention.query.weight",
+        key="encoder.layer.{i}.attention.attention.key.weight",
+        norm=f"encoder.layer.{{i}}.{norm}.weight",
+    )
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
+    "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
+    "distilbert": _family(
+        Layout(
+            query="transformer.layer.{i}.attention.q_lin.weight",
+            key="transformer.layer.{i}.attention.k_lin.weight",
+            norm="transformer.layer.{i}.output_layer_norm.weight",
+            post_norm=True,
+            first_norm="embeddings.LayerNorm.weight",
+            heads_keys=("n_heads", "num_attention_heads"),
+            hidden_keys=("dim", "hidden_size"),
+            layers_keys=("n_layers", "num_hidden_layers"),
+        ),
+        "DistilBertModel",
+        "DistilBERT",
+    ),
+    "gpt2": _family(
+        Layout(
+            query="h.{i}.attn.c_attn.weight",
+            storage="conv1d",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+        ),
+        "GPT2LMHeadModel",
+        "GPT-2",
+    ),
+    "gpt_neox": _family(
+        Layout(
+            query="layers.{i}.attention.query_key_value.weight",
+            storage="interleaved",
+            norm="layers.{i}.input_layernorm.weight",
+            positional="rope",
+        ),
+        "GPTNeoXForCausalLM",
+        "GPT-NeoX, Pythia",
+    ),
+    "bloom": _family(
+        Layout(
+            query="h.{i}.self_attention.query_key_value.weight",
+            storage="interleaved",
+            norm="h.{i}.input_layernorm.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("hidden_size", "n_embed"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+            positional="alibi",
+        ),
+        "BloomForCausalLM",
+        "BLOOM",
+    ),
+    "opt": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+            adjust=_opt_adjust,
+        ),
+        "OPTForCausalLM",
+        "OPT",
+    ),
+    "llama": _family(_llama_like(), "LlamaForCausalLM", "Llama 1-3, CodeLlama, TinyLlama"),
+    "mistral": _family(_llama_like(), "MistralModel", "Mistral"),
+    "qwen2": _family(_llama_like(), "Qwen2ForCausalLM", "Qwen2, Qwen2.5"),
+    "gemma": _family(_llama_like(norm_offset=1.0), "GemmaForCausalLM", "Gemma"),
+    "phi3": _family(
+        Layout(
+            query="layers.{i}.self_attn.qkv_proj.weight",
+            storage="stacked",
+            norm="layers.{i}.input_layernorm.weight",
+            kv_heads_key="num_key_value_heads",
+            head_dim_key="head_dim",
+            positional="rope",
+        ),
+        "Phi3ForCausalLM",
+        "Phi-3, Phi-3.5, Phi-4",
+    ),
+    "qwen3": _family(_llama_like(qk_norm=_qk_norm()), "Qwen3ForCausalLM", "Qwen3"),
+    "qwen3_moe": _family(_llama_like(qk_norm=_qk_norm()), "Qwen3MoeForCausalLM", "Qwen3 MoE"),
+    "gemma2": _family(
+        _llama_like(norm_offset=1.0),
+        "Gemma2ForCausalLM",
+        "Gemma 2",
+        "scores are soft-capped after the bilinear form; the form read is the one before capping",
+    ),
+    "gemma3_text": _family(
+        _llama_like(norm_offset=1.0, qk_norm=_qk_norm(offset=1.0)), "Gemma3ForCausalLM", "Gemma 3 (text)"
+    ),
+    "olmo2": _family(
+        # Olmo2 norms the outputs of its sublayers: attention reads the raw residual stream.
+        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")),
+        "Olmo2ForCausalLM",
+        "OLMo 2",
+    ),
+    "mixtral": _family(_llama_like(), "MixtralForCausalLM", "Mixtral"),
+    "starcoder2": _family(_llama_like(), "Starcoder2ForCausalLM", "StarCoder2"),
+    "stablelm": _family(
+        _llama_like(
+            adjust=_with_qk_layernorm(
+                _qk_norm(q="q_layernorm.norms.{h}", k="k_layernorm.norms.{h}", centred=True)
+            )
+        ),
+        "StableLmForCausalLM",
+        "StableLM, StableLM 2",
+        variants="qk-norm (a LayerNorm per head) with qk_layernorm",
+    ),
+    "phi": _family(
+        _llama_like(adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True))),
+        "PhiForCausalLM",
+        "Phi-1, Phi-1.5, Phi-2",
+        variants="qk-norm (LayerNorm) with qk_layernorm",
+    ),
+    "gpt_neo": _family(
+        Layout(
+            query="h.{i}.attn.attention.q_proj.weight",
+            key="h.{i}.attn.attention.k_proj.weight",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("num_heads",),
+            layers_keys=("num_layers",),
+        ),
+        "GPTNeoForCausalLM",
+        "GPT-Neo",
+    ),
+    "gptj": _family(
+        Layout(
+            query="h.{i}.attn.q_proj.weight",
+            key="h.{i}.attn.k_proj.weight",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+            positional="rope",
+            rope_pairs="interleaved",
+        ),
+        "GPTJForCausalLM",
+        "GPT-J",
+    ),
+    "falcon": _family(
+        Layout(
+            query="h.{i}.self_attention.query_key_value.weight",
+            norm="h.{i}.input_layernorm.weight",
+            heads_keys=("num_attention_heads", "n_head"),
+            layers_keys=("num_hidden_layers", "n_layer"),
+            positional="rope",
+            adjust=_falcon_adjust,
+        ),
+        "FalconForCausalLM",
+        "Falcon",
+        variants="new decoder architecture (grouped), legacy multi-query and multi-head; alibi with alibi",
+    ),
+    "mpt": _family(
+        Layout(
+            query="blocks.{i}.attn.Wqkv.weight",
+            storage="stacked",
+            norm="blocks.{i}.norm_1.weight",
+            heads_keys=("n_heads",),
+            hidden_keys=("d_model",),
+            layers_keys=("n_layers",),
+            positional="alibi",
+        ),
+        "MptForCausalLM",
+        "MPT",
+        "an MPT with attn_config.clip_qkv clamps q and k entrywise (not linear): the form is the unclamped one",
+    ),
+    "modernbert": _family(
+        Layout(
+            query="layers.{i}.attn.Wqkv.weight",
+            storage="stacked",
+            norm="layers.{i}.attn_norm.weight",
+            first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
+            positional="rope",
+        ),
+        "ModernBertForMaskedLM",
+        "ModernBERT",
+    ),
+    "albert": _family(
+        Layout(
+            query="encoder.albert_layer_groups.{i}.albert_layers.0.attention.query.weight",
+            key="encoder.albert_layer_groups.{i}.albert_layers.0.attention.key.weight",
+            norm="encoder.albert_layer_groups.{i}.albert_layers.0.full_layer_layer_norm.weight",
+            layers_keys=("num_hidden_groups",),
+            adjust=_albert_adjust,
+        ),
+        "AlbertForMaskedLM",
+        "ALBERT",
+        "ALBERT shares one layer's weights across all its layers: each shared layer (group) is one row per "
+        "head, layer 0; --fold-norm folds its output norm, which feeds every application but the first",
+    ),
+    "xlm-roberta": _family(_bert_like("encoder"), "XLMRobertaForMaskedLM", "XLM-RoBERTa"),
+    "electra": _family(_bert_like("encoder", adjust=_electra_adjust), "ElectraForPreTraining", "ELECTRA"),
+    "t5": Family(_t5_stacks(), models="T5, T5 v1.1, Flan-T5", proof="T5ForConditionalGeneration"),
+    "mt5": Family(_t5_stacks(), models="mT5", proof="MT5ForConditionalGeneration"),
+    "bart": Family(_seq2seq_stacks(post_norm=True), models="BART", proof="BartForConditionalGeneration"),
+    "whisper": Family(
+        _seq2seq_stacks(post_norm=False), models="Whisper", proof="WhisperForConditionalGeneration"
+    ),
+    "vit": _family(_vit_like("layernorm_before"), "ViTModel", "ViT"),
+    "dinov2": _family(_vit_like("norm1"), "Dinov2Model", "DINOv2"),
+    "clip": Family((_clip_tower("text"), _clip_tower("vision")), models="CLIP", proof="CLIPModel"),
+    "deepseek_v3": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_a_proj.weight",
+            key="layers.{i}.self_attn.kv_a_proj_with_mqa.weight",
+            storage="latent",
+            norm="layers.{i}.input_layernorm.weight",
+            positional="rope",
+            latent=LatentAttention(
+                query_norm="layers.{i}.self_attn.q_a_layernorm.weight",
+                query_up="layers.{i}.self_attn.q_b_proj.weight",
+                key_norm="layers.{i}.self_attn.kv_a_layernorm.weight",
+                key_up="layers.{i}.self_attn.kv_b_proj.weight",
+            ),
+            adjust=_deepseek_adjust,
+        ),
+        "DeepseekV3ForCausalLM",
+        "DeepSeek-V3, DeepSeek-R1",
+        "latent attention: the non-RoPE and decoupled RoPE parts are one form at offset 0; the key "
+        "latent's norm scales only the non-RoPE part (docs/families.md)",
+        "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
+    ),
+}
+
+
+def supported_model_types() -> list[str]:
+    """The config.json ``model_type`` values qkenergy can read."""
+    return sorted(FAMILIES)
+
+
+LAYOUT_COLUMNS: tuple[str, ...] = (
+    "model_type",
+    "models",
+    "stacks",
+    "positional",
+    "qk_norm",
+    "variants",
+    "proven by",
+)
+
+
+def describe_families(families: Mapping[str, Family] | None = None) -> list[dict[str, str]]:
+    """One row per supported ``model_type``: what `qkenergy layouts` lists (columns LAYOUT_COLUMNS).
+
+    ``stacks`` is "-" for single-stack models; ``positional`` lists each stack's kind
+    (the default variant where the config can choose); ``proven by`` names the
+    transformers class whose attention scores the layout reproduces.
+    """
+    rows = []
+    for model_type, family in sorted((families or FAMILIES).items()):
+        stacks = [layout.stack for layout in family.stacks]
+        positional = list(dict.fromkeys(layout.positional for layout in family.stacks))
+        qk = any(layout.qk_norm is not None or layout.latent is not None for layout in family.stacks)
+        rows.append(
+            {
+                "model_type": model_type,
+                "models": family.models,
+                "stacks": ", ".join(stacks) if any(stacks) else "-",
+                "positional": ", ".join(positional),
+                "qk_norm": "yes" if qk else "no",
+                "variants": family.variants,
+                "proven by": f"transformers {family.proof}" if family.proof else "not proven",
+            }
+        )
+    return rows

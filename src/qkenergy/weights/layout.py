@@ -1,0 +1,159 @@
+"""The schema of an architecture layout: where each head's W_Q, W_K live in a checkpoint.
+
+A :class:`Family` (one config.json ``model_type``) has one :class:`Layout` per
+attention stack (encoder, decoder and cross-attention of t5; text and vision
+towers of clip; a single unnamed stack for most models). A layout says which
+config.json keys give the sizes, the names of the query/key tensors relative to
+a layer (``{i}`` is the layer index, the checkpoint's own name prefix such as
+``model.`` is found at read time), how Q and K are stored, which norm's gain
+feeds attention (for the fold-norm option), how positions enter, and any
+qk-norm (:class:`QKNorm`) or latent projections (:class:`LatentAttention`)
+folded into the form. The families themselves are data in
+:mod:`qkenergy.weights.families`; resolving a config is
+:mod:`qkenergy.weights.architecture`, reading a layer :mod:`qkenergy.weights.reading`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+__all__ = [
+    "POSITIONAL",
+    "STACKS",
+    "Family",
+    "LatentAttention",
+    "Layout",
+    "QKNorm",
+    "TensorReader",
+]
+
+
+Storage = Literal["separate", "stacked", "conv1d", "interleaved", "grouped", "latent"]
+
+
+Positional = Literal["absolute", "rope", "alibi", "relative_bias", "none"]
+
+
+POSITIONAL: tuple[str, ...] = ("absolute", "rope", "alibi", "relative_bias", "none")
+
+
+STACKS: tuple[str, ...] = ("", "encoder", "decoder", "cross", "text", "vision")
+
+
+class TensorReader(Protocol):
+    """What :func:`read_layer` needs from a checkpoint (e.g. safetensors_io.TensorSource)."""
+
+    @property
+    def names(self) -> Collection[str]: ...
+
+    def shape(self, name: str) -> tuple[int, ...]: ...
+
+    def tensor(self, name: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class QKNorm:
+    """Norms applied to the projected queries and keys before the score (qk-norm).
+
+    The score is the bilinear form of the normalised query and key. Normalising divides a
+    token's query (key) by a positive number, which scales its scores and does not change
+    the form; the gains g_Q, g_K do change it and are folded in, always:
+    L = (diag(g_K) W_K)^T (diag(g_Q) W_Q). A LayerNorm (``centred``) also subtracts the
+    mean of the normalised entries, a fixed linear projection P that is folded too:
+    W -> diag(g) P W.
+    """
+
+    query: str  # gain of the query norm; "{h}" in the name: each head has its own norm
+    key: str
+    # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
+    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,)).
+    scope: Literal["head", "projection"] = "head"
+    offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
+    centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and K with normed latents.
+
+    With the query latent c_Q = W_QA x (normed, gain g_Q) and the key latent
+    [c_K; k_rope] = W_KVA x (c_K normed, gain g_K), head h's query is
+    W_QB[h] diag(g_Q) W_QA x and its key is [W_KVB[h, :d_nope] diag(g_K) W_KVA[:r]; W_KVA[r:]] x:
+    the part without RoPE (d_nope rows) and the decoupled RoPE part shared by every head
+    (d_rope rows), concatenated into one form at offset 0. The layout's ``query`` names
+    W_QA (or the plain query projection when the model has no query latent: q_lora_rank
+    null) and its ``key`` names W_KVA.
+    """
+
+    query_norm: str | None  # None: no query latent
+    query_up: str | None
+    key_norm: str
+    key_up: str
+    nope_key: str = "qk_nope_head_dim"  # config keys of the sizes
+    rope_key: str = "qk_rope_head_dim"
+    value_key: str = "v_head_dim"
+    rank_key: str = "kv_lora_rank"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One attention stack of a family; tensor names are relative to the checkpoint's prefix.
+
+    ``{i}`` in a name is the layer index. A family has one stack per kind of attention
+    (see :class:`Family`).
+    """
+
+    query: str
+    key: str | None = None  # None for fused storage: the query tensor holds q, k and v
+    storage: Storage = "separate"
+    norm: str | None = None  # gain of the norm that feeds attention, or None if there is none
+    # Post-norm (BERT-style): layer i is fed by layer i-1's output norm. Layer 0 is fed by
+    # ``first_norm`` (the embeddings norm; None when the embeddings are not normed); a
+    # pre-norm stack may name a ``first_norm`` too, for a layer 0 without its own norm (modernbert).
+    post_norm: bool = False
+    first_norm: str | None = None
+    norm_offset: float = 0.0  # gemma's RMSNorm multiplies by (1 + weight)
+    # config.json keys, first match wins; the first one is named in errors.
+    heads_keys: tuple[str, ...] = ("num_attention_heads",)
+    hidden_keys: tuple[str, ...] = ("hidden_size",)
+    layers_keys: tuple[str, ...] = ("num_hidden_layers",)
+    kv_heads_key: str | None = None  # None: every query head has its own key head
+    kv_heads: int | None = None  # a fixed key-head count (multi-query: 1), overrides kv_heads_key
+    head_dim_key: str | None = None  # None: head_dim = hidden_size / heads
+    stack: str = ""  # "", encoder, decoder, cross, text, vision
+    positional: Positional = "absolute"
+    # RoPE coordinate pairs: "half" (k with k + r/2: neox, llama) or "interleaved" (2k with 2k + 1: gptj)
+    rope_pairs: Literal["half", "interleaved"] = "half"
+    qk_norm: QKNorm | None = None
+    latent: LatentAttention | None = None
+    config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)
+    # Cross-attention: keys read the output of this stack (its final norm, ``final_norm``, or for
+    # a post-norm stack its last layer's norm, feeds them).
+    key_stack: str | None = None
+    final_norm: str | None = None
+    # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
+    adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything qkenergy knows about one config.json ``model_type``."""
+
+    stacks: tuple[Layout, ...]
+    models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`
+    note: str = ""  # what a user must know about the rows (printed with the analysis)
+    proof: str = ""  # the transformers class tests/cross/test_layouts_reference.py proves it against
+    # Config-dependent variants, for `qkenergy layouts` (e.g. "alibi if alibi: true").
+    variants: str = ""
+
+    def stack(self, name: str) -> Layout:
+        for layout in self.stacks:
+            if layout.stack == name:
+                return layout
+        raise KeyError(name)

@@ -1,0 +1,279 @@
+"""Reading one layer's head weights from a tensor source, in the shared convention.
+
+Head weights come back as ``(heads, n, N)``, the head's row block of an
+``nn.Linear`` weight ``[out_features, in_features]``, so the head's bilinear
+form is ``L = W_K^T W_Q`` and its score is ``x_q^T L^T x_k`` up to the
+attention scale. Biases are not part of L and are never read. Optionally the
+gain of the norm feeding attention is folded into the weights, qk-norm gains
+are folded in, and latent (low-rank) projections are multiplied out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.architecture import Architecture
+from qkenergy.weights.layout import Layout, QKNorm, TensorReader
+
+__all__ = [
+    "LayerWeights",
+    "find_prefix",
+    "layer_tensors",
+    "read_layer",
+]
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """Query/key weights of one layer's heads; ``kv_head[h]`` is query head h's key head."""
+
+    layer: int
+    w_query: np.ndarray  # (H, n, N)
+    w_key: np.ndarray  # (H_kv, n, N)
+    kv_head: np.ndarray  # (H,) int
+    norm_gain: np.ndarray | None  # (N,) effective gain folded in, or None
+    # Cross-attention: the gain folded into W_K (the key stream's own norm), when it differs.
+    key_norm_gain: np.ndarray | None = None
+
+
+def _where(tensors: object) -> str:
+    """How to name the checkpoint in a message: its ``location`` (a TensorSource), ``path`` or ``name``."""
+    for attr in ("location", "path", "name"):
+        value = getattr(tensors, attr, None)
+        if value:
+            return str(value)
+    return "the checkpoint"
+
+
+def find_prefix(tensors: TensorReader, arch: Architecture) -> str:
+    """The checkpoint's name prefix ('' or ending in '.'), from the layer-0 query tensor.
+
+    The shortest match wins, so a base model nested inside a larger one (``bert.``
+    in a BertForMaskedLM) is found and a stray deeper copy is not.
+    """
+    suffix = arch.layout.query.format(i=0)
+    dotted = "." + suffix
+    found = [n[: len(n) - len(suffix)] for n in tensors.names if n == suffix or n.endswith(dotted)]
+    if not found:
+        what = f"the {arch.stack} stack of " if arch.stack else ""
+        raise QKEnergyError(
+            f"{_where(tensors)}: no tensor named {suffix!r} (with any prefix); "
+            f"is this {what}a {arch.model_type} checkpoint?"
+        )
+    return min(found, key=lambda p: (len(p), p))
+
+
+def _check_shape(tensors: TensorReader, name: str, expected: tuple[int, ...], what: str) -> None:
+    shape = tuple(tensors.shape(name))
+    if shape != expected:
+        raise QKEnergyError(
+            f"{_where(tensors)}: tensor {name!r} has shape {list(shape)}, expected "
+            f"{list(expected)} ({what} from config.json)"
+        )
+
+
+def _norm_name(layout: Layout, layer: int) -> str | None:
+    """The norm whose output feeds layer ``layer``'s attention (relative name), if any."""
+    if layer == 0 and (layout.post_norm or layout.first_norm is not None):
+        return layout.first_norm
+    if layout.norm is None:
+        return None
+    return layout.norm.format(i=layer - 1 if layout.post_norm else layer)
+
+
+def _float(w: np.ndarray) -> np.dtype:
+    """The dtype forms are folded in: float32, or float64 for weights stored so."""
+    return np.dtype(np.float64 if w.dtype == np.float64 else np.float32)
+
+
+def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, prefix: str = "") -> list[str]:
+    """Names of the tensors holding layer ``layer``'s W_Q and W_K (those present), e.g. to prefetch them."""
+    lay = arch.layout
+    relative = [lay.query] + ([lay.key] if lay.storage == "separate" and lay.key is not None else [])
+    names = set(tensors.names)
+    return [prefix + r.format(i=layer) for r in relative if prefix + r.format(i=layer) in names]
+
+
+def read_layer(
+    tensors: TensorReader,
+    arch: Architecture,
+    layer: int,
+    *,
+    fold_norm: bool = False,
+    prefix: str | None = None,
+) -> LayerWeights:
+    """Read one layer's W_Q (H, n, N) and W_K (H_kv, n, N), reading only that layer's tensors.
+
+    The dtype is kept as stored, except when something is folded in: then the weights
+    come back in float32 (float64 if stored so). qk-norm gains (and a LayerNorm's
+    centring) and the latent norms of latent attention are part of the form and always
+    folded in. With ``fold_norm`` the columns of W_Q and W_K are also multiplied by the
+    gain of the norm feeding attention (L -> D L D; for cross-attention the keys' own
+    norm: L -> D_K L D_Q). Norm biases are not part of L and are ignored. ``prefix``
+    skips prefix detection (see :func:`find_prefix`).
+    """
+    if not 0 <= layer < arch.n_layers:
+        raise QKEnergyError(
+            f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
+        )
+    if prefix is None:
+        prefix = find_prefix(tensors, arch)
+    lay = arch.layout
+    H, Hkv, n, N = arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size
+    names = set(tensors.names)
+
+    def need(relative: str, *fallbacks: str) -> str:
+        name = prefix + relative
+        for alt in fallbacks:
+            if name not in names and prefix + alt in names:
+                name = prefix + alt
+        if name not in names:
+            raise QKEnergyError(
+                f"{_where(tensors)}: missing tensor {name!r} (layer {layer} of a "
+                f"{arch.model_type} checkpoint)"
+            )
+        return name
+
+    def gain(template: str, size: int, what: str, offset: float = 0.0) -> np.ndarray:
+        # Checkpoints from the original BERT code name LayerNorm weights 'gamma'.
+        relative = template.format(i=layer)
+        legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
+        name = need(relative, legacy)
+        _check_shape(tensors, name, (size,), what)
+        g = tensors.tensor(name).astype(np.float64)
+        return g + offset
+
+    sizes = f"{H} heads x head_dim {n}, hidden {N}"
+    qname = need(lay.query.format(i=layer))
+    if lay.storage == "separate":
+        assert lay.key is not None, "a separate layout names its key tensor"
+        kname = need(lay.key.format(i=layer))
+        _check_shape(tensors, qname, (H * n, N), sizes)
+        _check_shape(tensors, kname, (Hkv * n, N), f"{Hkv} key heads x head_dim {n}, hidden {N}")
+        wq = tensors.tensor(qname).reshape(H, n, N)
+        wk = tensors.tensor(kname).reshape(Hkv, n, N)
+    elif lay.storage in ("stacked", "grouped"):
+        _check_shape(
+            tensors,
+            qname,
+            ((H + 2 * Hkv) * n, N),
+            f"({H} + 2 x {Hkv} key/value heads) x head_dim {n}, hidden {N}",
+        )
+        w = tensors.tensor(qname)
+        if lay.storage == "stacked":
+            wq = w[: H * n].reshape(H, n, N)
+            wk = w[H * n : (H + Hkv) * n].reshape(Hkv, n, N)
+        else:
+            groups = w.reshape(Hkv, H // Hkv + 2, n, N)
+            wq = groups[:, :-2].reshape(H, n, N)
+            wk = groups[:, -2]
+    elif lay.storage == "conv1d":
+        _check_shape(tensors, qname, (N, 3 * H * n), f"Conv1D [in, out]: {sizes}")
+        w = tensors.tensor(qname)
+        wq = w[:, : H * n].T.reshape(H, n, N)
+        wk = w[:, H * n : 2 * H * n].T.reshape(H, n, N)
+    elif lay.storage == "interleaved":
+        _check_shape(tensors, qname, (3 * H * n, N), f"fused q, k, v per head: {sizes}")
+        w = tensors.tensor(qname).reshape(H, 3, n, N)
+        wq, wk = w[:, 0], w[:, 1]
+    elif lay.storage == "latent":
+        assert lay.latent is not None and lay.key is not None, "a latent layout names its latents"
+        wq, wk = _read_latent(tensors, arch, layer, qname, need(lay.key.format(i=layer)), need, gain)
+    else:  # pragma: no cover - guarded by the Storage literal
+        raise AssertionError(f"unknown storage {lay.storage!r}")
+    # Views into the tensors read (a Conv1D's transposed columns, a fused tensor's rows), not
+    # copies: the Gram products convert each head into float32/64 anyway, and that copy reads
+    # a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
+
+    if lay.qk_norm is not None:
+        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain)
+
+    query_gain = key_gain = None
+    if fold_norm:
+        norm = _norm_name(lay, layer)
+        if norm is not None:
+            query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
+        key_norm = norm if lay.key_stack is None else arch.key_norm
+        if key_norm is not None:
+            key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wk))
+        if query_gain is not None:
+            wq = wq.astype(query_gain.dtype) * query_gain
+        if key_gain is not None:
+            wk = wk.astype(key_gain.dtype) * key_gain
+    cross_gain = key_gain if lay.key_stack is not None else None
+    return LayerWeights(layer, wq, wk, arch.kv_head, query_gain, cross_gain)
+
+
+def _fold_qk_norm(
+    qk: QKNorm, wq: np.ndarray, wk: np.ndarray, gain: Callable[..., np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """W -> diag(g) P W per head (P: the LayerNorm's centring, or the identity for RMSNorm)."""
+    out = []
+    for template, w, side in ((qk.query, wq, "query"), (qk.key, wk, "key")):
+        heads, n, N = w.shape
+        w = w.astype(_float(w))
+        if qk.scope == "projection":
+            if qk.centred:
+                w = w - w.reshape(heads * n, N).mean(axis=0)
+            g = gain(template, heads * n, f"{side} norm over {heads} heads x head_dim {n}", qk.offset)
+            g = g.reshape(heads, n)
+        else:
+            if qk.centred:
+                w = w - w.mean(axis=1, keepdims=True)
+            if "{h}" in template:
+                g = np.stack(
+                    [
+                        gain(template.replace("{h}", str(h)), n, f"{side} norm of head {h}", qk.offset)
+                        for h in range(heads)
+                    ]
+                )
+            else:
+                g = np.broadcast_to(
+                    gain(template, n, f"{side} norm over head_dim {n}", qk.offset), (heads, n)
+                )
+        out.append(w * g.astype(w.dtype)[:, :, None])
+    return out[0], out[1]
+
+
+def _read_latent(
+    tensors: TensorReader,
+    arch: Architecture,
+    layer: int,
+    qname: str,
+    kname: str,
+    need: Callable[..., str],
+    gain: Callable[..., np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-head W_Q, W_K of multi-head latent attention, latent gains folded in (see LatentAttention)."""
+    lat = arch.layout.latent
+    assert lat is not None and arch.latent is not None
+    H, n, N = arch.n_heads, arch.head_dim, arch.hidden_size
+    d_nope, d_rope, d_value, rank = arch.latent
+    _check_shape(tensors, kname, (rank + d_rope, N), f"kv rank {rank} + rope dim {d_rope}, hidden {N}")
+    up = need(lat.key_up.format(i=layer))
+    _check_shape(
+        tensors, up, (H * (d_nope + d_value), rank), f"{H} heads x (nope {d_nope} + value {d_value})"
+    )
+    w_kva = tensors.tensor(kname)
+    dtype = _float(w_kva)
+    w_kva = w_kva.astype(dtype)
+    g_k = gain(lat.key_norm, rank, f"kv rank {rank}").astype(dtype)
+    w_kvb = tensors.tensor(up).astype(dtype).reshape(H, d_nope + d_value, rank)[:, :d_nope]
+    k_nope = w_kvb @ (g_k[:, None] * w_kva[:rank])
+    k_rope = np.broadcast_to(w_kva[rank:], (H, d_rope, N))  # decoupled RoPE key: shared by all heads
+    wk = np.concatenate([k_nope, k_rope], axis=1)
+    if lat.query_up is None:
+        _check_shape(tensors, qname, (H * n, N), f"{H} heads x head_dim {n}, hidden {N}")
+        return tensors.tensor(qname).astype(dtype).reshape(H, n, N), wk
+    assert lat.query_norm is not None
+    q_rank = tensors.shape(qname)[0]
+    _check_shape(tensors, qname, (q_rank, N), f"q rank x hidden {N}")
+    q_up = need(lat.query_up.format(i=layer))
+    _check_shape(tensors, q_up, (H * n, q_rank), f"{H} heads x head_dim {n}, q rank {q_rank}")
+    g_q = gain(lat.query_norm, q_rank, f"q rank {q_rank}").astype(dtype)
+    w_qb = tensors.tensor(q_up).astype(dtype).reshape(H, n, q_rank)
+    return w_qb @ (g_q[:, None] * tensors.tensor(qname).astype(dtype)), wk

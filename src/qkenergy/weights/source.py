@@ -1,0 +1,51 @@
+"""A resolved model: its config, its tensor source and where both came from (:class:`ModelSource`).
+
+Kept apart from :mod:`qkenergy.weights.checkpoint` (files, directories, the hub)
+and :mod:`qkenergy.weights.in_memory` (objects in memory), which both build one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.weights.layout import Layout
+
+
+__all__ = [
+    "ModelSource",
+]
+
+
+CONFIG_NAME = "config.json"
+
+
+@dataclass
+class ModelSource(Closeable):
+    """A resolved checkpoint: close it (or use ``with``) to release the memory maps."""
+
+    name: str  # display name
+    config: dict[str, Any]  # parsed config.json
+    tensors: TensorSource
+    root: Path  # directory holding config.json
+    origin: str = field(default="directory")  # "embedded", "file", "directory", "hub", or in memory
+    config_label: str | None = None  # how messages name the config when it is not a file
+    layout: Layout | None = None  # the layout the source itself implies (TransformerLens), else None
+    notes: dict[str, Any] = field(default_factory=dict)  # facts about the source for the settings
+
+    @property
+    def config_path(self) -> Path:
+        """The config.json the architecture was read from."""
+        return self.root / CONFIG_NAME
+
+    @property
+    def config_where(self) -> str:
+        """The config in a message: its file, or what holds it in memory."""
+        return self.config_label or show_path(self.config_path)
+
+    def close(self) -> None:
+        self.tensors.close()

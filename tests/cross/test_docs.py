@@ -1,0 +1,36 @@
+"""The README's Python tour (docs/api_tour.py) must keep running as shown."""
+
+import runpy
+from pathlib import Path
+
+import numpy as np
+
+from qkenergy.weights.families import FAMILIES
+
+TOUR = Path(__file__).resolve().parents[2] / "docs" / "api_tour.py"
+
+
+def test_api_tour_runs(capsys) -> None:
+    namespace = runpy.run_path(str(TOUR))
+    out = capsys.readouterr().out
+    assert "I+" in out  # MiniLM layer 2 heads are judged in the printed table
+    # The figures the README quotes from this script.
+    assert namespace["law"].mean("symmetric_energy") == 385 / 768
+    assert np.isclose(namespace["est"].expectation_of_ratio.value, 0.766862, atol=1e-6)
+    assert len(namespace["result"].heads) == 12
+
+
+def test_readme_lists_the_supported_layouts() -> None:
+    """The README's supported-types table is exactly `qkenergy layouts --markdown`."""
+    from click.testing import CliRunner
+
+    from qkenergy.cli import cli
+
+    result = CliRunner().invoke(cli, ["layouts", "--markdown"])
+    assert result.exit_code == 0, result.output
+    readme = (TOUR.parents[1] / "README.md").read_text(encoding="utf-8")
+    start, end = "<!-- qkenergy layouts: start -->\n", "<!-- qkenergy layouts: end -->"
+    assert start in readme and end in readme
+    block = readme.split(start, 1)[1].split(end, 1)[0]
+    assert block == result.output
+    assert block.count("\n") == 2 + len(FAMILIES)  # header, rule, one line per model_type

@@ -1,0 +1,90 @@
+"""plots: the four figures, PNG and SVG, on the embedded MiniLM table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qkenergy.analysis.analyze import analyze_model
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.figures.plots import accumulation_limit, choose_head, plot_results, ternary_xy
+
+SAMPLES = 300
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Shared with the other modules' fixtures: the null law is drawn once per session.
+    return tmp_path_factory.getbasetemp() / "qkenergy-null-cache"
+
+
+@pytest.fixture(scope="module")
+def table(cache: Path) -> pd.DataFrame:
+    return analyze_model(samples=SAMPLES, seed=0, cache_dir=cache).heads
+
+
+def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
+    out = tmp_path / "figs" / "deep"
+    paths = plot_results(table, out, null_samples=SAMPLES, cache_dir=cache)
+    layer, head = choose_head(table)
+    z = table["symmetric_energy_z"].abs()
+    assert (layer, head) == tuple(table.loc[z.idxmax(), ["layer", "head"]])
+    stems = [
+        "symmetric_energy_heatmap",
+        "symmetric_energy_null",
+        "symmetric_profiles",
+        f"lobes_layer{layer}_head{head}",
+    ]
+    assert [p.name for p in paths] == [f"{s}.{fmt}" for s in stems for fmt in ("png", "svg")]
+    for path in paths:
+        data = path.read_bytes()
+        assert len(data) > 5000, path
+        if path.suffix == ".png":
+            assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        else:
+            assert b"<svg" in data[:2000]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in paths)  # no temp files
+
+
+def test_chosen_head_and_formats(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
+    paths = plot_results(table, tmp_path, head=(2, 3), null_samples=SAMPLES, cache_dir=cache, formats=["svg"])
+    assert [p.name for p in paths][-1] == "lobes_layer2_head3.svg"
+    assert all(p.suffix == ".svg" for p in paths)
+
+
+def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
+    df = table.drop(columns=["alpha", "beta"])
+    df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
+    with pytest.warns(UserWarning, match="lobe figures skipped"):
+        paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
+    assert len(paths) == 3
+    # Without z-scores the most extreme head is the farthest from the baseline.
+    s = table["symmetric_energy"] - 385 / 768
+    assert choose_head(df) == tuple(table.loc[s.abs().idxmax(), ["layer", "head"]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"head": (9, 0)}, "--head: layer 9, head 0 is not in the table"),
+        ({"head": "2;3"}, "--head: expected LAYER,HEAD"),
+        ({"formats": ("jpg",)}, "plot formats"),
+    ],
+)
+def test_errors(table: pd.DataFrame, tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(QKEnergyError, match=message):
+        plot_results(table, tmp_path, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_geometry() -> None:
+    limit = accumulation_limit(np.array([0.0, 0.5, 1.0, 3.0]))
+    np.testing.assert_allclose(limit.sum(axis=1), 1.0)
+    np.testing.assert_allclose(limit[2], [1, 0, 0])
+    np.testing.assert_allclose(limit[1], np.array([1.0, 0.25, 0.0]) / 1.25)
+    x, y = ternary_xy([1, 0, 0], [0, 1, 0], [0, 0, 1])
+    np.testing.assert_allclose(x, [0.5, 0, 1])
+    np.testing.assert_allclose(y, [np.sqrt(3) / 2, 0, 0])
