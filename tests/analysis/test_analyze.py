@@ -46,8 +46,11 @@ def test_rows_and_numbering(minilm) -> None:
 
 def test_columns(minilm) -> None:
     cols = list(minilm.heads.columns)
-    assert cols[:9] == ["model", "stack", "layer", "head", "kv_head", "n", "N", "positional", "qk_norm"]
-    assert cols[9 : 9 + len(STATISTICS)] == list(STATISTICS)
+    assert cols[:10] == [
+        "model", "stack", "layer", "head", "kv_head", "n", "N", "positional", "qk_norm", "quantization"
+    ]  # fmt: skip
+    assert cols[10 : 10 + len(STATISTICS)] == list(STATISTICS)
+    assert (minilm.heads["quantization"] == "").all()  # plain float weights
     assert (minilm.heads["stack"] == "").all() and (minilm.heads["positional"] == "absolute").all()
     assert not minilm.heads["qk_norm"].any()
     for x in NULL_STATISTICS:

@@ -50,7 +50,8 @@ from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.families import FAMILIES
 from qkenergy.weights.layout import Layout
-from qkenergy.weights.reading import LayerWeights, find_prefix, read_layer
+from qkenergy.weights.quantization import stored_quantization
+from qkenergy.weights.reading import LayerWeights, find_prefix, layer_tensors, read_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -244,20 +245,20 @@ def analyze_model(
                 plan = plans[id(stack)]
                 rope = None if plan is None else plan[0][layer]
                 offsets = None if plan is None else plan[1]
-                head_parts.append(
-                    _head_rows(
-                        source.name,
-                        stack,
-                        weights,
-                        stack_heads,
-                        radius,
-                        rotation_samples=rotation_samples if rotation else 0,
-                        seed=seed,
-                        threads=threads,
-                        rope=rope,
-                        offsets=offsets,
-                    )
+                rows = _head_rows(
+                    source.name,
+                    stack,
+                    weights,
+                    stack_heads,
+                    radius,
+                    rotation_samples=rotation_samples if rotation else 0,
+                    seed=seed,
+                    threads=threads,
+                    rope=rope,
+                    offsets=offsets,
                 )
+                read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
+                head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
                 if per_layer:
                     layer_rows.extend(_layer_rows(source.name, stack, weights, radius, rope, offsets))
                 del weights  # release this layer before the one after next is read
@@ -306,6 +307,7 @@ def analyze_model(
         "rope_offsets": offsets_read,
         "source": source.origin,
         "layout_file": layout_file,
+        "quantization": None,  # plain weights; a quantised checkpoint's notes say how it is stored
         **source.notes,
         "null": bool(null),
         "samples": int(samples) if gaussian else 0,
@@ -482,6 +484,16 @@ def _head_rows(
     return _head_columns(
         model, arch, weights, sel, kv, grams, None, rotation_samples, seed, radius, threads, stats
     )
+
+
+def _with_quantization(table: Columns, label: str) -> Columns:
+    """The head table with its ``quantization`` column (after ``qk_norm``): "" for plain weights."""
+    out: Columns = {}
+    for name, column in table.items():
+        out[name] = column
+        if name == "qk_norm":
+            out["quantization"] = np.full(len(column), label, dtype=object)
+    return out
 
 
 def _head_columns(

@@ -189,8 +189,9 @@ class ReadRecorder:
                 self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
                 self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
-            else:
+            elif _stored_names(self.tensors, name) == [name]:
                 self._hashing.append(self._hasher.submit(self._hash_in_file_order, name, array))
+            # else a dequantised weight (weights.quantization): fingerprints() hashes its stored parts
         return array
 
     def _hash_in_file_order(self, name: str, array: np.ndarray) -> None:
@@ -269,6 +270,12 @@ class _BegunDigest:
         return (self.states[k - 1].copy(), k) if k else (_sha256(), 0)
 
 
+def _stored_names(tensors: Any, name: str) -> list[str]:
+    """The stored tensors that ``name`` reads (a dequantised weight's parts), else ``[name]``."""
+    stored = getattr(tensors, "stored_names", None)
+    return [name] if stored is None else list(stored(name))
+
+
 def fingerprint_files(
     tensors: TensorSource, read: Iterable[str], *, begun: Mapping[Path, _BegunDigest] | None = None
 ) -> list[dict[str, Any]]:
@@ -284,7 +291,7 @@ def fingerprint_files(
     The entry lists the tensor names hashed so that the digest can be recomputed.
     """
     by_file: dict[Path, list[str]] = {}
-    for name in read:
+    for name in dict.fromkeys(part for asked in read for part in _stored_names(tensors, asked)):
         by_file.setdefault(tensors.file_of(name).path, []).append(name)
     out = []
     for sf in tensors.files:
