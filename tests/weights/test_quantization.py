@@ -541,3 +541,49 @@ def test_products_are_exact_or_rounded_once() -> None:
     scale16 = scale32.astype(np.float16)
     got = quantization.dequantize_grid(values, scale16, value_bits=4)
     assert np.array_equal(got.astype(np.float64), values * scale16.astype(np.float64))
+
+
+def test_old_gptq_exports_keep_their_settings_beside_config_json(tmp_path: Path) -> None:
+    """AutoGPTQ's quantize_config.json (no quantization_config in config.json) is read too."""
+    root = gptq_checkpoint(tmp_path, None)
+    side = {"bits": 4, "group_size": 16, "desc_act": False, "sym": True, "true_sequential": True}
+    (root / "quantize_config.json").write_text(json.dumps(side))
+    with_config = gptq_checkpoint(tmp_path / "with-config", GPTQ_CONFIG)
+    expected = analyze_model(str(with_config), null=False, threads=1).columns["symmetric_energy"]
+    result = analyze_model(str(root), null=False, threads=1)
+    np.testing.assert_array_equal(result.columns["symmetric_energy"], expected)
+    assert result.settings["quantization"]["config"].startswith(str(root / "quantize_config.json"))
+
+
+def test_a_mapping_of_quantised_tensors_reads_as_the_checkpoint(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    root = gptq_checkpoint(tmp_path, GPTQ_CONFIG)
+    config = json.loads((root / "config.json").read_text())
+    arrays = load_file(str(root / "model.safetensors"))
+    in_memory = analyze_model(arrays, config=config, null=False, threads=1)
+    from_file = analyze_model(str(root), null=False, threads=1)
+    np.testing.assert_array_equal(
+        in_memory.columns["symmetric_energy"], from_file.columns["symmetric_energy"]
+    )
+    assert list(in_memory.columns["quantization"]) == list(from_file.columns["quantization"])
+
+
+def test_the_labels_in_docs_are_the_ones_written() -> None:
+    """docs/models.md shows these cells of the quantization column: they are what the code writes."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    configs = [
+        {"quant_method": "fp8", "weight_block_size": [128, 128]},
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": False,
+         "checkpoint_format": "gptq_v2"},
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+        {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+            "targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "group", "group_size": 128}}}},
+        {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+            "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}},
+    ]  # fmt: skip
+    for config in configs:
+        spec = quantization.parse_quantization({"quantization_config": config}, "config.json")
+        assert spec is not None
+        label = spec.schemes[0].label() if spec.schemes else spec.label()
+        assert f"`{label}`" in docs, label

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.json_input import read_object, show_name
-from qkenergy.weights.quantization import parse_quantization, quantized_tensors
+from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.safetensors_io import TensorSource, show_path
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
@@ -194,8 +194,8 @@ def _config(root: Path, weights: Path) -> dict[str, Any]:
 
 def _build(root: Path, weights: list[Path], name: str, origin: str) -> ModelSource:
     config = _config(root, weights[0])
-    # read the quantization_config first: a refused method costs no header reads
-    quantization = parse_quantization(config, show_path(root / CONFIG_NAME))
+    # the quantisation first: a refused method costs no header reads
+    quantization = read_quantization(config, show_path(root / CONFIG_NAME), root)
     tensors, notes = quantized_tensors(TensorSource(weights), quantization, show_path(root / CONFIG_NAME))
     return ModelSource(name, config, tensors, root, origin, notes=notes)
 

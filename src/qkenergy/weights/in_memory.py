@@ -34,6 +34,7 @@ import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.layout import Layout
+from qkenergy.weights.quantization import parse_quantization, quantized_tensors
 from qkenergy.weights.source import ModelSource
 
 __all__ = ["TRANSFORMER_LENS_LAYOUT", "ArrayTensors", "is_in_memory", "open_in_memory", "to_numpy"]
@@ -187,15 +188,18 @@ def _source(
     layout: Layout | None = None,
     notes: dict[str, Any] | None = None,
 ) -> ModelSource:
+    where = f"the config of {name}"
+    # a quantised model's weights (a mapping of a quantised checkpoint's tensors) dequantised as from files
+    read, quantization = quantized_tensors(tensors, parse_quantization(config, where), where)
     return ModelSource(
         name,
         config,
-        tensors,  # type: ignore[arg-type]  # reads like a TensorSource
+        read,  # reads like a TensorSource
         Path("."),
         origin,
-        config_label=f"the config of {name}",
+        config_label=where,
         layout=layout,
-        notes=notes or {},
+        notes={**(notes or {}), **quantization},
     )
 
 

@@ -39,12 +39,14 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_memory
-from qkenergy.weights.json_input import describe, show_name
+from qkenergy.weights.json_input import describe, read_object, show_name
+from qkenergy.weights.safetensors_io import DTYPES, show_path
 
 __all__ = [
     "METHODS",
@@ -57,6 +59,7 @@ __all__ = [
     "parse_quantization",
     "product_dtype",
     "quantized_tensors",
+    "read_quantization",
     "stored_quantization",
     "unpack_fields",
 ]
@@ -397,6 +400,30 @@ def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | 
     raise _refuse(method, where, _REFUSED.get(method, ""))
 
 
+# Files beside config.json where older exports keep the quantisation: AutoGPTQ, AutoAWQ.
+SIDE_FILES: dict[str, str] = {"quantize_config.json": "gptq", "quant_config.json": "awq"}
+_SIDE_FILE_BYTES = 1 << 20
+
+
+def read_quantization(config: Mapping[str, Any], where: str, root: Path | None = None) -> Quantization | None:
+    """:func:`parse_quantization` of config.json (``where``), else of a side file in ``root``.
+
+    AutoGPTQ and AutoAWQ used to write the settings to quantize_config.json /
+    quant_config.json beside a config.json that does not have them.
+    """
+    found = parse_quantization(config, where)
+    if found is not None or root is None:
+        return found
+    for name, method in SIDE_FILES.items():
+        path = root / name
+        if path.is_file():
+            side = read_object(path, show_path(path), "the quantisation settings", _SIDE_FILE_BYTES)
+            return parse_quantization(
+                {"quantization_config": {"quant_method": method, **side}}, show_path(path)
+            )
+    return None
+
+
 def _fp8(raw: Mapping[str, Any], where: str) -> Quantization:
     fmt = _field(raw, "fmt", where, str, "e4m3").lower()
     if fmt not in ("e4m3", "e5m2"):
@@ -722,8 +749,6 @@ class QuantizedTensors:
 
 def _code(dtype: np.dtype) -> str:
     """The safetensors code of a numpy dtype (for messages and the storage test)."""
-    from qkenergy.weights.safetensors_io import DTYPES
-
     for code in DTYPES:
         if DTYPES[code] == dtype:
             return code
