@@ -85,6 +85,7 @@ def check(
     result = analyze_model(str(root), null=False, threads=1)
     np.testing.assert_allclose(result.columns["symmetric_energy"], expected, rtol=RTOL, atol=0)
     assert set(result.columns["quantization"]) == {label}
+    assert any(note.startswith(f"weights stored quantised ({label})") for note in result.settings["notes"])
     columns = list(result.columns)
     assert columns[columns.index("qk_norm") + 1] == "quantization"
 
@@ -446,6 +447,7 @@ def test_plain_checkpoint_has_empty_column_and_null_setting(tmp_path: Path) -> N
     }
     result = analyze_model(str(write_checkpoint(tmp_path, tensors, None)), null=False, threads=1)
     assert set(result.columns["quantization"]) == {""} and result.settings["quantization"] is None
+    assert not any("quantised" in note for note in result.settings["notes"])
 
 
 @pytest.mark.parametrize(
@@ -587,3 +589,50 @@ def test_the_labels_in_docs_are_the_ones_written() -> None:
         assert spec is not None
         label = spec.schemes[0].label() if spec.schemes else spec.label()
         assert f"`{label}`" in docs, label
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ("fp8", "expected an object"),
+        ({"bits": 4}, "'quant_method' is null"),
+        ({"quant_method": "fp8", "weight_block_size": [128]}, "'weight_block_size'"),
+        ({"quant_method": "fp8", "weight_block_size": [0, 128]}, "'weight_block_size'"),
+        ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"}, "'modules_to_not_convert'"),
+        ({"quant_method": "gptq", "bits": "4"}, "field 'bits' is '4'"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "'group_size' is 0"),
+        ({"quant_method": "gptq", "bits": 4, "desc_act": "yes"}, "'desc_act'"),
+        ({"quant_method": "awq", "bits": 8}, "AWQ bits is 8"),
+        ({"quant_method": "compressed-tensors", "config_groups": []}, "'config_groups'"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": 4}}}, "'weights'"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"targets": "Linear", "weights": {}}},
+            },
+            "'targets'",
+        ),
+        ({"quant_method": "compressed-tensors", "transform_config": {"t": {}}}, "transform_config"),
+        (
+            {"quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask"}},
+            "sparsity",
+        ),
+    ],
+)
+def test_malformed_configs_are_one_line_naming_the_field(config: object, needle: str) -> None:
+    with pytest.raises(QKEnergyError) as error:
+        quantization.parse_quantization({"quantization_config": config}, "cfg/config.json")
+    message = str(error.value)
+    assert message.startswith("cfg/config.json") and "\n" not in message and needle in message, message
+
+
+def test_packed_words_must_be_32_bit(tmp_path: Path) -> None:
+    root = gptq_checkpoint(tmp_path, GPTQ_CONFIG)
+    from safetensors.numpy import load_file
+    from safetensors.numpy import save_file as save_numpy
+
+    arrays = load_file(str(root / "model.safetensors"))
+    arrays = {k: (v.astype(np.int64) if k.endswith(".qweight") else v) for k, v in arrays.items()}
+    save_numpy(arrays, str(root / "model.safetensors"))
+    with pytest.raises(QKEnergyError, match=r"qweight' has dtype I64; expected I32 \(packed words\)"):
+        analyze_model(str(root), null=False)

@@ -298,7 +298,15 @@ def analyze_model(
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
         "stacks": [stack_settings(a) for a, _ in stacks],
-        "notes": [note for note in (family_note, *_notes((a for a, _ in stacks), offsets_read)) if note],
+        "notes": [
+            note
+            for note in (
+                family_note,
+                *_notes((a for a, _ in stacks), offsets_read),
+                _quantization_note(table),
+            )
+            if note
+        ],
         "layers": list(layer_ids),
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
@@ -483,6 +491,16 @@ def _head_rows(
         )
     return _head_columns(
         model, arch, weights, sel, kv, grams, None, rotation_samples, seed, radius, threads, stats
+    )
+
+
+def _quantization_note(table: Columns) -> str:
+    """The summary's note on weights stored quantised ("" when none of the heads' are)."""
+    labels = sorted({str(label) for label in table.get("quantization", ()) if label})
+    if not labels:
+        return ""
+    return (
+        f"weights stored quantised ({'; '.join(labels)}): the statistics are those of the dequantised weights"
     )
 
 

@@ -69,7 +69,7 @@ METHODS: tuple[str, ...] = ("fp8", "fbgemm_fp8", "compressed-tensors", "gptq", "
 
 # Known methods that are refused, each with what it stores (for the message).
 _REFUSED: dict[str, str] = {
-    "bitsandbytes": "NF4/FP4 codebooks or LLM.int8 rows with outliers",
+    "bitsandbytes": "NF4 / FP4 codebooks, or LLM.int8 rows with outliers",
     "hqq": "half-quadratic codes with per-group float zeros",
     "eetq": "int8 weights laid out for its own kernels",
 }
@@ -394,9 +394,13 @@ def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | 
     if method == "awq":
         return _awq(raw, here)
     if method == "bitsandbytes":
-        bits = "4-bit" if raw.get("load_in_4bit") else "8-bit" if raw.get("load_in_8bit") else ""
-        why = " ".join(p for p in (bits, _REFUSED[method]) if p)
-        raise _refuse(method, where, why)
+        if raw.get("load_in_4bit"):
+            kind = "4-bit NF4 / FP4 codebooks"
+        elif raw.get("load_in_8bit"):
+            kind = "8-bit LLM.int8 rows with outliers"
+        else:
+            kind = _REFUSED[method]
+        raise _refuse(method, where, kind)
     raise _refuse(method, where, _REFUSED.get(method, ""))
 
 
@@ -812,17 +816,21 @@ class _Weight:
         return tuple(self.source.inner.shape(name))
 
     def read(self, part: str, kinds: str, *, required: bool = True) -> np.ndarray | None:
-        """A part's array, checked to have an integer (``kinds`` "iu") or float ("f") dtype."""
+        """A part's array, checked to have a float dtype (``kinds`` "f"), an integer one ("iu"),
+        either ("fiu"), or to be 32-bit packed words ("w": I32 or U32)."""
         name = self.name(part, required=required)
         if name is None:
             return None
         array: np.ndarray = self.source.inner.tensor(name)
         code = _code(array.dtype)
-        ok = array.dtype.kind in kinds.replace("f", "") or ("f" in kinds and code in _SIGNIFICAND_BITS)
+        if kinds == "w":
+            ok, expected = code in ("I32", "U32"), "I32 (packed words)"
+        else:
+            ok = array.dtype.kind in kinds.replace("f", "") or ("f" in kinds and code in _SIGNIFICAND_BITS)
+            expected = {"f": "a float dtype", "iu": "an integer dtype"}.get(kinds, "a float or integer dtype")
         if not ok:
             raise QKEnergyError(
-                f"{self.source.location}: tensor {show_name(name)} has dtype {code}; expected "
-                + ("a float dtype" if kinds == "f" else "an integer dtype")
+                f"{self.source.location}: tensor {show_name(name)} has dtype {code}; expected {expected}"
             )
         return array
 
@@ -902,7 +910,7 @@ class _Weight:
     def _gptq_awq(self, rows: int, cols: int) -> np.ndarray:
         bits = self.q.bits
         per = 32 // bits
-        qweight, qzeros = self.read("qweight", "iu"), self.read("qzeros", "iu")
+        qweight, qzeros = self.read("qweight", "w"), self.read("qzeros", "w")
         scales = self.read("scales", "f")
         assert qweight is not None and qzeros is not None and scales is not None
         groups = scales.shape[0]
@@ -912,6 +920,8 @@ class _Weight:
         g_idx = self._groups(self.read("g_idx", "iu", required=False), cols, groups, "g_idx")
         size = self.q.group_size
         assert size is not None
+        if g_idx is not None and size != -1 and np.array_equal(g_idx, np.arange(cols) // size):
+            g_idx = None  # the groups in order, as AutoGPTQ saves them without act-order: whole blocks
         if g_idx is None:
             expected = 1 if size == -1 else _blocks(cols, size)
             self.expect("scales", (expected, rows), scales.shape, f"groups of {size} input columns x out")
@@ -919,7 +929,7 @@ class _Weight:
         return dequantize_gptq(qweight, qzeros, scales, g_idx, bits=bits, group_size=size, zero_offset=offset)
 
     def _awq(self, rows: int, cols: int) -> np.ndarray:
-        qweight, qzeros = self.read("qweight", "iu"), self.read("qzeros", "iu")
+        qweight, qzeros = self.read("qweight", "w"), self.read("qzeros", "w")
         scales = self.read("scales", "f")
         assert qweight is not None and qzeros is not None and scales is not None
         size = self.q.group_size
@@ -940,7 +950,7 @@ class _Weight:
         assert scheme is not None
         offset = 0
         if self.kind == "packed":
-            words = self.read("weight_packed", "iu")
+            words = self.read("weight_packed", "w")
             assert words is not None
             per = 32 // scheme.bits
             self.expect("weight_packed", (rows, _blocks(cols, per)), words.shape, f"out x in/{per}, int32")
