@@ -39,7 +39,7 @@ def requantised(tensors: dict[str, np.ndarray], names: list[str], qtype: str) ->
 def measure(samples: int = 2000, seed: int = 0, cache_dir: Any = None) -> dict[str, Any]:
     """Per-head s of MiniLM as stored and re-quantised, and the null law's sd for its head shape."""
     from qkenergy.analysis.analyze import analyze_model
-    from qkenergy.math.nulls import null_law
+    from qkenergy.analysis.null_cache import null_law
     from qkenergy.weights.checkpoint import open_model
 
     with open_model("minilm") as source:
@@ -60,6 +60,7 @@ def measure(samples: int = 2000, seed: int = 0, cache_dir: Any = None) -> dict[s
         types = np.asarray(result.columns["head_type"]) != np.asarray(plain.columns["head_type"])
         out[qtype] = {
             "delta": moved - s,
+            "towards": int(np.sum(np.abs(moved - baseline) < np.abs(s - baseline))),
             "side_changes": int(np.sum(np.sign(moved - baseline) != np.sign(s - baseline))),
             "type_changes": int(types.sum()),
         }
@@ -73,14 +74,15 @@ def report(m: dict[str, Any]) -> str:
         "with gguf.quants",
         f"null sd of s for this shape: {m['sd']:.6f} ({m['samples']} samples); median |s - baseline| of "
         f"the trained heads: {m['distance']:.4f} ({m['distance'] / m['sd']:.1f} sd)",
-        "type   max |ds|  median |ds|  max/sd  median/sd  side of baseline changed  head type changed",
+        "type  max |ds|  median |ds|  max/sd  median/sd  towards baseline  side changed  type changed",
     ]
     for qtype in TYPES:
         q = m[qtype]
         d = np.abs(q["delta"])
         lines.append(
-            f"{qtype:<6} {d.max():8.6f}  {np.median(d):11.6f}  {d.max() / m['sd']:6.2f}  "
-            f"{np.median(d) / m['sd']:9.2f}  {q['side_changes']:>24d}  {q['type_changes']:>17d}"
+            f"{qtype:<5} {d.max():8.6f}  {np.median(d):11.6f}  {d.max() / m['sd']:6.2f}  "
+            f"{np.median(d) / m['sd']:9.2f}  {q['towards']:>16d}  {q['side_changes']:>12d}  "
+            f"{q['type_changes']:>12d}"
         )
     return "\n".join(lines)
 

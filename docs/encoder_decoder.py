@@ -53,6 +53,8 @@ def side_by_side(tables: list[pd.DataFrame]) -> str:
     row("heads below the null", [f"{summary.at[m, 'share_below']:.0%}" for m in names])
     below_half = [float(np.mean(t["symmetric_energy"].to_numpy(np.float64) < 0.5)) for t in tables]
     row("heads with s < 1/2", [f"{x:.0%}" for x in below_half])
+    near = [float(np.mean(np.abs(t["symmetric_energy_z"].to_numpy(np.float64)) < 3)) for t in tables]
+    row("heads with |z| < 3", [f"{x:.0%}" for x in near])
     for kind in ("II", "I+", "I-"):
         row(f"type {kind}", [f"{summary.at[m, f'share_{kind}']:.0%}" for m in names])
     width = max(len(label) for label, _ in rows)

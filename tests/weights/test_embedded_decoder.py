@@ -9,15 +9,14 @@ from the Gram matrix route qkenergy uses; one layer is also checked on the dense
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from qkenergy.analysis.analyze import analyze_model  # noqa: E402
-from qkenergy.base.errors import QKEnergyError  # noqa: E402
-from qkenergy.base.parallel import single_threaded_blas  # noqa: E402
-from qkenergy.weights.embedded import EMBEDDED_MODELS, embedded_path  # noqa: E402
+from qkenergy.analysis.analyze import analyze_model
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.parallel import single_threaded_blas
+from qkenergy.weights.embedded import EMBEDDED_MODELS, embedded_path
 
 OFFSETS = [0, 1, 16, 256]
 

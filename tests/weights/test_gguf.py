@@ -14,20 +14,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import pytest
+from gguf.constants import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize
 
-gguf = pytest.importorskip("gguf")
-
-from gguf.constants import GGMLQuantizationType as T  # noqa: E402
-from gguf.quants import dequantize, quantize  # noqa: E402
-
-from qkenergy.analysis.analyze import analyze_model  # noqa: E402
-from qkenergy.base.errors import QKEnergyError  # noqa: E402
-from qkenergy.math.statistics import STATISTICS  # noqa: E402
-from qkenergy.weights.checkpoint import open_model  # noqa: E402
-from qkenergy.weights.gguf_archs import GGUF_ARCHITECTURES  # noqa: E402
-from qkenergy.weights.gguf_io import GGUFArray, read_header  # noqa: E402
+from qkenergy.analysis.analyze import analyze_model
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.math.statistics import STATISTICS
+from qkenergy.weights.checkpoint import open_model
+from qkenergy.weights.gguf_archs import GGUF_ARCHITECTURES
+from qkenergy.weights.gguf_io import GGUFArray, read_header
 
 OFFSETS = [0, 1, 16, 256]
 N, H, HKV, n, LAYERS = 64, 4, 2, 16, 2
@@ -284,6 +282,7 @@ def test_llama_rows_are_paired_as_permuted(tmp_path: Path) -> None:
     assert np.all(np.abs(s_plain - s_paired)[offset > 0] > 1e-6)
 
 
+@pytest.mark.slow  # imports torch and transformers
 def test_llama_against_transformers_gguf_loader(tmp_path: Path) -> None:
     """transformers' from_pretrained(gguf_file=...) undoes the permutation: per-head s equal at every offset."""
     pytest.importorskip("torch")
@@ -541,6 +540,13 @@ def test_garbled_headers(tmp_path: Path) -> None:
     ]
     # the value type of the first key (general.architecture: name length 20, then the name)
     key_type = 24 + 8 + len("general.architecture")
+    cases.append(
+        (
+            24,
+            (1 << 40).to_bytes(8, "little"),
+            r"the name of key 0 claims \d+ bytes of text \(at most 16777216\)",
+        )
+    )
     cases.append((key_type, (99).to_bytes(4, "little"), r"key 'general.architecture' has value type 99"))
     for k, (at, new, message) in enumerate(cases):
         bad = _patched(good, at, new, tmp_path / f"bad{k}.gguf")
@@ -576,16 +582,58 @@ def test_unsupported_architecture_and_missing_sizes(tmp_path: Path) -> None:
         open_model(str(path))
 
 
+def _rewrite(path: Path, out: Path, arch: str, extra: Any) -> Path:
+    """The tensors and ``<arch>.*`` keys of ``path`` written again to ``out``, after ``extra(writer)``."""
+    header = read_header(path)
+    writer = gguf.GGUFWriter(out, arch)
+    extra(writer)
+    for key, value in header.fields.items():
+        if not key.startswith(f"{arch}."):
+            continue
+        if isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, value)
+    for t in gguf.GGUFReader(path).tensors:
+        plain = t.tensor_type in (T.F32, T.F16)
+        writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=None if plain else t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def test_gemma3_sliding_pattern_from_the_metadata(tmp_path: Path) -> None:
+    """A stated pattern (one flag per layer, true = sliding) and sliding theta win over llama.cpp's fixed ones."""
+    flags = [True, False, True, True, False, True]
+    config = dict(CASES["gemma3"].config, rope_local_base_freq=20000.0)
+    config["layer_types"] = ["sliding_attention" if f else "full_attention" for f in flags]
+    path, hf = convert(CASES["gemma3"], tmp_path / "g.gguf")
+
+    def extra(writer: Any) -> None:
+        writer.add_sliding_window_pattern(flags)
+        writer.add_float32("gemma3.rope.freq_base_swa", 20000.0)
+
+    stated = _rewrite(path, tmp_path / "stated.gguf", "gemma3", extra)
+    options = dict(null=False, rope_offsets=OFFSETS, progress=False)
+    got = analyze_model(str(stated), **options)
+    want = analyze_model(hf, config=config, **options)
+    np.testing.assert_allclose(_rows(got), _rows(want), rtol=1e-9, atol=1e-12)
+    plain = analyze_model(str(path), **options)  # llama.cpp's fixed pattern: other layers slide
+    assert np.abs(_rows(plain) - _rows(got)).max() > 1e-6
+
+
 def test_rope_offsets_refuse_frequencies_stored_as_a_tensor(tmp_path: Path) -> None:
     """Llama 3.1's GGUF files hold their rotary frequency factors in rope_freqs.weight: offsets are refused."""
-    case = CASES["llama"]
-    path, _ = convert(case, tmp_path / "plain.gguf")
-    header = read_header(path)
-    reader = gguf.GGUFReader(path)
-    tensors = {t.name: (np.asarray(t.data), t.tensor_type) for t in reader.tensors}
-    tensors["rope_freqs.weight"] = (np.ones(n // 2, np.float32), T.F32)
-    meta = {k.removeprefix("llama."): v for k, v in header.fields.items() if k.startswith("llama.")}
-    path = write_gguf(tmp_path / "llama31.gguf", "llama", meta, tensors)
+    plain, _ = convert(CASES["llama"], tmp_path / "plain.gguf")
+
+    def extra(writer: Any) -> None:
+        writer.add_tensor("rope_freqs.weight", np.ones(n // 2, np.float32))
+
+    path = _rewrite(plain, tmp_path / "llama31.gguf", "llama", extra)
     assert len(analyze_model(str(path), null=False, progress=False).columns["head"]) == LAYERS * H
     with pytest.raises(
         QKEnergyError,

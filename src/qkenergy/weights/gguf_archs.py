@@ -173,11 +173,20 @@ def _rope_config(
         config["rope_interleave"] = True
     if spec.swa_pattern is not None:
         layers = int(config.get("num_hidden_layers") or 0)
-        config["layer_types"] = [
-            "full_attention" if (i + 1) % spec.swa_pattern == 0 else "sliding_attention"
-            for i in range(layers)
-        ]
-        config["rope_local_base_freq"] = spec.swa_theta
+        # Recent files state the pattern (every k-th layer full, or one flag per layer: true = sliding).
+        pattern = fields.get(f"{arch}.attention.sliding_window_pattern", spec.swa_pattern)
+        if isinstance(pattern, tuple) and len(pattern) >= layers:
+            sliding = [bool(flag) for flag in pattern[:layers]]
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+            sliding = [(i + 1) % pattern != 0 for i in range(layers)]
+        else:
+            raise QKEnergyError(
+                f"{where}: key {show_name(f'{arch}.attention.sliding_window_pattern')} is {pattern!r:.60}; "
+                f"expected a positive integer or one flag per layer ({layers})"
+            )
+        config["layer_types"] = ["sliding_attention" if flag else "full_attention" for flag in sliding]
+        theta = _number(fields, f"{arch}.rope.freq_base_swa", where, integer=False)
+        config["rope_local_base_freq"] = spec.swa_theta if theta is None else float(theta)
 
 
 def gguf_config(fields: Mapping[str, Any], tensor_names_present: set[str], where: str) -> dict[str, Any]:

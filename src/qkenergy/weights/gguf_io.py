@@ -53,6 +53,8 @@ MAX_AXES = 4
 KEEP_ITEMS = 4096
 # Nested arrays deeper than this are no real file's.
 MAX_NESTING = 4
+# Longer text than this (a key, a name, a chat template) is no real file's.
+MAX_STRING = 1 << 24
 # More keys or tensors than this in one header is no real file's (a 671B model has about 1,100 tensors).
 MAX_ENTRIES = 1 << 24
 # llama.cpp's gguf-split names the parts of a split model NAME-00001-of-00003.gguf.
@@ -188,6 +190,10 @@ class _Cursor:
 
     def string(self, what: str) -> str:
         n = self.scalar(10, f"the length of {what}")
+        if n > MAX_STRING:
+            raise QKEnergyError(
+                f"{self.where}: {what} claims {n} bytes of text (at most {MAX_STRING}); corrupt, or not a GGUF file"
+            )
         raw = self.take(n, what)
         try:
             return raw.decode("utf-8")
@@ -227,10 +233,11 @@ class _Cursor:
                 f"{self.where}: {what} claims {count} items, more than the rest of the file holds; "
                 "truncated or corrupt"
             )
-        values = [self.value(item, f"item {k} of {what}", depth + 1) for k in range(count)]
-        if count > KEEP_ITEMS:
+        if count > KEEP_ITEMS:  # walked to the next key, not kept
+            for k in range(count):
+                self.value(item, f"item {k} of {what}", depth + 1)
             return GGUFArray("string" if item == _STRING else "array", count)
-        return tuple(values)
+        return tuple(self.value(item, f"item {k} of {what}", depth + 1) for k in range(count))
 
 
 def read_header(path: Path) -> GGUFHeader:
