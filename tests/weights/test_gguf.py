@@ -642,6 +642,14 @@ def test_rope_offsets_refuse_frequencies_stored_as_a_tensor(tmp_path: Path) -> N
         analyze_model(str(path), null=False, progress=False, rope_offsets=[0, 1])
 
 
+def test_deepseek_with_split_kv_b_is_refused(tmp_path: Path) -> None:
+    meta = {**_META, **CASES["deepseek2"].meta}
+    tensors = {"blk.0.attn_k_b.weight": (np.zeros((H, _RANK, _R_NOPE), np.float32), T.F32)}
+    path = write_gguf(tmp_path / "r1.gguf", "deepseek2", meta, tensors)
+    with pytest.raises(QKEnergyError, match=r"r1.gguf: kv_b is stored split into attn_k_b and attn_v_b"):
+        open_model(str(path))
+
+
 def test_cli_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from qkenergy.cli.main import main
 

@@ -212,6 +212,14 @@ def gguf_config(fields: Mapping[str, Any], tensor_names_present: set[str], where
             )
     rope_dims = _number(fields, f"{arch}.rope.dimension_count", where, integer=True)
     if spec.model_type == "deepseek_v3":
+        if (
+            "blk.0.attn_k_b.weight" in tensor_names_present
+            and "blk.0.attn_kv_b.weight" not in tensor_names_present
+        ):
+            raise QKEnergyError(
+                f"{where}: kv_b is stored split into attn_k_b and attn_v_b (llama.cpp's form for its MLA "
+                "kernels), which is not read; a file with attn_kv_b is"
+            )
         config.pop("head_dim", None)
         for key, name in _LATENT_KEYS.items():
             value = _number(fields, f"{arch}.{key}", where, integer=True)
