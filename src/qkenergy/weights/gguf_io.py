@@ -1,0 +1,468 @@
+"""Reading ``.gguf`` files (llama.cpp, ollama, LM Studio): the header, then tensors dequantised on demand.
+
+Format (llama.cpp's ``docs/gguf.md``), little-endian throughout: the magic
+``GGUF``, a u32 version (2 or 3), a u64 tensor count and a u64 key count; each
+key is a string (u64 byte length, UTF-8), a u32 value type and the value (a
+scalar, a string, or an array: u32 item type, u64 count, the items); each
+tensor is its name, a u32 axis count, one u64 per axis (innermost first), a
+u32 ggml type and a u64 offset into the data section, which begins at the
+first multiple of ``general.alignment`` (32 when absent) after the table.
+
+The header is parsed here, with bounds, rather than by ``gguf.GGUFReader``,
+for the reasons :mod:`qkenergy.weights.safetensors_io` gives for safetensors:
+that reader memory-maps the whole file (a file truncated while mapped kills
+the reader with SIGBUS) and a malformed header gives a numpy error that names
+neither the key nor the tensor. Here every count and length is checked against
+the bytes the file has before anything is sized by it, every error is one
+line naming the file and the key or tensor, and tensor bytes are read with the
+same checked ``preadv`` reads as safetensors (:class:`GGUFFile` is a
+:class:`~qkenergy.weights.safetensors_io.SafetensorsFile` with another
+header). The values themselves come from the ``gguf`` package, llama.cpp's
+own Python library: its type table (block sizes and bytes per block of every
+ggml type) and its numpy dequantisation of every type it knows (F16, BF16,
+Q4_0 to Q8_0, the K-quants, the IQ types, ...). tests/weights/test_gguf.py
+checks the header read here against ``gguf.GGUFReader`` field by field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.weights.json_input import open_regular, show_name
+from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.source import ModelSource
+
+__all__ = ["GGUF_MAGIC", "GGUFArray", "GGUFFile", "GGUFHeader", "GGUFTensorInfo", "is_gguf", "read_header"]
+
+GGUF_MAGIC = b"GGUF"
+VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+# ggml tensors have at most 4 axes (GGML_MAX_DIMS).
+MAX_AXES = 4
+# Arrays longer than this (the tokenizer's vocabulary and merges) are walked, not kept.
+KEEP_ITEMS = 4096
+# Nested arrays deeper than this are no real file's.
+MAX_NESTING = 4
+# Longer text than this (a key, a name, a chat template) is no real file's.
+MAX_STRING = 1 << 24
+# More keys or tensors than this in one header is no real file's (a 671B model has about 1,100 tensors).
+MAX_ENTRIES = 1 << 24
+# llama.cpp's gguf-split names the parts of a split model NAME-00001-of-00003.gguf.
+_SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
+# Header bytes read at a time.
+_CHUNK = 1 << 20
+
+# value type code -> (name, struct format) of the scalars; 8 is a string, 9 an array.
+_SCALARS: dict[int, tuple[str, str]] = {
+    0: ("uint8", "<B"),
+    1: ("int8", "<b"),
+    2: ("uint16", "<H"),
+    3: ("int16", "<h"),
+    4: ("uint32", "<I"),
+    5: ("int32", "<i"),
+    6: ("float32", "<f"),
+    7: ("bool", "<B"),
+    10: ("uint64", "<Q"),
+    11: ("int64", "<q"),
+    12: ("float64", "<d"),
+}
+_STRING, _ARRAY, _BOOL = 8, 9, 7
+# ggml types stored as plain little-endian arrays: read as they are, no dequantisation.
+_PLAIN = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I8": "i1", "I16": "<i2", "I32": "<i4", "I64": "<i8"}
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether the file starts with the GGUF magic (a ``.gguf`` file, or an ollama blob ``sha256-...``)."""
+    try:
+        with open_regular(path, show_path(path)) as fh:
+            return fh.read(4) == GGUF_MAGIC
+    except QKEnergyError:
+        return False
+
+
+@dataclass(frozen=True)
+class GGUFArray:
+    """A long array value (a tokenizer's vocabulary): its item type and length, its items not kept."""
+
+    item_type: str
+    count: int
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    """One tensor of the table: ``shape`` in numpy order (outermost first); ``begin``/``end`` absolute offsets.
+
+    ``name`` is the name the tensor is read under (see :class:`GGUFFile`), ``gguf_name`` its name in the file.
+    """
+
+    name: str
+    gguf_name: str
+    dtype: str  # the ggml type's name: F32, F16, BF16, Q4_1, Q4_K, IQ2_XS, ...
+    type_code: int
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the tensor is stored in blocks that are dequantised when read (not a plain array)."""
+        return self.dtype not in _PLAIN and self.dtype != "BF16"
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The dtype :meth:`GGUFFile.tensor` returns: the stored one, or float32 for a quantised type."""
+        if self.dtype in _PLAIN:
+            return np.dtype(_PLAIN[self.dtype])
+        if self.dtype == "BF16":
+            import ml_dtypes
+
+            bfloat16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+            return bfloat16
+        return np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What the header of a GGUF file holds: its version, key-value metadata and tensor table."""
+
+    version: int
+    fields: dict[str, Any]  # key -> value (int, float, bool, str, tuple, or GGUFArray for long arrays)
+    tensors: list[GGUFTensorInfo]  # file order; ``name`` = ``gguf_name`` here
+    data_start: int  # the first byte of the data section (the header, padded, ends there)
+    size: int  # the file's size when the header was read
+
+
+class _Cursor:
+    """Sequential reads of a header from a file, each checked against the file's size."""
+
+    def __init__(self, fh: IO[bytes], size: int, where: str) -> None:
+        self._fh = fh
+        self.size = size
+        self.where = where
+        self.pos = 0
+        self._buf = b""
+        self._start = 0  # file offset of _buf[0]
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.size - self.pos:
+            raise QKEnergyError(
+                f"{self.where}: the file ends ({self.size} bytes) inside {what}; truncated, or not a GGUF file"
+            )
+        end = self.pos + n
+        if end > self._start + len(self._buf):
+            keep = self._buf[self.pos - self._start :]
+            more = self._fh.read(max(n - len(keep), _CHUNK))
+            self._buf, self._start = keep + more, self.pos
+            if end > self._start + len(self._buf):
+                raise QKEnergyError(f"{self.where}: file shrank while its header was read")
+        out = self._buf[self.pos - self._start : end - self._start]
+        self.pos = end
+        return out
+
+    def skip(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            self.take(n, what)  # raises the truncation error
+        if self.pos + n <= self._start + len(self._buf):
+            self.pos += n
+        else:
+            self.pos += n
+            self._fh.seek(self.pos)
+            self._buf, self._start = b"", self.pos
+
+    def scalar(self, code: int, what: str) -> Any:
+        fmt = _SCALARS[code][1]
+        (value,) = struct.unpack(fmt, self.take(struct.calcsize(fmt), what))
+        if code == _BOOL:
+            if value > 1:
+                raise QKEnergyError(f"{self.where}: {what} is a bool holding {value}; expected 0 or 1")
+            return bool(value)
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.scalar(10, f"the length of {what}")
+        if n > MAX_STRING:
+            raise QKEnergyError(
+                f"{self.where}: {what} claims {n} bytes of text (at most {MAX_STRING}); corrupt, or not a GGUF file"
+            )
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise QKEnergyError(f"{self.where}: {what} is not UTF-8 text") from None
+
+    def value(self, code: int, what: str, depth: int = 0) -> Any:
+        if code in _SCALARS:
+            return self.scalar(code, what)
+        if code == _STRING:
+            return self.string(what)
+        if code != _ARRAY:
+            raise QKEnergyError(f"{self.where}: {what} has value type {code}; expected 0 to 12")
+        if depth >= MAX_NESTING:
+            raise QKEnergyError(f"{self.where}: {what} nests arrays more than {MAX_NESTING} deep")
+        item = self.scalar(4, f"the item type of {what}")
+        count = self.scalar(10, f"the length of {what}")
+        if item in _SCALARS:
+            name, fmt = _SCALARS[item]
+            width = struct.calcsize(fmt)
+            if count > (self.size - self.pos) // width:
+                raise QKEnergyError(
+                    f"{self.where}: {what} claims {count} {name} items, more than the rest of the "
+                    f"file holds ({self.size - self.pos} bytes); truncated or corrupt"
+                )
+            if count > KEEP_ITEMS:
+                self.skip(count * width, what)
+                return GGUFArray(name, count)
+            raw = self.take(count * width, what)
+            items = struct.unpack(f"<{count}{fmt[1]}", raw)
+            return tuple(bool(v) for v in items) if item == _BOOL else items
+        if item not in (_STRING, _ARRAY):
+            raise QKEnergyError(f"{self.where}: {what} has item type {item}; expected 0 to 12")
+        # Each string or array takes at least 8 bytes: a bound on the count before the walk.
+        if count > (self.size - self.pos) // 8:
+            raise QKEnergyError(
+                f"{self.where}: {what} claims {count} items, more than the rest of the file holds; "
+                "truncated or corrupt"
+            )
+        if count > KEEP_ITEMS:  # walked to the next key, not kept
+            for k in range(count):
+                self.value(item, f"item {k} of {what}", depth + 1)
+            return GGUFArray("string" if item == _STRING else "array", count)
+        return tuple(self.value(item, f"item {k} of {what}", depth + 1) for k in range(count))
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """The version, metadata and tensor table of a GGUF file, each entry checked; one-line errors."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    where = show_path(path)
+    try:
+        with open_regular(path, where) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            cur = _Cursor(fh, size, where)
+            if cur.take(4, "the magic") != GGUF_MAGIC:
+                raise QKEnergyError(f"{where}: does not start with the GGUF magic; not a GGUF file")
+            version = cur.scalar(4, "the version")
+            if version & 0xFFFF == 0 and version:
+                raise QKEnergyError(f"{where}: a big-endian GGUF file; only little-endian files are read")
+            if version not in VERSIONS:
+                raise QKEnergyError(
+                    f"{where}: GGUF version {version}; this reader knows versions "
+                    f"{', '.join(map(str, VERSIONS))} (reconvert with a current llama.cpp)"
+                )
+            n_tensors = cur.scalar(10, "the tensor count")
+            n_keys = cur.scalar(10, "the key count")
+            # Each key and tensor entry is read before the next, so a truncated file stops at the
+            # first one it cuts (named in the error); only counts no real file has are refused here.
+            if n_keys > MAX_ENTRIES or n_tensors > MAX_ENTRIES:
+                raise QKEnergyError(
+                    f"{where}: header claims {n_keys} keys and {n_tensors} tensors (at most "
+                    f"{MAX_ENTRIES} each); corrupt, or not a GGUF file"
+                )
+            fields: dict[str, Any] = {}
+            for k in range(n_keys):
+                key = cur.string(f"the name of key {k}")
+                code = cur.scalar(4, f"the value type of key {show_name(key)}")
+                if key in fields:
+                    raise QKEnergyError(f"{where}: key {show_name(key)} appears twice")
+                fields[key] = cur.value(code, f"key {show_name(key)}")
+            alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+            if (
+                isinstance(alignment, bool)
+                or not isinstance(alignment, int)
+                or alignment <= 0
+                or alignment & (alignment - 1)
+            ):
+                raise QKEnergyError(
+                    f"{where}: key 'general.alignment' is {alignment!r}; expected a power of two"
+                )
+            entries = []
+            for t in range(n_tensors):
+                name = cur.string(f"the name of tensor {t}")
+                what = f"tensor {show_name(name)}"
+                axes = cur.scalar(4, f"the axis count of {what}")
+                if not 1 <= axes <= MAX_AXES:
+                    raise QKEnergyError(f"{where}: {what} has {axes} axes; expected 1 to {MAX_AXES}")
+                dims = [cur.scalar(10, f"the shape of {what}") for _ in range(axes)]
+                code = cur.scalar(4, f"the type of {what}")
+                offset = cur.scalar(10, f"the offset of {what}")
+                entries.append((name, dims, code, offset))
+    except OSError as exc:
+        raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    data_start = -(-cur.pos // alignment) * alignment
+    tensors: list[GGUFTensorInfo] = []
+    seen: set[str] = set()
+    for name, dims, code, offset in entries:
+        what = f"{where}: tensor {show_name(name)}"
+        if name in seen:
+            raise QKEnergyError(f"{what} appears twice in the tensor table")
+        seen.add(name)
+        try:
+            qtype = GGMLQuantizationType(code)
+        except ValueError:
+            raise QKEnergyError(
+                f"{what} has ggml type {code}, which the installed gguf package does not know "
+                "(pip install -U gguf)"
+            ) from None
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        if any(d <= 0 for d in dims) or dims[0] % block:
+            shown = ", ".join(map(str, dims))
+            raise QKEnergyError(
+                f"{what} has shape [{shown}] (innermost first); expected positive sizes, the innermost "
+                f"a multiple of {qtype.name}'s block of {block}"
+            )
+        elements = math.prod(dims)  # at most 4 factors below 2^64
+        nbytes = elements // block * block_bytes
+        begin = data_start + offset
+        if offset % alignment or begin + nbytes > size:
+            problem = (
+                f"offset {offset} is not a multiple of the alignment {alignment}"
+                if offset % alignment
+                else f"its {nbytes} bytes at offset {offset} run past the end of the {size}-byte file; truncated"
+            )
+            raise QKEnergyError(f"{what}: {problem}")
+        shape = tuple(int(d) for d in reversed(dims))
+        tensors.append(GGUFTensorInfo(name, name, qtype.name, int(code), shape, begin, begin + nbytes))
+    spans = sorted((i for i in tensors if i.end > i.begin), key=lambda i: i.begin)
+    for a, b in itertools.pairwise(spans):
+        if b.begin < a.end:
+            raise QKEnergyError(
+                f"{where}: tensors {show_name(a.gguf_name)} and {show_name(b.gguf_name)} overlap in the data section"
+            )
+    return GGUFHeader(int(version), fields, tensors, data_start, size)
+
+
+class GGUFFile(SafetensorsFile):
+    """One GGUF file: header validated on open, each tensor read (checked ``preadv``) and dequantised on demand.
+
+    ``names`` maps file names to the names tensors are read under (those not in
+    it keep their own), e.g. llama.cpp's ``blk.0.attn_q.weight`` to the Hugging
+    Face ``model.layers.0.self_attn.q_proj.weight`` that the layouts name.
+    Plain types (F32, F16, BF16, ...) come back as stored; the others
+    dequantised to float32 by the ``gguf`` package.
+    """
+
+    _index: dict[str, GGUFTensorInfo]  # type: ignore[assignment]
+
+    def __init__(self, path: str | os.PathLike[str], header: GGUFHeader, names: dict[str, str]) -> None:
+        self.path = Path(path)
+        self.header = header
+        self.metadata: dict[str, str] = {}
+        self._size = header.size
+        self._fd: int | None = None
+        self.read_threads = 1
+        self.header_end = header.data_start  # what fingerprints hash as this file's header
+        self._index = {}
+        for info in header.tensors:
+            name = names.get(info.gguf_name, info.gguf_name)
+            if name in self._index:
+                raise QKEnergyError(
+                    f"{show_path(self.path)}: tensors {show_name(self._index[name].gguf_name)} and "
+                    f"{show_name(info.gguf_name)} would both be read as {show_name(name)}"
+                )
+            self._index[name] = GGUFTensorInfo(
+                name, info.gguf_name, info.dtype, info.type_code, info.shape, info.begin, info.end
+            )
+
+    def info(self, name: str) -> GGUFTensorInfo:  # type: ignore[override]
+        return super().info(name)  # type: ignore[return-value]
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Read-only array of tensor ``name``: as stored for plain types, else dequantised to float32."""
+        info = self.info(name)
+        where = f"{show_path(self.path)}: tensor {show_name(info.gguf_name)}"
+        out_bytes = math.prod(info.shape) * info.np_dtype.itemsize
+        check_memory(max(out_bytes, info.end - info.begin), where)
+        raw = np.empty(info.end - info.begin, np.uint8)
+        if info.end > info.begin:
+            self._read_into(raw, info.begin, info.gguf_name)
+        if not info.quantized:
+            out = raw.view(info.np_dtype).reshape(info.shape)
+        else:
+            out = _dequantize(raw, info, where)
+        out.flags.writeable = False
+        return out
+
+    def __repr__(self) -> str:
+        return f"GGUFFile({str(self.path)!r}, {len(self)} tensors)"
+
+
+def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray:
+    """The float32 values of a block-quantised tensor, by the gguf package's numpy dequantisation."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    qtype = GGMLQuantizationType(info.type_code)
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    rows = info.shape[:-1]
+    try:
+        values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
+    except NotImplementedError:
+        raise QKEnergyError(
+            f"{where} is stored as {info.dtype}, which the installed gguf package cannot dequantise "
+            "(pip install -U gguf)"
+        ) from None
+    return np.asarray(values, dtype=np.float32).reshape(info.shape)
+
+
+def gguf_files(root: Path) -> list[Path]:
+    """The GGUF files of a directory: its ``*.gguf``, else the GGUF blobs of an ollama ``blobs`` folder."""
+    found = sorted(p for p in root.glob("*.gguf") if p.is_file())
+    return found or [p for p in sorted(root.glob("sha256-*")) if p.is_file() and is_gguf(p)]
+
+
+def _split_parts(path: Path) -> tuple[str, int, int] | None:
+    """(prefix, part, count) of a split file named as llama.cpp's gguf-split names them, else None."""
+    match = _SPLIT_NAME.match(path.name)
+    return None if match is None else (match[1], int(match[2]), int(match[3]))
+
+
+def one_gguf(root: Path, found: list[Path]) -> Path:
+    """The one GGUF file of a directory (or the first part of one split model), or a one-line error."""
+    named = [parts for parts in map(_split_parts, found) if parts is not None]
+    if len(found) == 1 or (
+        len(named) == len(found) and len({(p[0], p[2]) for p in named}) == 1 and named[0][2] == len(found)
+    ):
+        return found[0]
+    listed = ", ".join(p.name for p in found[:4]) + (", ..." if len(found) > 4 else "")
+    raise QKEnergyError(f"{show_path(root)}: {len(found)} GGUF files ({listed}); pass one of them")
+
+
+def split_files(path: Path, header: GGUFHeader) -> list[Path]:
+    """Every part of a model split by llama.cpp's gguf-split (``split.count`` > 1), in order; else [path].
+
+    The metadata lives in the first part: a later part given is read from the first.
+    """
+    count = header.fields.get("split.count", 1)
+    if count == 1:
+        return [path]
+    parts = _split_parts(path)
+    where = show_path(path)
+    if not isinstance(count, int) or parts is None or parts[2] != count:
+        raise QKEnergyError(
+            f"{where}: part of a split model (split.count = {count!r}) but not named "
+            "NAME-0000k-of-0000n.gguf; pass the first part, named as gguf-split names them"
+        )
+    files = [path.with_name(f"{parts[0]}-{k:05d}-of-{count:05d}.gguf") for k in range(1, count + 1)]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise QKEnergyError(f"{where}: part {missing[0]} of this {count}-part model is missing")
+    return files
+
+
+def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
+    """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`."""
+    from qkenergy.weights.gguf_archs import gguf_model  # the layouts, for a GGUF file only
+
+    files, config, layout, notes = gguf_model(path)
+    label = f"{show_path(files[0].path)} (GGUF metadata)"
+    return ModelSource(name, config, TensorSource(files), path.parent, origin, label, layout, notes)
