@@ -162,7 +162,7 @@ def test_selection_and_no_null(cache_dir: Path) -> None:
     df = a.heads
     assert df[["layer", "head"]].values.tolist() == [[1, 0], [1, 11], [4, 0], [4, 11]]
     null_cols = [c for c in df.columns if c.endswith(("_null_mean", "_null_sd", "_z", "_p", "_p_bh"))]
-    assert len(null_cols) == 26 and df[null_cols].isna().all().all()  # Gaussian and rotation nulls
+    assert len(null_cols) == 66 and df[null_cols].isna().all().all()  # Gaussian and rotation nulls
     assert a.layers is None and a.settings["samples"] == 0
     assert df["symmetric_energy"].notna().all()
 

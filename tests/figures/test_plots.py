@@ -36,6 +36,7 @@ def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
         "symmetric_energy_heatmap",
         "symmetric_energy_null",
         "symmetric_profiles",
+        "moments_O_E",
         f"lobes_layer{layer}_head{head}",
     ]
     assert [p.name for p in paths] == [f"{s}.{fmt}" for s in stems for fmt in ("png", "svg")]
@@ -60,7 +61,7 @@ def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path)
     df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
     with pytest.warns(UserWarning, match="lobe figures skipped"):
         paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
-    assert len(paths) == 3
+    assert len(paths) == 4  # the O-E figure needs no null columns of the table
     # Without z-scores the most extreme head is the farthest from the baseline.
     s = table["symmetric_energy"] - 385 / 768
     assert choose_head(df) == tuple(table.loc[s.abs().idxmax(), ["layer", "head"]])

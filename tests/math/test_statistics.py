@@ -101,7 +101,7 @@ def test_statistics_names_and_fields_follow_the_contract() -> None:
     names = [field.name for field in fields(HeadStatistics)]
     assert tuple(names[: len(STATISTICS)]) == STATISTICS
     assert names[len(STATISTICS) :] == ["head_type", "reason", "alpha", "beta"]
-    assert len(set(STATISTICS)) == len(STATISTICS) == 25
+    assert len(set(STATISTICS)) == len(STATISTICS) == 31
 
 
 def test_batch_shapes_and_columns() -> None:
@@ -377,10 +377,11 @@ def test_random_heads_are_balanced_with_n_zero_from_the_residual_width() -> None
 def test_radius_sets_the_type_ii_region() -> None:
     rng = np.random.default_rng(10)
     w_query, w_key = rng.standard_normal((2, 8, 3, 12))
-    assert np.all(head_statistics(w_query, w_key, radius=1.0).head_type == "II")
-    strict = head_statistics(w_query, w_key, radius=0.0)
+    rule = {"type_rule": "radius"}
+    assert np.all(head_statistics(w_query, w_key, radius=1.0, **rule).head_type == "II")
+    strict = head_statistics(w_query, w_key, radius=0.0, **rule)
     assert set(strict.head_type) <= {"I+", "I-"}
-    default = head_statistics(w_query, w_key)
+    default = head_statistics(w_query, w_key, **rule)
     expected = np.where(
         default.c_sym + default.d_sym <= 0.02, "II", np.where(default.c_sym > default.d_sym, "I+", "I-")
     )

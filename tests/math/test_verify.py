@@ -21,6 +21,11 @@ CLAIMS = {
     "Rotation null",
     "Layer null",
     "Beta tail",
+    "Lemma 7",
+    "Lemma 8",
+    "Lemma 9",
+    "Lemma 10",
+    "Theorem 4",
 }
 
 

@@ -107,6 +107,7 @@ def test_optional_figures_follow_the_columns(tables) -> None:
         "symmetric_energy_by_depth",
         "head_types",
         "symmetric_profiles",
+        "moments_O_E",
     ]
     full = report_figures(heads, model_summary(heads, layers, models), models=models)
     assert [f.name for f in full][-2:] == ["training_steps", "groups"]
@@ -205,7 +206,7 @@ def test_cli_report_from_tables(capsys, tables, analyze_tables, tmp_path: Path) 
         capsys, "report", str(minilm), str(toy), "-o", str(out), "--baseline", "toy-llama@0", "--no-static"
     )
     assert (code, err) == (0, "")
-    assert f"wrote {out} (5 models, 7 figures)" in stdout
+    assert f"wrote {out} (5 models, 8 figures)" in stdout
     summary = pd.read_csv(files_directory(out) / "models.csv").set_index("model")
     forms = tables[1][tables[1]["model"] == MINILM]
     assert summary.loc[MINILM, "symmetry_score_median"] == pytest.approx(np.median(forms["symmetry_score"]))

@@ -34,6 +34,7 @@ from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import head_gram
+from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS, check_type_rule
 from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
@@ -114,7 +115,10 @@ def analyze_model(
     fold_norm: bool = False,
     samples: int = 2000,
     seed: int = 0,
-    radius: float = 0.02,
+    radius: float = RADIUS,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
     null: bool = True,
     cache_dir: str | Path | None = None,
     progress: bool = False,
@@ -137,7 +141,12 @@ def analyze_model(
     without it a RoPE model's heads are read at offset 0 (L = W_K^T W_Q). ``layers`` / ``heads``: 0-based indices as in the
     checkpoint (query heads; None = all), ints and/or ``range`` objects. ``per_layer`` adds a table of the
     layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``
-    folds the gain of the norm feeding attention into W_Q, W_K. ``samples``,
+    folds the gain of the norm feeding attention into W_Q, W_K. ``type_rule``:
+    how head_type is named, "imbalance" (the default, the paper's published
+    rule: Type II when c + d <= ``edge_cut``, else I+ / I- / II as the imbalance
+    (c - d)/(c + d) is above ``imbalance_cut``, below minus it, or in between)
+    or "radius" (Type II when c_sym + d_sym <= ``radius``, else the sign of
+    c_sym - d_sym); :mod:`qkenergy.math.head_types`. ``samples``,
     ``seed``: the null laws' Monte Carlo size and seed; ``null=False`` skips
     them (null columns NaN). ``cache_dir`` keeps null laws on disk.
     ``null_kind``: "gaussian" (the law of a Gaussian head of the same shape),
@@ -199,8 +208,13 @@ def analyze_model(
     rotation = null and null_kind in ("rotation", "both")
     if rotation:
         rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
-    if not (isinstance(radius, int | float) and math.isfinite(radius) and 0 <= radius < 1):
-        raise QKEnergyError(f"--radius must be a number in [0, 1), got {radius!r}")
+    check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
+    types: dict[str, Any] = {
+        "radius": radius,
+        "type_rule": type_rule,
+        "imbalance_cut": imbalance_cut,
+        "edge_cut": edge_cut,
+    }
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
     given = layout if isinstance(layout, Layout) else None
@@ -250,7 +264,7 @@ def analyze_model(
                     stack,
                     weights,
                     stack_heads,
-                    radius,
+                    types,
                     rotation_samples=rotation_samples if rotation else 0,
                     seed=seed,
                     threads=threads,
@@ -260,7 +274,7 @@ def analyze_model(
                 read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
                 head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
                 if per_layer:
-                    layer_rows.extend(_layer_rows(source.name, stack, weights, radius, rope, offsets))
+                    layer_rows.extend(_layer_rows(source.name, stack, weights, types, rope, offsets))
                 del weights  # release this layer before the one after next is read
                 source.tensors.release()
                 advance()
@@ -322,6 +336,9 @@ def analyze_model(
         "null_kind": null_kind if null else None,
         "rotation_samples": int(rotation_samples) if rotation else 0,
         "seed": int(seed),
+        "type_rule": type_rule,
+        "imbalance_cut": float(imbalance_cut),
+        "edge_cut": float(edge_cut),
         "radius": float(radius),
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "directionality_gamma": DIRECTIONALITY_GAMMA if per_layer else None,
@@ -456,7 +473,7 @@ def _head_rows(
     arch: Architecture,
     weights: LayerWeights,
     head_ids: list[int],
-    radius: float,
+    types: Mapping[str, Any],
     *,
     rotation_samples: int = 0,
     seed: int = 0,
@@ -475,7 +492,7 @@ def _head_rows(
         return concat(
             [
                 _head_columns(
-                    model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, radius, threads
+                    model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, types, threads
                 )
                 for offset, grams_d in offset_grams(grams, rope, offsets)
             ]
@@ -483,14 +500,14 @@ def _head_rows(
     if rotation_samples:
         # the rotation null starts from each head's G
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
-        stats = gram_statistics(grams, int(N), radius=radius)
+        stats = gram_statistics(grams, int(N), **types)
     else:
         grams = np.empty((len(sel), 0, 0))
         stats = head_statistics(
-            weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, radius=radius
+            weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, **types
         )
     return _head_columns(
-        model, arch, weights, sel, kv, grams, None, rotation_samples, seed, radius, threads, stats
+        model, arch, weights, sel, kv, grams, None, rotation_samples, seed, types, threads, stats
     )
 
 
@@ -524,14 +541,14 @@ def _head_columns(
     offset: int | None,
     rotation_samples: int,
     seed: int,
-    radius: float,
+    types: Mapping[str, Any],
     threads: int,
     stats: HeadStatistics | None = None,
 ) -> Columns:
     """The rows of one layer's selected heads (at one RoPE offset); ``stats`` default: from ``grams``."""
     n, N = weights.w_query.shape[-2:]
     if stats is None:
-        stats = gram_statistics(grams, int(N), radius=radius)
+        stats = gram_statistics(grams, int(N), **types)
     values: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,
@@ -546,7 +563,9 @@ def _head_columns(
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     table = broadcast(values, len(sel))
-    table.update(_rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, radius, threads))
+    table.update(
+        _rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, types["radius"], threads)
+    )
     table["alpha"] = list_column(_trimmed(stats.alpha.reshape(len(sel), -1)))
     table["beta"] = list_column(_trimmed(stats.beta.reshape(len(sel), -1)))
     return table
@@ -591,7 +610,9 @@ def _rotation_rows(
 
     def draw(i: int) -> NullLaw:
         head_seed = _rotation_seed(seed, layer, int(heads_ids[i]))
-        return rotation_law(grams[i], N, samples=samples, seed=head_seed, radius=radius)
+        return rotation_law(
+            grams[i], N, samples=samples, seed=head_seed, radius=radius, names=NULL_STATISTICS
+        )
 
     for i, law in zip(todo, thread_map(draw, todo, threads), strict=True):
         for x in NULL_STATISTICS:
@@ -675,7 +696,10 @@ def layer_form_statistics(
     w_query: np.ndarray,
     w_key: np.ndarray,
     *,
-    radius: float = 0.02,
+    radius: float = RADIUS,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
     gamma: float = DIRECTIONALITY_GAMMA,
     route: str | None = None,
 ) -> tuple[dict[str, Any], str]:
@@ -692,6 +716,12 @@ def layer_form_statistics(
     Returns (values, route).
     """
     hn, N = w_query.shape
+    types: dict[str, Any] = {
+        "radius": radius,
+        "type_rule": type_rule,
+        "imbalance_cut": imbalance_cut,
+        "edge_cut": edge_cut,
+    }
     # Each factor scaled by a power of two (exact): the products below cannot overflow.
     wq, wk = rescale_by_power_of_two(w_query)[0], rescale_by_power_of_two(w_key)[0]
     if route is None:
@@ -699,13 +729,13 @@ def layer_form_statistics(
     if route not in ("gram", "dense"):
         raise ValueError(f"route must be 'gram', 'dense' or None, got {route!r}")
     if route == "gram":
-        stats = head_statistics(wq[None], wk[None], radius=radius)
+        stats = head_statistics(wq[None], wk[None], **types)
         # ||M_{i,:}||^2 = (W_Q^T G_KK W_Q)_ii and ||M_{:,j}||^2 = (W_K^T G_QQ W_K)_jj.
         rows2 = np.einsum("rs,si,ri->i", wk @ wk.T, wq, wq, optimize=True)
         cols2 = np.einsum("rs,sj,rj->j", wq @ wq.T, wk, wk, optimize=True)
     else:
         form = wk.T @ wq  # L, N x N; M = L^T
-        stats = dense_statistics(form[None], radius=radius)
+        stats = dense_statistics(form[None], **types)
         rows2 = np.einsum("ij,ij->j", form, form)  # rows of M = columns of L
         cols2 = np.einsum("ij,ij->i", form, form)
         del form
@@ -729,25 +759,27 @@ def _layer_rows(
     model: str,
     arch: Architecture,
     weights: LayerWeights,
-    radius: float,
+    types: Mapping[str, Any],
     rope: Rope | None = None,
     offsets: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """The layer's whole form; with RoPE offsets, one row per offset (sum_h W_K^h^T R_d W_Q^h)."""
     if rope is None or offsets is None:
-        return [_layer_row(model, arch, weights, radius)]
+        return [_layer_row(model, arch, weights, types)]
     rows = []
     for offset in offsets:
         rotated = dataclasses.replace(weights, w_query=rotate(weights.w_query, rope, offset))
-        rows.append({"offset": offset, **_layer_row(model, arch, rotated, radius)})
+        rows.append({"offset": offset, **_layer_row(model, arch, rotated, types)})
     return rows
 
 
-def _layer_row(model: str, arch: Architecture, weights: LayerWeights, radius: float) -> dict[str, Any]:
+def _layer_row(
+    model: str, arch: Architecture, weights: LayerWeights, types: Mapping[str, Any]
+) -> dict[str, Any]:
     H, n, N = weights.w_query.shape
     w_query = weights.w_query.reshape(H * n, N)
     w_key = weights.w_key[np.asarray(weights.kv_head)].reshape(H * n, N)
-    values, route = layer_form_statistics(w_query, w_key, radius=radius)
+    values, route = layer_form_statistics(w_query, w_key, **types)
     row: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,

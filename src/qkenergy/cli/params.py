@@ -174,7 +174,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def null_options(command: F) -> F:
-    """The options analyze and survey share: seed, null kind and the type II radius."""
+    """The options analyze and survey share: seed, null kind and the head-type rule with its tolerances."""
     options = [
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed."),
         click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values)."),
@@ -192,7 +192,30 @@ def null_options(command: F) -> F:
             type=click.FloatRange(min=0, max=1, max_open=True),
             default=0.02,
             show_default=True,
-            help="Type II radius: c_sym + d_sym at most this.",
+            help="Type II radius of --type-rule radius: c_sym + d_sym at most this.",
+        ),
+        click.option(
+            "--type-rule",
+            type=click.Choice(["imbalance", "radius"]),
+            default="imbalance",
+            show_default=True,
+            help="How head_type is named: 'imbalance', the paper's published rule (Type II when c + d <= "
+            "--edge-cut, else I+ / I- when (c - d)/(c + d) is above --imbalance-cut / below minus it, II in "
+            "between), or 'radius' (Type II when c_sym + d_sym <= --radius, else the sign of c_sym - d_sym).",
+        ),
+        click.option(
+            "--imbalance-cut",
+            type=click.FloatRange(min=0, max=1, max_open=True),
+            default=0.20,
+            show_default=True,
+            help="Imbalance rule: Type I+ above this imbalance (c - d)/(c + d), I- below minus it.",
+        ),
+        click.option(
+            "--edge-cut",
+            type=click.FloatRange(min=0, max=1, max_open=True),
+            default=0.01,
+            show_default=True,
+            help="Imbalance rule: Type II whenever c + d is at most this.",
         ),
     ]
     for option in reversed(options):  # click lists the options in the order they are declared

@@ -11,6 +11,9 @@
 5. ``symmetric_energy_offsets`` (tables with an ``offset`` column, from
    ``--rope-offsets``): s of L_d against the offset d, one line per layer;
    figures 1-4 then show the smallest offset.
+6. ``moments_O_E``: the moment statistics E against O of each head, coloured
+   by head type, over the cloud of the Gaussian null law of the same (n, N)
+   (docs/mathematics.md, section 9).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
 from qkenergy.formats.transaction import OutputTransaction, joined
 
-__all__ = ["FORMATS", "accumulation_limit", "choose_head", "plot_results", "ternary_xy"]
+__all__ = ["FORMATS", "accumulation_limit", "choose_head", "moment_scatter", "plot_results", "ternary_xy"]
 
 FORMATS = ("png", "svg", "pdf")
 _SQRT3_2 = math.sqrt(3) / 2
@@ -248,7 +251,14 @@ def accumulation_limit(rho: np.ndarray) -> np.ndarray:
     return out / (1 + rho**2)[..., None]
 
 
-def _simplex(df: pd.DataFrame, *, radius: float = 0.02, population: str = "heads") -> Figure:
+def _simplex(
+    df: pd.DataFrame,
+    *,
+    radius: float = 0.02,
+    population: str = "heads",
+    type_rule: str = "radius",
+    imbalance_cut: float = 0.2,
+) -> Figure:
     fig = Figure(figsize=(6.4, 5.6))
     ax = fig.add_subplot()
     ax.set_aspect("equal")
@@ -262,9 +272,16 @@ def _simplex(df: pd.DataFrame, *, radius: float = 0.02, population: str = "heads
             ternary_xy([1 - t, 0], [0, 1 - t], [t, t]),
         ):
             ax.plot(*line, color="0.88", lw=0.6, zorder=0)
-    # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
-    ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":")
-    ax.plot(*ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]), color="0.4", lw=0.8)
+    if type_rule == "imbalance":
+        # Type boundaries: (c - d)/(c + d) = +-cut, rays from the b corner (the edge c + d <= 0.01 is
+        # a share of the whole form's energy: no one line here).
+        high, low = (1 + imbalance_cut) / 2, (1 - imbalance_cut) / 2
+        ax.plot(*ternary_xy([1, 0], [0, high], [0, low]), color="0.4", lw=0.8)
+        ax.plot(*ternary_xy([1, 0], [0, low], [0, high]), color="0.4", lw=0.8)
+    else:
+        # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
+        ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":")
+        ax.plot(*ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]), color="0.4", lw=0.8)
     theta = np.linspace(0, np.pi / 2, 400)
     limit = accumulation_limit(np.tan(theta[:-1]))
     limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
@@ -439,6 +456,69 @@ def _offsets(df: pd.DataFrame) -> Figure:
     return fig
 
 
+# ----------------------------------------------------------------------------- 6. moments O and E
+
+MOMENT_COLUMNS = ("moment_O", "moment_E", "head_type")
+_TYPE_COLOURS = {"I+": "tab:red", "I-": "tab:blue", "II": "0.45"}
+
+
+def moment_scatter(
+    df: pd.DataFrame,
+    *,
+    null_samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    population: str = "heads",
+) -> Figure:
+    """moment_E against moment_O per head, coloured by head type, over the null cloud of each shape (n, N).
+
+    The cloud is the Gaussian null law of the same shape (``null_cache.null_law``
+    with ``null_samples`` and ``seed``: the draws of the other null figures).
+    """
+    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.math.nulls import NULL_STATISTICS
+
+    fig = Figure(figsize=(7.0, 5.0))
+    ax = fig.add_subplot()
+    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
+    clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
+    for k, (n, N) in enumerate(shapes):
+        law = null_law(
+            int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
+        )
+        O, E = law.samples("moment_O"), law.samples("moment_E")
+        ok = np.isfinite(O) & np.isfinite(E)
+        ax.scatter(
+            O[ok],
+            E[ok],
+            s=3,
+            color=clouds[k % len(clouds)],
+            alpha=0.35,
+            linewidths=0,
+            label=f"null, Gaussian head n={n}, N={N} ({int(ok.sum())} samples)",
+            zorder=1,
+        )
+    types = df["head_type"].fillna("").astype(str)
+    defined = df["moment_O"].notna() & df["moment_E"].notna()
+    for head_type, colour in _TYPE_COLOURS.items():
+        sub = df[defined & (types == head_type)]
+        ax.scatter(
+            sub["moment_O"],
+            sub["moment_E"],
+            s=22,
+            color=colour,
+            edgecolor="k",
+            linewidth=0.3,
+            label=f"{population}, Type {head_type} ({len(sub)})",
+            zorder=3,
+        )
+    ax.set_xlabel("O = Σ λ/(1 − λ²)  (odd in λ: > 0 when the positive lobe reaches further)")
+    ax.set_ylabel("E = Σ λ²/(1 − λ²)  (even in λ, >= 1)")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"{_title(df)}: moment statistics of the normalised spectrum of S", fontsize=10)
+    return fig
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -459,7 +539,7 @@ def plot_results(
     The lobe figure is drawn for the most extreme head (largest
     |symmetric_energy_z|) and, when ``head`` = (layer, head) names another
     one, for that head too. ``null_samples``, ``seed``, ``cache_dir``: the null
-    laws drawn for the histogram (null_cache.null_law). The lobe figures are
+    laws drawn for the histogram and the O-E cloud (null_cache.null_law). The lobe figures are
     skipped, with a warning, when the table has no alpha/beta columns.
     ``settings`` (default: ``df.attrs["settings"]``) name the heads in the
     legends (:func:`provenance.population_label`) and are stored in each file
@@ -502,8 +582,24 @@ def plot_results(
             ),
             "symmetric_energy_null",
         )
-        radius = float((settings or {}).get("radius", 0.02))
-        save(_simplex(df, radius=radius, population=population), "symmetric_profiles")
+        recorded = settings or {}
+        radius = float(recorded.get("radius", 0.02))
+        # tables written before the imbalance rule record a radius and no rule: theirs was the radius rule
+        rule = str(recorded.get("type_rule", "radius" if "radius" in recorded else "imbalance"))
+        cut = float(recorded.get("imbalance_cut", 0.2))
+        save(
+            _simplex(df, radius=radius, population=population, type_rule=rule, imbalance_cut=cut),
+            "symmetric_profiles",
+        )
+        if set(MOMENT_COLUMNS) <= set(df.columns):
+            save(
+                moment_scatter(
+                    df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+                ),
+                "moments_O_E",
+            )
+        else:
+            warnings.warn("the table has no moment columns: the O-E figure skipped", stacklevel=2)
         if {"alpha", "beta"} <= set(df.columns):
             for layer, h in chosen:
                 save(_lobes(df, layer, h), f"lobes_layer{layer}_head{h}")

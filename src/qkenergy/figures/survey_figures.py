@@ -12,6 +12,8 @@ headless browser, in kaleido and on machines without a GPU.
 2. ``symmetric_energy_by_depth``: s against relative depth, per-layer medians.
 3. ``head_types``: shares of Type II, I+ and I- heads per model.
 4. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex, one per model.
+4b. ``moments_O_E`` (heads with moment columns): E against O per head, by type, one
+   panel per model, over the Gaussian null's cloud of each head shape.
 5. ``training_steps`` (heads with a ``step``): median s per layer against step.
 6. ``groups`` (heads with a ``group``): models compared by group.
 7. ``baseline_difference`` (with a reference model): s - s_reference per head.
@@ -39,7 +41,7 @@ from qkenergy.analysis.comparison import (
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
 from qkenergy.formats.tables import text_column as text
 
-__all__ = ["ReportFigure", "report_figures"]
+__all__ = ["MOMENT_CLOUD_SAMPLES", "ReportFigure", "moment_clouds", "report_figures"]
 
 WIDTH = 1000  # static export width in pixels; the HTML figures fill the page width
 _PALETTE = qualitative.D3 + qualitative.Dark2
@@ -351,6 +353,97 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
     )
 
 
+# ----------------------------------------------------------------------------- moments O and E
+
+MOMENT_CLOUD_SAMPLES = 500
+"""Null draws per head shape behind the O-E figure's cloud (seed 0)."""
+
+
+def moment_clouds(
+    heads: pd.DataFrame, *, samples: int = MOMENT_CLOUD_SAMPLES, seed: int = 0
+) -> dict[tuple[int, int], np.ndarray]:
+    """(n, N) -> (samples, 2) draws of (moment_O, moment_E) of a Gaussian head of that shape (nulls.null_law)."""
+    from qkenergy.math.nulls import null_law  # only when the figure is drawn
+
+    clouds = {}
+    for n, N in heads[["n", "N"]].dropna().drop_duplicates().itertuples(index=False):
+        law = null_law(int(n), int(N), samples=samples, seed=seed, names=("moment_O", "moment_E"))
+        clouds[(int(n), int(N))] = np.asarray(law.values)
+    return clouds
+
+
+def _moments(
+    heads: pd.DataFrame, models: list[str], clouds: dict[tuple[int, int], np.ndarray]
+) -> ReportFigure:
+    cols = min(len(models), 3)
+    rows = math.ceil(len(models) / cols)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=models,
+        horizontal_spacing=0.08,
+        vertical_spacing=0.12 / rows + 0.06,
+    )
+    types = text(heads["head_type"])
+    for i, name in enumerate(models):
+        row, col = i // cols + 1, i % cols + 1
+        group = heads[(heads["model"] == name) & heads[["moment_O", "moment_E"]].notna().all(axis=1)]
+        for n, N in group[["n", "N"]].drop_duplicates().itertuples(index=False):
+            cloud = clouds.get((int(n), int(N)))
+            if cloud is None:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=cloud[:, 0],
+                    y=cloud[:, 1],
+                    mode="markers",
+                    marker={"color": "#bbbbbb", "size": 3, "opacity": 0.5},
+                    name=f"null, Gaussian head n={n}, N={N}",
+                    legendgroup="null",
+                    showlegend=i == 0,
+                    hoverinfo="skip",
+                ),
+                row=row,
+                col=col,
+            )
+        for head_type in HEAD_TYPES:
+            sub = group[types[group.index] == head_type]
+            fig.add_trace(
+                go.Scatter(
+                    x=sub["moment_O"],
+                    y=sub["moment_E"],
+                    mode="markers",
+                    marker={
+                        "color": _TYPE_COLOURS[head_type],
+                        "size": 6,
+                        "line": {"width": 0.3, "color": "black"},
+                    },
+                    name=f"Type {head_type}",
+                    legendgroup=head_type,
+                    showlegend=i == 0,
+                    customdata=_customdata(sub),
+                    hovertemplate=_HOVER,
+                ),
+                row=row,
+                col=col,
+            )
+    height = 120 + 330 * rows
+    _layout(fig, height)
+    fig.update_xaxes(title_text="O = Σ λ/(1-λ²)")
+    fig.update_yaxes(title_text="E = Σ λ²/(1-λ²)")
+    fig.update_annotations(yshift=8)
+    return ReportFigure(
+        "moments_O_E",
+        "Moment statistics O and E of the normalised spectrum",
+        "Each head's normalised nonzero spectrum λ of S (a unit vector) summarised by the odd moment "
+        "O = Σ λ/(1-λ²) (sign: which lobe reaches further) and the even moment E = Σ λ²/(1-λ²) (how "
+        f"concentrated the spectrum is), coloured by head type. Grey: {MOMENT_CLOUD_SAMPLES} Gaussian heads "
+        "of the same shape (n, N), the null law the moment columns are judged against.",
+        fig,
+        height,
+    )
+
+
 # ----------------------------------------------------------------------------- 5. training steps
 
 
@@ -571,7 +664,8 @@ def report_figures(
     """The report's figures for a head table (see the module docstring for which appear when)."""
     info = model_info(heads, models)
     order = list(info.index)
-    heads = heads.assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
+    # copy(): a table read column by column is fragmented, and pandas warns when one is assigned to
+    heads = heads.copy().assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
     colours = _colours(order)
     figures = [
         _by_model(heads, order, colours),
@@ -579,6 +673,8 @@ def report_figures(
         _head_types(heads, order),
         _simplex(heads, order),
     ]
+    if {"moment_O", "moment_E", "n", "N"} <= set(heads.columns) and heads["moment_O"].notna().any():
+        figures.append(_moments(heads, order, moment_clouds(heads)))
     if "step" in heads.columns and present(heads["step"]):
         steps = _steps(heads, info)
         if steps is not None:

@@ -23,6 +23,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.base.parallel import resolve_threads, single_threaded_blas
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
+from qkenergy.math.moments import MOMENT_STATISTICS
 from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fill_core
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,8 +44,10 @@ __all__ = [
     "null_statistics_sampler",
 ]
 
-NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure")
-"""The statistics a trained head is judged on against its null law (analysis, plots, CLI baseline)."""
+NULL_STATISTICS: tuple[str, ...] = ("symmetric_energy", "pairing", "lobe_departure", *MOMENT_STATISTICS)
+"""The statistics a trained head is judged on against its null laws (analysis, plots, surveys):
+s, pairing, lobe_departure and the shape of the normalised spectrum (lobe_imbalance,
+lobe_overlap, moment_O, moment_E, moment_R; Lemmas 7 to 10)."""
 
 # Sub-batches keep the temporary arrays near this many float64 values (32 MiB);
 # they depend only on (n, N), so seeded results never depend on memory settings.

@@ -16,8 +16,9 @@ statistic and a `reason`. A statistic undefined on its own for a fine head
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,8 @@ from qkenergy.math.gram import (
     query_block,
     query_pieces,
 )
+from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS, head_types, profile_imbalance
+from qkenergy.math.moments import MOMENT_STATISTICS, lobe_moments
 from qkenergy.math.spectrum import (
     block_singular_values,
     block_skew_energy,
@@ -64,6 +67,7 @@ STATISTICS: tuple[str, ...] = (
     "b_sym",
     "c_sym",
     "d_sym",
+    "imbalance",
     "balance",
     "n_pos",
     "n_neg",
@@ -81,6 +85,7 @@ STATISTICS: tuple[str, ...] = (
     "limit_c_sym",
     "limit_d_sym",
     "limit_distance",
+    *MOMENT_STATISTICS,
 )
 
 # Statistics that need the singular values h of L (an extra n x n eigenproblem per head).
@@ -101,7 +106,7 @@ class HeadStatistics:
     """Statistics of a batch of heads: arrays of the batch shape (docs/mathematics.md §3).
 
     Scalars in `STATISTICS` order; `head_type` ("II", "I+", "I-", "" when
-    undefined); `reason` ("" for a fine head, else why its statistics are
+    undefined; :mod:`qkenergy.math.head_types`); `reason` ("" for a fine head, else why its statistics are
     NaN); lobes `alpha`, `beta` of shape (..., m), decreasing, zero-padded,
     in units of ||L|| (the eigenvalues of S / ||L||, so the weights' scale
     drops out); m = n on the Gram route, N on the dense route.
@@ -115,6 +120,7 @@ class HeadStatistics:
     b_sym: np.ndarray  # b/s
     c_sym: np.ndarray  # c/s
     d_sym: np.ndarray  # d/s
+    imbalance: np.ndarray  # (c - d)/(c + d): the profile imbalance of the published type rule
     balance: np.ndarray  # 1 - |n_pos - n_neg|/(n_pos + n_neg)
     n_pos: np.ndarray  # positive eigenvalues of S (float: NaN for failed heads)
     n_neg: np.ndarray  # negative eigenvalues of S
@@ -132,6 +138,11 @@ class HeadStatistics:
     limit_c_sym: np.ndarray  # (1 - rho)_+^2/(1 + rho^2)
     limit_d_sym: np.ndarray  # (rho - 1)_+^2/(1 + rho^2)
     limit_distance: np.ndarray  # ||(b_sym, c_sym, d_sym) - limit profile||
+    lobe_imbalance: np.ndarray  # I = ||lambda_+||^2 - ||lambda_-||^2 of the normalised spectrum (Lemma 7)
+    lobe_overlap: np.ndarray  # C = <lambda_+, lambda_->, 0 <= 2C <= 1 (Lemma 7)
+    moment_O: np.ndarray  # sum lambda/(1 - lambda^2) (Lemma 9)
+    moment_E: np.ndarray  # sum lambda^2/(1 - lambda^2)
+    moment_R: np.ndarray  # sum 1/(1 - lambda), over the nonzero spectrum
     head_type: np.ndarray
     reason: np.ndarray
     alpha: np.ndarray
@@ -166,13 +177,17 @@ def _statistics_from_spectra(
     reason: np.ndarray,
     radius: float,
     zero_tol: float,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
 ) -> dict[str, np.ndarray]:
     """Every statistic of docs/mathematics.md §3 for heads (H,) from their spectra.
 
     eigs: eigenvalues of S (H, k); norm_s_sq, norm_t_sq, norm_l_sq: ||S||^2,
     ||T||^2, ||L||^2 (= ||S||^2 + ||T||^2, Lemma 5); trace_l: tr L; h:
     singular values of L, descending (None: their statistics are NaN);
-    reason: failures.
+    reason: failures; type_rule, radius, imbalance_cut, edge_cut: the head type
+    (:func:`qkenergy.math.head_types.head_types`).
     """
     symmetric_energy = divide_or_nan(norm_s_sq, norm_l_sq)
     a = divide_or_nan(norm_t_sq, norm_l_sq)
@@ -234,12 +249,11 @@ def _statistics_from_spectra(
     stable_rank = divide_or_nan(sum_h_sq, leading_sq)
     leading_share = divide_or_nan(leading_sq, sum_h_sq)
 
-    off_diagonal = c_sym + d_sym
-    head_type = np.where(
-        np.isnan(off_diagonal),
-        "",
-        np.where(off_diagonal <= radius, "II", np.where(c_sym > d_sym, "I+", "I-")),
-    ).astype("<U2")
+    head_type = head_types(
+        c, d, c_sym, d_sym, type_rule=type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut
+    )
+    # Lemmas 7-10: the normalised spectrum lambda (eigenvalues of the 2n x 2n core / ||S||).
+    spectrum_shape = lobe_moments(eigs, alpha, beta, zero_tol=zero_tol)
 
     values = {
         "symmetric_energy": symmetric_energy,
@@ -250,6 +264,7 @@ def _statistics_from_spectra(
         "b_sym": b_sym,
         "c_sym": c_sym,
         "d_sym": d_sym,
+        "imbalance": profile_imbalance(c, d),
         "balance": balance,
         "n_pos": n_pos,
         "n_neg": n_neg,
@@ -267,6 +282,7 @@ def _statistics_from_spectra(
         "limit_c_sym": limit_c_sym,
         "limit_d_sym": limit_d_sym,
         "limit_distance": limit_distance,
+        **spectrum_shape,
     }
     failed = reason != ""
     for name in STATISTICS:
@@ -393,9 +409,17 @@ def _check_names(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _gram_values(
-    G: np.ndarray, N: int, *, radius: float, zero_tol: float, with_h: bool, symmetric: bool = False
+    G: np.ndarray,
+    N: int,
+    *,
+    radius: float,
+    zero_tol: float,
+    with_h: bool,
+    symmetric: bool = False,
+    types: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
-    """``symmetric``: G is piece_gram's (exactly symmetric, and ours to rescale in place)."""
+    """``symmetric``: G is piece_gram's (exactly symmetric, and ours to rescale in place);
+    ``types``: type_rule, imbalance_cut, edge_cut (default: the imbalance rule)."""
     batch = np.shape(G)[:-2]
     n = head_dim(G)
     G, reason = _prepare_gram(G, owned=symmetric)
@@ -412,11 +436,21 @@ def _gram_values(
         reason=reason,
         radius=radius,
         zero_tol=zero_tol,
+        **(types or {}),
     )
     return values, batch
 
 
-def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
+def gram_statistics(
+    G: np.ndarray,
+    N: int,
+    *,
+    radius: float = RADIUS,
+    zero_tol: float = 1e-9,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
+) -> HeadStatistics:
     """Per-head statistics from Gram matrices G (..., 2n, 2n) of heads of residual width N.
 
     docs/mathematics.md §3 and §4. With G = V V^T (Cholesky,
@@ -425,10 +459,14 @@ def gram_statistics(G: np.ndarray, N: int, *, radius: float = 0.02, zero_tol: fl
     blocks (spectrum.triangular_blocks); ||S||^2 and ||T||^2 are the norms of
     its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK. N is
     needed for n_zero (zero eigenvalues of the N x N S). Counts use the
-    tolerance zero_tol * max|eigenvalue of S|; `radius` is the Type II radius
-    of the head type.
+    tolerance zero_tol * max|eigenvalue of S|. The head type follows
+    ``type_rule`` ("imbalance": Type II when c + d <= edge_cut, else by the
+    imbalance (c - d)/(c + d) against +-imbalance_cut; "radius": Type II when
+    c_sym + d_sym <= radius, else by the sign of c_sym - d_sym), see
+    :mod:`qkenergy.math.head_types`.
     """
-    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True)
+    types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
+    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types)
     return _assemble(values, batch)
 
 
@@ -490,12 +528,21 @@ def spectra_statistic_columns(
     return np.stack([values[name] for name in names], axis=-1)
 
 
-def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1e-9) -> HeadStatistics:
+def dense_statistics(
+    L: np.ndarray,
+    *,
+    radius: float = RADIUS,
+    zero_tol: float = 1e-9,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
+) -> HeadStatistics:
     """Per-head statistics from dense L (..., N, N): the O(N^3) reference route.
 
     Eigenvalues of S by eigvalsh, h by SVD, energies by Lemma 5 (energies.py).
     Without the weights there is no scale to compare with, so only an exactly
-    zero L is a zero head here. Lobes have length N.
+    zero L is a zero head here. Lobes have length N. Head types as in
+    :func:`gram_statistics`.
     """
     L = np.asarray(L, dtype=np.float64)
     if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
@@ -523,6 +570,9 @@ def dense_statistics(L: np.ndarray, *, radius: float = 0.02, zero_tol: float = 1
         reason=_failure_reason(non_finite, zero_head),
         radius=radius,
         zero_tol=zero_tol,
+        type_rule=type_rule,
+        imbalance_cut=imbalance_cut,
+        edge_cut=edge_cut,
     )
     return _assemble(values, batch)
 
@@ -534,8 +584,11 @@ def head_statistics(
     kv_head: np.ndarray | None = None,
     heads: Sequence[int] | np.ndarray | None = None,
     threads: int = 1,
-    radius: float = 0.02,
+    radius: float = RADIUS,
     zero_tol: float = 1e-9,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = IMBALANCE_CUT,
+    edge_cut: float = EDGE_CUT,
 ) -> HeadStatistics:
     """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N).
 
@@ -544,12 +597,15 @@ def head_statistics(
     per query head); ``heads`` then picks query heads (default: all), in that
     order. The work goes in pieces of query heads sharing a key head
     (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
-    results do not depend on ``threads``.
+    results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
     """
+    types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     N = np.shape(w_query)[-1]
     if kv_head is None and heads is None and threads <= 1:
         G = head_gram(w_query, w_key)
-        return _assemble(*_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True))
+        return _assemble(
+            *_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)
+        )
     if kv_head is None:
         w_query, w_key = np.asarray(w_query), np.asarray(w_key)
         if w_query.ndim != 3:
@@ -560,7 +616,9 @@ def head_statistics(
 
     def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
         G = piece_gram(w_query, w_key, kv_head, piece)
-        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True)[0]
+        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)[
+            0
+        ]
 
     parts = thread_map(piece_values, pieces, threads)
     values = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

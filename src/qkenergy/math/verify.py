@@ -21,7 +21,14 @@
   keys, and its reduction to one head of n = H_kv * head_dim against direct
   sampling of whole layers (KS);
 - the Beta tail approximation of p-values: exact for an iid Gaussian square L,
-  and against the empirical tail of a Gaussian head where both exist.
+  and against the empirical tail of a Gaussian head where both exist;
+- the normalised spectrum lambda of S (docs/mathematics.md, section 9), on
+  random, structured and rank-deficient heads: Lemma 7 (lobe norms from I,
+  ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C), 0 <= 2C <= 1),
+  Lemma 8 (the involution iota), Lemma 9 (O, E, R from R and R o iota, and
+  their power series), Lemma 10 (the Gram form of S, tr(S^j), ||S||^2 and the
+  moments as traces of H = JG/(2||S||)), each an identity to 1e-10; Theorem 4
+  (the heads on each face of the profile's simplex), exact face conditions.
 
 Monte Carlo rows pass within 5 standard errors, KS rows when p > 0.001; each
 row says which in its setting or note. Every row has its own seed derived from
@@ -40,7 +47,18 @@ import numpy as np
 from scipy import stats
 
 from qkenergy.base.errors import check_integer
-from qkenergy.math import baselines, energies, gram, layer_null, lobes, montecarlo, nulls, rotation, tails
+from qkenergy.math import (
+    baselines,
+    energies,
+    gram,
+    layer_null,
+    lobes,
+    moments,
+    montecarlo,
+    nulls,
+    rotation,
+    tails,
+)
 from qkenergy.math import statistics as head_stats
 from qkenergy.math.directionality import dense_norms, directionality
 
@@ -777,6 +795,387 @@ def check_tails(samples: int, seed: int) -> list[Check]:
 
 
 # ---------------------------------------------------------------------------
+# The normalised spectrum: Lemmas 7 to 10 and Theorem 4
+
+SPECTRUM_TOLERANCE = 1e-10
+"""Largest error allowed in the identities of Lemmas 7 to 10 (relative where the row says so)."""
+
+FACE_TOLERANCE = 1e-12
+"""A profile coordinate counts as on a face of the simplex at or below this (to rounding)."""
+
+
+def _spectrum_heads(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(setting, w_query, w_key) batches: random, structured and rank-deficient heads."""
+    families: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for n, N in ((1, 6), (4, 16), (8, 40)):
+        w_query, w_key = rng.standard_normal((2, 16, n, N))
+        families.append((f"random Gaussian heads, n = {n}, N = {N}", w_query, w_key))
+    n, N = 6, 30
+    scales = 2.0 ** -np.arange(n)[:, None]
+    w_key = scales * rng.standard_normal((16, n, N))
+    w_query = w_key + 0.3 * rng.standard_normal((16, n, N))
+    families.append(
+        (f"structured: W_Q = W_K + noise, geometric row scales, n = {n}, N = {N}", w_query, w_key)
+    )
+    A = rng.standard_normal((16, n, n))
+    families.append(
+        (
+            f"structured: symmetric L = W_K^T A W_K, A = A^T, n = {n}, N = {N}",
+            (A + np.swapaxes(A, 1, 2)) @ w_key,
+            w_key,
+        )
+    )
+    families.append(("rank-deficient: n = 6 > N/2, N = 8", *rng.standard_normal((2, 16, 6, 8))))
+    repeated = rng.standard_normal((16, 5, 20))
+    repeated[:, 3:] = repeated[:, :2]  # rows of W_Q repeat: C = [W_K; W_Q] has rank 8 < 10
+    families.append(
+        ("rank-deficient: W_Q with repeated rows, n = 5, N = 20", repeated, rng.standard_normal((16, 5, 20)))
+    )
+    same = rng.standard_normal((16, 4, 20))
+    families.append(("rank-deficient: W_K = W_Q (S positive semidefinite), n = 4, N = 20", same, same))
+    return families
+
+
+def _dense_spectrum(w_query: np.ndarray, w_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Normalised nonzero spectra lambda (heads, k_max), zero-padded in the middle, from the N x N S; and k."""
+    L = np.swapaxes(w_key, -1, -2) @ w_query
+    eigs = np.linalg.eigvalsh(0.5 * (L + np.swapaxes(L, -1, -2)))
+    lam, kept = moments.normalised_spectrum(eigs)
+    return lam, np.sum(kept, axis=-1)
+
+
+def _lobes_of(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """lambda_+ (positive entries, largest first) and lambda_- (|negative entries|, largest first), padded."""
+    positive = -np.sort(-np.where(lam > 0, lam, 0.0), axis=-1)
+    negative = -np.sort(-np.where(lam < 0, -lam, 0.0), axis=-1)
+    return positive, negative
+
+
+def _spectrum_row(
+    claim: str, setting: str, worst: float, what: str, tolerance: float = SPECTRUM_TOLERANCE
+) -> Check:
+    worst = worst if math.isfinite(worst) else math.inf
+    return Check(claim, setting, 0.0, worst, None, worst <= tolerance, f"{what}; pass below {tolerance:g}")
+
+
+def check_lemma7(samples: int, seed: int) -> list[Check]:
+    """Lemma 7: ||lambda_+||^2 = (1 + I)/2, ||lambda_-||^2 = (1 - I)/2, ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C)."""
+    rng = np.random.default_rng(_subseed(seed, "lemma7"))
+    rows = []
+    for setting, w_query, w_key in _spectrum_heads(rng):
+        stats_ = head_stats.head_statistics(w_query, w_key)
+        I, C, P = stats_.lobe_imbalance, stats_.lobe_overlap, stats_.pairing
+        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        errors = [
+            np.sum(plus * plus, axis=-1) - (1 + I) / 2,
+            np.sum(minus * minus, axis=-1) - (1 - I) / 2,
+            np.sum((plus - minus) ** 2, axis=-1) - (1 - 2 * C),
+            P - (1 - np.sqrt(1 - 2 * C)),
+            np.minimum(2 * C, 0.0),
+            np.maximum(2 * C - 1, 0.0),
+        ]
+        worst = float(np.max(np.abs(errors)))
+        rows.append(
+            _spectrum_row(
+                "Lemma 7",
+                setting,
+                worst,
+                "largest error of the four identities (I, C, pairing from the Gram route, lobes from the "
+                "N x N S) and of 0 <= 2C <= 1",
+            )
+        )
+    return rows
+
+
+def check_lemma8(samples: int, seed: int) -> list[Check]:
+    """Lemma 8: iota is an orthogonal involution, I o iota = -I, C and P invariant, P = 1 - ||lambda - iota lambda||/sqrt 2."""
+    rng = np.random.default_rng(_subseed(seed, "lemma8"))
+    rows = []
+    for setting, w_query, w_key in _spectrum_heads(rng):
+        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        # lambda with its lobes lined up: zeros in the middle when n_pos != n_neg (n > N/2)
+        lam = np.concatenate([-minus, np.flip(plus, axis=-1)], axis=-1)
+        mirrored = moments.involution(lam)
+        x, y = rng.standard_normal((2, *lam.shape))
+        plus_i, minus_i = _lobes_of(mirrored)
+
+        def lobe_stats(p: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            I = np.sum(p * p, axis=-1) - np.sum(m * m, axis=-1)
+            C = np.sum(p * m, axis=-1)
+            return I, C, 1 - np.sqrt(np.sum((p - m) ** 2, axis=-1))
+
+        I, C, P = lobe_stats(plus, minus)
+        I_i, C_i, P_i = lobe_stats(plus_i, minus_i)
+        # on the heads: -L has spectrum iota lambda; the Gram route's columns follow
+        mine, negated = (
+            head_stats.head_statistics(w_query, w_key),
+            head_stats.head_statistics(-w_query, w_key),
+        )
+        errors = [
+            np.max(np.abs(moments.involution(mirrored) - lam), axis=-1),
+            np.sum(moments.involution(x) * moments.involution(y), axis=-1) - np.sum(x * y, axis=-1),
+            I_i + I,
+            C_i - C,
+            P_i - P,
+            P - (1 - np.linalg.norm(lam - mirrored, axis=-1) / math.sqrt(2)),
+            negated.lobe_imbalance + mine.lobe_imbalance,
+            negated.lobe_overlap - mine.lobe_overlap,
+            negated.pairing - mine.pairing,
+        ]
+        rows.append(
+            _spectrum_row(
+                "Lemma 8",
+                setting,
+                float(np.max(np.abs(errors))),
+                "largest error of iota^2 = id, <iota x, iota y> = <x, y>, I o iota = -I, C o iota = C, "
+                "P o iota = P, P = 1 - ||lambda - iota lambda||/sqrt 2, and of the columns of -L against L's",
+            )
+        )
+    return rows
+
+
+def check_lemma9(samples: int, seed: int) -> list[Check]:
+    """Lemma 9: O = (R - R o iota)/2, k + E = (R + R o iota)/2, and the power series of O, E, R."""
+    rng = np.random.default_rng(_subseed(seed, "lemma9"))
+    rows = []
+    for setting, w_query, w_key in _spectrum_heads(rng):
+        mine, negated = (
+            head_stats.head_statistics(w_query, w_key),
+            head_stats.head_statistics(-w_query, w_key),
+        )
+        O, E, R = mine.moment_O, mine.moment_E, mine.moment_R
+        R_iota = negated.moment_R  # the spectrum of -L is iota lambda
+        lam, k = _dense_spectrum(w_query, w_key)
+        # power sums p_j = sum lambda_i^j, summed until the largest |lambda|^j is below 1e-17
+        top = float(np.max(np.abs(lam)))
+        terms = min(math.ceil(math.log(1e-17) / math.log(top)), 100_000) if 0 < top < 1 else 1
+        powers = np.cumprod(np.broadcast_to(lam, (terms, *lam.shape)), axis=0)  # lambda^1 .. lambda^terms
+        p = np.sum(powers, axis=-1)  # (terms, heads)
+        odd, even = p[0::2], p[1::2]
+        scale = 1.0 + np.abs(R)
+        errors = [
+            (O - (R - R_iota) / 2) / scale,
+            (k + E - (R + R_iota) / 2) / scale,
+            (O - np.sum(odd, axis=0)) / scale,
+            (E - np.sum(even, axis=0)) / scale,
+            (R - k - np.sum(p, axis=0)) / scale,
+        ]
+        rows.append(
+            _spectrum_row(
+                "Lemma 9",
+                setting,
+                float(np.max(np.abs(errors))),
+                f"largest error relative to 1 + |R| of the two identities (R o iota from -L) and of the power "
+                f"series O = sum p_odd, E = sum p_even, R = k + sum p_j ({terms} terms, p_j = sum lambda^j)",
+            )
+        )
+    return rows
+
+
+def check_lemma10(samples: int, seed: int) -> list[Check]:
+    """Lemma 10: S = M^T J M/2, tr(S^j) = tr((JG/2)^j), ||S||^2 = tr((JG)^2)/4, O, E, R as traces of H = JG/(2||S||)."""
+    rng = np.random.default_rng(_subseed(seed, "lemma10"))
+    rows = []
+    for setting, w_query, w_key in _spectrum_heads(rng):
+        n = w_query.shape[-2]
+        M = np.concatenate([w_key, w_query], axis=-2)  # [W_K; W_Q]
+        G = M @ np.swapaxes(M, -1, -2)
+        JG = np.concatenate([G[:, n:], G[:, :n]], axis=-2)
+        L = np.swapaxes(w_key, -1, -2) @ w_query
+        S = 0.5 * (L + np.swapaxes(L, -1, -2))
+        swap = np.block([[np.zeros((n, n)), np.eye(n)], [np.eye(n), np.zeros((n, n))]])
+        norm_s = np.sqrt(np.sum(S * S, axis=(-2, -1)))
+        errors = [np.max(np.abs(0.5 * np.swapaxes(M, -1, -2) @ swap @ M - S), axis=(-2, -1)) / norm_s]
+        errors.append(np.abs(np.einsum("bij,bji->b", JG, JG) / 4 - norm_s**2) / norm_s**2)
+        S_power, H_power = np.eye(S.shape[-1]), np.eye(2 * n)
+        for j in range(1, 7):
+            S_power, H_power = S_power @ S, H_power @ (JG / 2)
+            errors.append(
+                np.abs(np.trace(S_power, axis1=-2, axis2=-1) - np.trace(H_power, axis1=-2, axis2=-1))
+                / norm_s**j
+            )
+        mine = head_stats.head_statistics(w_query, w_key)
+        nonzero = mine.n_pos + mine.n_neg
+        traced = moments.trace_moments(moments.gram_operator(G), nonzero)
+        for name in ("moment_O", "moment_E", "moment_R"):
+            column = getattr(mine, name)
+            errors.append(np.abs(column - traced[name]) / (1 + np.abs(traced[name])))
+        rows.append(
+            _spectrum_row(
+                "Lemma 10",
+                setting,
+                float(np.max(errors)),
+                "largest relative error of S = M^T J M/2, ||S||^2 = tr((JG)^2)/4, tr(S^j) = tr((JG/2)^j) "
+                "(j = 1..6, relative to ||S||^j) and of the moment columns against the traces "
+                "tr(H (I - H^2)^-1), tr(H^2 (I - H^2)^-1), tr((I - H)^-1) - (2n - k)",
+            )
+        )
+    return rows
+
+
+def _head_with_spectrum(
+    rng: np.random.Generator, positive: np.ndarray, negative: np.ndarray, N: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(w_query, w_key), n = len(positive) = len(negative), whose S has eigenvalues positive and -negative.
+
+    M = Q D O U^T: Q^T J Q = diag(I, -I) for Q = [[I, I], [I, -I]]/sqrt 2, D = diag(sqrt(2 positive),
+    sqrt(2 negative)), O a random rotation, U an N x 2n orthonormal frame; then
+    M^T J M/2 = U O^T diag(positive, -negative) O U^T.
+    """
+    n = len(positive)
+    eye = np.eye(n)
+    Q = np.block([[eye, eye], [eye, -eye]]) / math.sqrt(2)
+    D = np.sqrt(2 * np.concatenate([positive, negative]))
+    O = np.linalg.qr(rng.standard_normal((2 * n, 2 * n)))[0]
+    U = np.linalg.qr(rng.standard_normal((N, 2 * n)))[0]
+    M = (Q * D) @ O @ U.T
+    return M[n:], M[:n]
+
+
+def _symmetric_head(rng: np.random.Generator, spectrum: np.ndarray, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """(w_query, w_key) of a symmetric L = W_K^T A W_K with the eigenvalues ``spectrum`` (W_K orthonormal rows)."""
+    n = len(spectrum)
+    w_key = np.linalg.qr(rng.standard_normal((N, n)))[0].T
+    O = np.linalg.qr(rng.standard_normal((n, n)))[0]
+    return (O * spectrum) @ O.T @ w_key, w_key
+
+
+def check_theorem4(samples: int, seed: int) -> list[Check]:
+    """Theorem 4: which heads the profile (a, b, c, d) sends to each face of its simplex.
+
+    Each row builds heads that satisfy the face's condition and heads that just miss it,
+    and passes when the first land on the face (the coordinate exactly 0 where the
+    condition is a strict inequality of eigenvalues, at most FACE_TOLERANCE where it is an
+    equality) and the second do not.
+    """
+    rng = np.random.default_rng(_subseed(seed, "theorem4"))
+    n, N, count = 4, 24, 12
+    rows: list[Check] = []
+
+    def heads(make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> head_stats.HeadStatistics:
+        pairs = [make() for _ in range(count)]
+        return head_stats.head_statistics(np.stack([q for q, _ in pairs]), np.stack([k for _, k in pairs]))
+
+    def lobe(scale: float = 1.0) -> np.ndarray:
+        return np.sort(scale * rng.uniform(0.2, 1.0, n))[::-1]
+
+    def face(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool = False) -> None:
+        limit = 0.0 if exact else FACE_TOLERANCE
+        worst, nearest = float(np.max(on)), float(np.min(off))
+        passed = bool(worst <= limit < nearest)
+        bound = "exactly 0" if exact else f"at most {limit:g}"
+        rows.append(
+            Check(
+                "Theorem 4",
+                setting,
+                0.0,
+                worst if math.isfinite(worst) else math.inf,
+                None,
+                passed,
+                f"{condition}; pass when the heads on the face give {bound} and those off it more "
+                f"(smallest off the face: {nearest:.3g}); tolerance 1e-12",
+            )
+        )
+
+    def dominated(first: float) -> tuple[np.ndarray, np.ndarray]:
+        # alpha_i < beta_i for every i; first > 1 makes alpha_1 > beta_1 (the condition fails)
+        negative = lobe()
+        positive = negative * rng.uniform(0.3, 0.9, n)
+        positive[0] = negative[0] * first
+        return _head_with_spectrum(rng, positive, negative, N)
+
+    def paired(shift: float) -> tuple[np.ndarray, np.ndarray]:
+        positive = lobe()
+        return _head_with_spectrum(rng, positive, positive * (1 + shift), N)
+
+    random_heads = heads(lambda: (rng.standard_normal((n, N)), rng.standard_normal((n, N))))
+    symmetric = heads(lambda: _symmetric_head(rng, rng.standard_normal(n), N))
+    face(
+        "face a = 0: symmetric L = W_K^T A W_K (A = A^T) vs Gaussian heads",
+        symmetric.a,
+        random_heads.a,
+        "a = 0 exactly when L = L^T",
+    )
+    skew = heads(lambda: _skew_head(rng, n, N))
+    face(
+        "vertex a = 1: skew L = W_K^T A W_K (A = -A^T) vs Gaussian heads",
+        1 - skew.a,
+        1 - random_heads.a,
+        "a = 1 exactly when S = 0",
+    )
+    semidefinite = heads(lambda: _head_with_spectrum(rng, lobe(), np.zeros(n), N))  # rank-deficient: rank n
+    both = heads(lambda: _head_with_spectrum(rng, lobe(), lobe(0.05), N))
+    face(
+        "face b = 0: S positive semidefinite (rank-deficient [W_K; W_Q]) vs a negative lobe 1/20 of the positive",
+        semidefinite.b + semidefinite.c * semidefinite.d,
+        both.b,
+        "b = 0 exactly when one lobe is empty, and then c d = 0: nothing lands inside the face b = 0 or on "
+        "the open edge c-d",
+        exact=True,
+    )
+    below, above = heads(lambda: dominated(0.9)), heads(lambda: dominated(1.05))
+    face(
+        "face c = 0: alpha_i < beta_i for every i vs alpha_1 = 1.05 beta_1",
+        below.c,
+        above.c,
+        "c = 0 exactly when lambda_+ <= lambda_- entrywise",
+        exact=True,
+    )
+
+    # L -> -L swaps the lobes: the same heads with W_Q negated lie on d = 0
+    def negated(
+        make: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        return lambda: (lambda pair: (-pair[0], pair[1]))(make())
+
+    face(
+        "face d = 0: beta_i < alpha_i for every i (W_Q -> -W_Q of the heads above) vs beta_1 = 1.05 alpha_1",
+        heads(negated(lambda: dominated(0.9))).d,
+        heads(negated(lambda: dominated(1.05))).d,
+        "d = 0 exactly when lambda_- <= lambda_+ entrywise",
+        exact=True,
+    )
+    mirrored, nearly = heads(lambda: paired(0.0)), heads(lambda: paired(0.01))
+    face(
+        "edge c = d = 0: alpha = beta (spectrum of S symmetric about 0) vs beta = 1.01 alpha",
+        np.maximum(
+            mirrored.c + mirrored.d, np.abs(mirrored.lobe_imbalance) + np.abs(1 - 2 * mirrored.lobe_overlap)
+        ),
+        nearly.c + nearly.d,
+        "c + d = 0 (and I = 0, 2C = 1) to rounding exactly when lambda = iota lambda",
+    )
+    pm = heads(lambda: _symmetric_head(rng, np.repeat(lobe()[: n // 2], 2) * np.tile([1, -1], n // 2), N))
+    face(
+        "vertex b = 1: symmetric L with eigenvalues in +-pairs vs Gaussian heads",
+        1 - pm.b,
+        1 - random_heads.b,
+        "b = 1 exactly when L is symmetric with alpha = beta",
+    )
+    psd = heads(lambda: _symmetric_head(rng, lobe(), N))
+    face(
+        "vertex c = 1: symmetric positive definite A in L = W_K^T A W_K vs Gaussian heads",
+        1 - psd.c,
+        1 - random_heads.c,
+        "c = 1 exactly when L is symmetric positive semidefinite",
+    )
+    nsd = heads(lambda: _symmetric_head(rng, -lobe(), N))
+    face(
+        "vertex d = 1: symmetric negative definite A vs Gaussian heads",
+        1 - nsd.d,
+        1 - random_heads.d,
+        "d = 1 exactly when L is symmetric negative semidefinite",
+    )
+    return rows
+
+
+def _skew_head(rng: np.random.Generator, n: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """(w_query, w_key) of a skew L = W_K^T A W_K, A = -A^T."""
+    w_key = rng.standard_normal((n, N))
+    A = rng.standard_normal((n, n))
+    return (A - A.T) @ w_key, w_key
+
+
+# ---------------------------------------------------------------------------
 
 CHECKS: tuple[CheckFunction, ...] = (
     check_lemma5,
@@ -789,6 +1188,11 @@ CHECKS: tuple[CheckFunction, ...] = (
     check_rotation,
     check_layer_null,
     check_tails,
+    check_lemma7,
+    check_lemma8,
+    check_lemma9,
+    check_lemma10,
+    check_theorem4,
 )
 """The checks run_checks runs, in table order (tests replace this to inject a failure)."""
 

@@ -99,6 +99,9 @@ def survey(
     null_kind: str = "gaussian",
     rotation_samples: int = 500,
     radius: float = 0.02,
+    type_rule: str = "imbalance",
+    imbalance_cut: float = 0.20,
+    edge_cut: float = 0.01,
     retries: int = 2,
     scheduler: str | None = None,
     workers: int | None = None,
@@ -121,6 +124,9 @@ def survey(
     seed = check_integer(seed, "--seed", 0)
     retries = check_integer(retries, "--retries", 0)
     rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
+    from qkenergy.math.head_types import check_type_rule
+
+    check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
     if workers is not None:
         workers = check_integer(workers, "--workers", 1)
     settings = {
@@ -130,6 +136,9 @@ def survey(
         "null_kind": null_kind,
         "rotation_samples": rotation_samples,
         "radius": float(radius),
+        "type_rule": type_rule,
+        "imbalance_cut": float(imbalance_cut),
+        "edge_cut": float(edge_cut),
         "per_layer": bool(per_layer),
     }
     entries, manifest_sha = read_manifest(manifest)

@@ -27,7 +27,18 @@ __all__ = [
 ]
 
 
-SETTINGS = ("samples", "seed", "null", "null_kind", "rotation_samples", "radius", "per_layer")
+SETTINGS = (
+    "samples",
+    "seed",
+    "null",
+    "null_kind",
+    "rotation_samples",
+    "radius",
+    "type_rule",
+    "imbalance_cut",
+    "edge_cut",
+    "per_layer",
+)
 
 
 @dataclass

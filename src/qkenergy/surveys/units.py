@@ -36,6 +36,9 @@ class UnitSpec:
     radius: float
     null_kind: str
     rotation_samples: int
+    type_rule: str = "imbalance"
+    imbalance_cut: float = 0.20
+    edge_cut: float = 0.01
     # When set: first compare the tensors' fingerprint with it and analyse only if they changed.
     expected_fingerprint: str | None = None
     # The null-law cache shared with the client: with per_layer, a layer's null law (a dense N x N
@@ -158,6 +161,9 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             samples=spec.samples,
             seed=spec.seed,
             radius=spec.radius,
+            type_rule=spec.type_rule,
+            imbalance_cut=spec.imbalance_cut,
+            edge_cut=spec.edge_cut,
             null=spec.null,
             null_kind=spec.null_kind,
             rotation_samples=spec.rotation_samples,
