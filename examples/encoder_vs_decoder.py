@@ -351,6 +351,7 @@ def figure(tracked: Any, loss: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), constrained_layout=True)
+    axes[1].sharey(axes[0])  # the two models' s on one scale
     styles = {"default": "-", "symmetric": "--"}
     for ax, model in zip(axes[:2], MODELS, strict=True):
         part = tracked[tracked["model"] == model]
