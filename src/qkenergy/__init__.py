@@ -11,6 +11,7 @@ _LAZY = {
     "analyze_model": "qkenergy.analysis.analyze",
     "survey": "qkenergy.surveys.engine",
     "load_survey": "qkenergy.surveys.dataset",
+    "Tracker": "qkenergy.training.tracker",
 }
 
 

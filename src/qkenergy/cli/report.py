@@ -44,6 +44,7 @@ def report_command(
         settings=inputs.settings,
         title=title,
         static=not no_static,
+        losses=inputs.losses,
     )
     click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
     click.echo(f"wrote {len(result.files)} files in {result.directory}")

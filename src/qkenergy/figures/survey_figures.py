@@ -14,13 +14,15 @@ headless browser, in kaleido and on machines without a GPU.
 4. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex, one per model.
 4b. ``moments_O_E`` (heads with moment columns): E against O per head, by type, one
    panel per model, over the Gaussian null's cloud of each head shape.
-5. ``training_steps`` (heads with a ``step``): median s per layer against step.
+5. ``training_steps`` (heads with a ``step``): median s per layer against step;
+   ``training_loss`` (given loss curves): each run's training loss against step.
 6. ``groups`` (heads with a ``group``): models compared by group.
 7. ``baseline_difference`` (with a reference model): s - s_reference per head.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 from typing import Any, cast
@@ -523,6 +525,38 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
     )
 
 
+def _losses(losses: pd.DataFrame) -> ReportFigure:
+    fig = go.Figure()
+    runs = sorted(losses["run"].astype(str).unique())
+    steps = pd.to_numeric(losses["step"])
+    positive = bool((steps > 0).all()) and steps.max() >= 100 * steps.min()
+    for i, run in enumerate(runs):
+        line = losses[losses["run"].astype(str) == run].sort_values("step")
+        fig.add_trace(
+            go.Scatter(
+                x=line["step"],
+                y=line["loss"],
+                mode="lines",
+                line={"color": _PALETTE[i % len(_PALETTE)], "width": 1.5},
+                name=run,
+                hovertemplate=f"<b>{html.escape(run)}</b><br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="training step", type="log" if positive else "linear")
+    fig.update_yaxes(title_text="training loss")
+    height = 420
+    _layout(fig, height)
+    return ReportFigure(
+        "training_loss",
+        "Training loss",
+        "The loss each run logged while it trained (from the trainer_state.json of its last checkpoint), "
+        "against the training step. Runs with different objectives (masked and causal language "
+        "modelling) compare in shape, not in level.",
+        fig,
+        height,
+    )
+
+
 # ----------------------------------------------------------------------------- 6. groups
 
 
@@ -660,8 +694,12 @@ def report_figures(
     *,
     models: pd.DataFrame | None = None,
     comparison: BaselineComparison | None = None,
+    losses: pd.DataFrame | None = None,
 ) -> list[ReportFigure]:
-    """The report's figures for a head table (see the module docstring for which appear when)."""
+    """The report's figures for a head table (see the module docstring for which appear when).
+
+    ``losses``: training loss curves (``run``, ``step``, ``loss``), drawn after the training steps.
+    """
     info = model_info(heads, models)
     order = list(info.index)
     # copy(): a table read column by column is fragmented, and pandas warns when one is assigned to
@@ -679,6 +717,8 @@ def report_figures(
         steps = _steps(heads, info)
         if steps is not None:
             figures.append(steps)
+    if losses is not None and len(losses):
+        figures.append(_losses(losses))
     if "group" in heads.columns and present(heads["group"]):
         figures.append(_groups(heads, summary))
     if comparison is not None and comparison.compared:

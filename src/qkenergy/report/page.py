@@ -87,6 +87,7 @@ def build_report(
     title: str | None = None,
     static: bool = True,
     formats: Sequence[str] = STATIC_FORMATS,
+    losses: pd.DataFrame | None = None,
 ) -> Report:
     """Write the comparison report of the models in ``heads`` (and ``layers``) to ``out_html``.
 
@@ -97,6 +98,8 @@ def build_report(
     ``architecture`` / ``model_type``, ``n_layers``) when the heads lack
     them. ``settings``: shown in the page (how the survey was run).
     ``static=False`` skips the PNG / SVG export (no browser needed).
+    ``losses``: training loss curves (``run``, ``step``, ``loss``; :func:`training_losses`),
+    drawn as one more figure.
     """
     check_heads(heads)
     target = Path(out_html)
@@ -110,7 +113,7 @@ def build_report(
         )
     summary = model_summary(heads, layers, models)
     comparison = baseline_comparison(heads, baseline, models) if baseline is not None else None
-    figures = report_figures(heads, summary, models=models, comparison=comparison)
+    figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
     page = _page(
         figures,
         summary,
@@ -185,6 +188,8 @@ class ReportInputs:
     layers: pd.DataFrame | None
     models: pd.DataFrame | None
     settings: dict[str, Any]
+    losses: pd.DataFrame | None = None
+    """Training loss per run and step (``run``, ``step``, ``loss``), from the checkpoints' trainer_state.json."""
 
 
 def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
@@ -262,7 +267,50 @@ def _read_survey(out: Path) -> ReportInputs:
     settings: dict[str, Any] = {
         k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record
     }
-    return ReportInputs(heads=heads, layers=layers, models=models, settings={"survey": str(out), **settings})
+    return ReportInputs(
+        heads=heads,
+        layers=layers,
+        models=models,
+        settings={"survey": str(out), **settings},
+        losses=training_losses(entries),
+    )
+
+
+TRAINER_STATE = "trainer_state.json"
+_TRAINER_STATE_LIMIT = 64 << 20
+
+
+def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None:
+    """The training loss curve of each run among a survey's models, or None when no checkpoint has one.
+
+    A run is a manifest ``group`` (else the model's name). Checkpoints that
+    transformers' Trainer saved hold ``trainer_state.json``, whose
+    ``log_history`` lists the logged losses up to that checkpoint; the
+    checkpoint of a run with the largest ``step`` gives the run's curve.
+    """
+    from qkenergy.weights.json_input import read_object
+
+    latest: dict[str, tuple[float, Path]] = {}
+    for entry in entries:
+        path = entry.get("path")
+        if not isinstance(path, str) or not (Path(path) / TRAINER_STATE).is_file():
+            continue
+        run = str(entry.get("group") or entry.get("name"))
+        step = entry.get("step")
+        order = float(step) if isinstance(step, int | float) else float("-inf")
+        if run not in latest or order >= latest[run][0]:
+            latest[run] = (order, Path(path) / TRAINER_STATE)
+    rows = []
+    for run, (_, state_path) in sorted(latest.items()):
+        state = read_object(state_path, str(state_path), "the trainer state", _TRAINER_STATE_LIMIT)
+        history = state.get("log_history")
+        for item in history if isinstance(history, list) else []:
+            if not isinstance(item, dict):
+                continue
+            step, loss = item.get("step"), item.get("loss")
+            if isinstance(step, int) and isinstance(loss, int | float) and not isinstance(loss, bool):
+                rows.append({"run": run, "step": step, "loss": float(loss)})
+    return pd.DataFrame(rows) if rows else None
 
 
 # ----------------------------------------------------------------------------- static figures

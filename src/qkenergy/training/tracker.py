@@ -1,0 +1,221 @@
+"""Every head of a model measured while it trains: the table of one row per head and step.
+
+A :class:`Tracker` holds a model that is being trained (a transformers
+``PreTrainedModel``, a TransformerLens model, or any object with
+``state_dict()`` given with ``config=``) and, on each :meth:`Tracker.log`,
+reads its query and key weights in place through the in-memory route of
+:func:`qkenergy.analysis.analyze.analyze_model` (numpy views of the live
+tensors, one layer at a time; no float64 copy of the model), computes every
+head's statistics and judges them against the exact Gaussian null laws. The
+null laws depend only on a head's shape (n, N), so they are drawn on the first
+call and reused at every later step: a step costs the statistics alone.
+
+The rows are ``analyze_model(model).heads`` with a ``step`` column in front,
+equal to what ``qkenergy analyze`` reports on a checkpoint saved at that step
+with the same ``samples``, ``seed`` and ``radius``. With ``out`` they are
+written as a Parquet dataset, one part file per step
+(``out/step-<SSSSSSSSS>.parquet``), each written atomically with the run's
+settings in its metadata: an interrupted run leaves no partial file, a
+resumed one replaces the parts of the steps it repeats, and pandas, pyarrow
+and DuckDB read the folder as one table (:func:`read_tracking`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qkenergy.base.errors import QKEnergyError, check_integer
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.math.nulls import NullLaw
+
+__all__ = ["PREFIX", "Tracker", "part_path", "read_tracking", "step_scalars"]
+
+PREFIX = "qkenergy/"
+"""Prefix of the scalars :meth:`Tracker.log` returns (the keys in a Trainer's logs)."""
+
+
+def part_path(out: str | os.PathLike[str], step: int) -> Path:
+    """The part file of one step: ``out/step-<SSSSSSSSS>.parquet`` (zero-padded, so names sort by step)."""
+    return Path(out) / f"step-{step:09d}.parquet"
+
+
+class Tracker:
+    """Measure a training model's heads at chosen steps; see the module docstring.
+
+    ``model``: the model being trained (read anew at every :meth:`log`, so the
+    values are those of its weights at that moment). ``out``: the folder of the
+    table's part files (None: keep nothing on disk). ``samples``, ``seed``,
+    ``radius``: the null laws' Monte Carlo size and seed, and the Type II
+    radius, as for ``qkenergy analyze``. ``stack``: keep the heads of one
+    attention stack only (``encoder``, ``decoder``, ...: multi-stack models).
+    ``name``: the ``model`` column (default: the model's own name).
+    ``config``: config.json as a dict, for a model that is not a transformers
+    or TransformerLens model (its ``state_dict()`` is read under the
+    checkpoint's names). ``threads``: as for analyze_model (1 keeps the
+    measurement off the cores a training loop may use in other processes).
+    ``cache_dir``: keep the null laws on disk too.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        samples: int = 2000,
+        seed: int = 0,
+        radius: float = 0.02,
+        stack: str | None = None,
+        name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        threads: int | None = 1,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.model = model
+        self.out = None if out is None else Path(out)
+        self.samples = check_integer(samples, "samples", 2)
+        self.seed = check_integer(seed, "seed", 0)
+        self.radius = radius
+        self.stack = stack
+        self.name = name
+        self.config = None if config is None else dict(config)
+        self.threads = threads
+        self.cache_dir = cache_dir
+        self.laws: dict[tuple[int, int], NullLaw] = {}
+        self.last: pd.DataFrame | None = None
+        """The rows of the latest :meth:`log`."""
+        if self.out is not None and self.out.exists() and not self.out.is_dir():
+            raise QKEnergyError(f"{self.out}: exists and is not a folder (the table's part files go there)")
+
+    def _weights(self) -> Any:
+        if self.config is None:
+            return self.model
+        state = getattr(self.model, "state_dict", None)
+        return state() if callable(state) else self.model
+
+    def _analyze(self, **options: Any) -> Analysis:
+        from qkenergy.analysis.analyze import analyze_model
+
+        return analyze_model(
+            self._weights(),
+            config=self.config,
+            samples=self.samples,
+            seed=self.seed,
+            radius=self.radius,
+            threads=self.threads,
+            **options,
+        )
+
+    def _draw_laws(self) -> None:
+        """The Gaussian null law of every head shape of the model, drawn once for the whole run."""
+        from qkenergy.analysis.null_cache import null_law
+        from qkenergy.math.nulls import NULL_STATISTICS
+
+        shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
+        for n, N in shapes.itertuples(index=False):
+            self.laws[(int(n), int(N))] = null_law(
+                int(n),
+                int(N),
+                samples=self.samples,
+                seed=self.seed,
+                radius=self.radius,
+                cache_dir=self.cache_dir,
+                names=NULL_STATISTICS,
+                threads=self.threads,
+            )
+
+    def measure(self, step: int) -> pd.DataFrame:
+        """The head table of the model's current weights, with ``step`` as its first column."""
+        step = check_integer(step, "step", 0)
+        if not self.laws:
+            self._draw_laws()
+        analysis = self._analyze(null_laws=self.laws)
+        heads = analysis.heads
+        if self.stack is not None:
+            stacks = sorted(set(heads["stack"].astype(str)))
+            if self.stack not in stacks:
+                raise QKEnergyError(
+                    f"stack={self.stack!r}: the model has no such attention stack; it has "
+                    + ", ".join(repr(s) for s in stacks)
+                )
+            # The BH adjustment stays the one over all the model's heads, as analyze reports it.
+            heads = heads[heads["stack"] == self.stack].reset_index(drop=True)
+        if self.name is not None:
+            heads = heads.assign(model=self.name)
+        heads.insert(0, "step", np.int64(step))
+        heads.attrs["settings"] = {**analysis.settings, "step": step, "tracked_stack": self.stack}
+        return heads
+
+    def log(self, step: int) -> dict[str, float]:
+        """Measure the heads at ``step``, write their rows (with ``out``), return the step's scalars.
+
+        The scalars are :func:`step_scalars` of the rows, keyed ``qkenergy/...``.
+        """
+        heads = self.measure(step)
+        if self.out is not None:
+            from qkenergy.formats.tables import write_table
+
+            write_table(heads, part_path(self.out, int(step)), settings=heads.attrs["settings"])
+        self.last = heads
+        return step_scalars(heads)
+
+
+def step_scalars(heads: pd.DataFrame) -> dict[str, float]:
+    """One step's summary: median s overall and per layer, median z, shares above / below the null.
+
+    Keys (under :data:`PREFIX`): ``symmetric_energy_median``,
+    ``symmetric_energy_median/layer_<i>`` (``/<stack>_layer_<i>`` for
+    multi-stack models), ``symmetric_energy_z_median``, ``share_above`` and
+    ``share_below``: the share of the heads with a defined s whose
+    Benjamini-Hochberg adjusted p is below 0.05 with a positive (negative)
+    z-score, as in ``qkenergy report``. Values that cannot be defined (no
+    head with a finite s) are NaN.
+    """
+    from qkenergy.analysis.summary import SIGNIFICANCE
+
+    s = heads["symmetric_energy"].to_numpy(np.float64)
+    z = heads["symmetric_energy_z"].to_numpy(np.float64)
+    p = heads["symmetric_energy_p_bh"].to_numpy(np.float64)
+    defined = np.isfinite(s)
+
+    def median(values: np.ndarray) -> float:
+        values = values[np.isfinite(values)]
+        return float(np.median(values)) if len(values) else math.nan
+
+    significant = defined & np.isfinite(p) & (p < SIGNIFICANCE)
+    count = int(defined.sum())
+    out = {
+        f"{PREFIX}symmetric_energy_median": median(s),
+        f"{PREFIX}symmetric_energy_z_median": median(z),
+        f"{PREFIX}share_above": float((significant & (z > 0)).sum() / count) if count else math.nan,
+        f"{PREFIX}share_below": float((significant & (z < 0)).sum() / count) if count else math.nan,
+    }
+    stacks = heads["stack"].astype(str).to_numpy()
+    layers = heads["layer"].to_numpy(np.int64)
+    for stack, layer in sorted(set(zip(stacks.tolist(), layers.tolist(), strict=True))):
+        where = f"{stack}_layer_{layer}" if stack else f"layer_{layer}"
+        out[f"{PREFIX}symmetric_energy_median/{where}"] = median(s[(stacks == stack) & (layers == layer)])
+    return out
+
+
+def read_tracking(out: str | os.PathLike[str]) -> pd.DataFrame:
+    """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head."""
+    import pandas as pd
+
+    from qkenergy.formats.tables import read_table
+
+    parts = sorted(Path(out).glob("step-*.parquet"))
+    if not parts:
+        raise QKEnergyError(f"{out}: no tracked steps (step-*.parquet) in this folder")
+    frame = pd.concat([read_table(p) for p in parts], ignore_index=True)
+    keys = [c for c in ("step", "model", "stack", "layer", "head") if c in frame.columns]
+    return frame.sort_values(keys, kind="stable").reset_index(drop=True)
