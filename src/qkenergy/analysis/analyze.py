@@ -238,8 +238,14 @@ def analyze_model(
         # One heads list per stack, shared by its layers (a config may claim many layers).
         heads_of = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
         todo = [
-            (a, p, layer, heads_of[id(a)]) for a, p in stacks for layer in layer_ids if layer < a.n_layers
+            (a, p, layer, heads_of[id(a)]) for a, p in stacks for layer in layer_ids if a.has_layer(layer)
         ]
+        if not todo:
+            with_attention = sorted({i for a, _ in stacks for i in a.attention_layers})
+            raise ArgumentError(
+                f"--layers: none of the layers chosen has softmax attention; the layers with attention are "
+                f"{_layer_list(with_attention)}"
+            )
         head_parts: list[Columns] = []
         layer_rows: list[dict[str, Any]] = []
 
@@ -257,7 +263,8 @@ def analyze_model(
                     # fingerprints) while this layer's statistics run; at most two layers in memory.
                     ahead = reader.submit(read, todo[i + 1])
                 plan = plans[id(stack)]
-                rope = None if plan is None else plan[0][layer]
+                # a NoPE layer of a RoPE model: the same form at every offset
+                rope = None if plan is None or stack.layer_positional(layer) != "rope" else plan[0][layer]
                 offsets = None if plan is None else plan[1]
                 rows = _head_rows(
                     source.name,
@@ -384,6 +391,8 @@ def stack_settings(arch: Architecture) -> dict[str, Any]:
         "hidden_size": arch.hidden_size,
         "positional": arch.positional,
         "qk_norm": arch.qk_norm,
+        # hybrid models: the model's layers with softmax attention (the others have no rows)
+        "attention_layers": list(arch.attention_layers),
     }
 
 
@@ -402,12 +411,31 @@ def _notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) 
                 f"{where}RoPE: the form read is the one at relative offset 0 (no rotation); "
                 "--rope-offsets reads L_d = W_K^T R_d W_Q at other offsets d"
             )
+        if arch.layers is not None:
+            notes.append(
+                f"{where}hybrid model: {len(arch.layers)} of its {arch.n_layers} layers have softmax attention "
+                f"(layers {_layer_list(arch.layers)}); the others (linear attention, state-space or "
+                "convolution) have no bilinear form and no rows"
+            )
+        if arch.positional == "rope" and arch.rope_layers is not None:
+            nope = [i for i in arch.attention_layers if arch.layer_positional(i) == "none"]
+            if nope:
+                notes.append(
+                    f"{where}{len(nope)} layers have no positions (NoPE: layers {_layer_list(nope)}); "
+                    "their positional is none and their form is the same at every offset"
+                )
         if arch.layout.key_stack is not None:
             notes.append(
                 f"{where}queries from the decoder stream, keys from the {arch.layout.key_stack} output: "
                 "the form pairs two different streams"
             )
     return notes
+
+
+def _layer_list(layers: Sequence[int], shown: int = 12) -> str:
+    """Layer indices for a note: all of them, or the first ``shown`` and how many more."""
+    text = ", ".join(map(str, layers[:shown]))
+    return text if len(layers) <= shown else f"{text}, ... ({len(layers) - shown} more)"
 
 
 # ----------------------------------------------------------------------------- selection
@@ -486,8 +514,8 @@ def _head_rows(
     sel = np.asarray(head_ids)
     kv = np.asarray(weights.kv_head)[sel]
     N = weights.w_query.shape[-1]
-    if rope is not None and offsets is not None:
-        # each offset's G_d is a rotation of G: the heads' Gram matrices are formed once
+    if offsets is not None:
+        # each offset's G_d is a rotation of G (G itself in a NoPE layer): the heads' Gram matrices are formed once
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
         return concat(
             [
@@ -558,7 +586,7 @@ def _head_columns(
         **({} if offset is None else {"offset": offset}),
         "n": int(n),
         "N": int(N),
-        "positional": arch.positional,
+        "positional": arch.layer_positional(weights.layer),
         "qk_norm": arch.qk_norm,
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
@@ -764,11 +792,15 @@ def _layer_rows(
     offsets: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """The layer's whole form; with RoPE offsets, one row per offset (sum_h W_K^h^T R_d W_Q^h)."""
-    if rope is None or offsets is None:
+    if offsets is None:
         return [_layer_row(model, arch, weights, types)]
     rows = []
-    for offset in offsets:
-        rotated = dataclasses.replace(weights, w_query=rotate(weights.w_query, rope, offset))
+    for offset in offsets:  # a NoPE layer (rope None): the same form at every offset
+        rotated = (
+            weights
+            if rope is None
+            else dataclasses.replace(weights, w_query=rotate(weights.w_query, rope, offset))
+        )
         rows.append({"offset": offset, **_layer_row(model, arch, rotated, types)})
     return rows
 
@@ -788,7 +820,7 @@ def _layer_row(
         "n_kv_heads": weights.w_key.shape[0],
         "n": H * n,
         "N": N,
-        "positional": arch.positional,
+        "positional": arch.layer_positional(weights.layer),
         "qk_norm": arch.qk_norm,
         "route": route,
         # Proposition 6's proof permutes and flips columns only, so GQA's repeated

@@ -84,13 +84,14 @@ def offset_grams(
 ) -> Iterator[tuple[int | None, np.ndarray]]:
     """(offset, Gram matrices G_d of the heads at that offset); one (None, G) without offsets.
 
-    ``G``: the heads' Gram matrices (gram.head_gram), computed once.
+    ``G``: the heads' Gram matrices (gram.head_gram), computed once. Offsets without a
+    ``rope`` (a NoPE layer of a RoPE model) give G itself at every offset.
     """
-    if rope is None or offsets is None:
+    if offsets is None:
         yield None, G
         return
     for offset in offsets:
-        yield offset, rotated_gram(G, rope, offset)
+        yield offset, G if rope is None else rotated_gram(G, rope, offset)
 
 
 def rope_description(

@@ -100,7 +100,9 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
                 "hidden_size": arch.hidden_size,
                 "stacks": [stack_settings(a) for a in stacks],
             }
-            plan.layers = select(f"{entry.name}: layers", entry.layers, n_layers, "layers")
+            chosen = select(f"{entry.name}: layers", entry.layers, n_layers, "layers")
+            # hybrid models: only the layers with softmax attention are units
+            plan.layers = [layer for layer in chosen if any(a.has_layer(layer) for a in stacks)]
             stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]]
             plan.files_digest = digest(stats)
     except QKEnergyError as error:

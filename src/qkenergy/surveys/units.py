@@ -105,7 +105,7 @@ def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
         found = architectures(source.config, source.config_where, layout=source.layout)
         recorder = _Recorder(source.tensors)
         for arch, prefix in present_stacks(source.tensors, found):  # every stack, as analyze reads them
-            if layer < arch.n_layers:
+            if arch.has_layer(layer):
                 read_layer(recorder, arch, layer, fold_norm=fold_norm, prefix=prefix)
         return files_fingerprint(fingerprint_files(source.tensors, sorted(recorder.read)))
 

@@ -18,7 +18,7 @@ import numpy as np
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.families import FAMILIES, supported_model_types
 from qkenergy.weights.json_input import get_bool, get_int, get_str, show_name
-from qkenergy.weights.layout import Family, Layout
+from qkenergy.weights.layout import Family, LayerPattern, Layout
 
 __all__ = [
     "Architecture",
@@ -44,10 +44,29 @@ class Architecture:
     key_norm: str | None = None
     # Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
     latent: tuple[int, int, int, int] | None = None
+    # Hybrid models: the model's layer indices that have softmax attention (None: all n_layers).
+    layers: tuple[int, ...] | None = None
+    # Models with NoPE layers: the layers that rotate (None: all of them, in a ``rope`` stack).
+    rope_layers: tuple[int, ...] | None = None
 
     @property
     def stack(self) -> str:
         return self.layout.stack
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The model's layer indices with softmax attention (every layer but in hybrid models)."""
+        return tuple(range(self.n_layers)) if self.layers is None else self.layers
+
+    def has_layer(self, layer: int) -> bool:
+        """Whether the model's layer ``layer`` has attention of this stack."""
+        return 0 <= layer < self.n_layers and (self.layers is None or layer in self.layers)
+
+    def layer_positional(self, layer: int) -> str:
+        """How layer ``layer`` sees positions: the stack's kind, or ``none`` for a NoPE layer."""
+        if self.positional == "rope" and self.rope_layers is not None and layer not in self.rope_layers:
+            return "none"
+        return self.positional
 
     @property
     def positional(self) -> str:
@@ -123,6 +142,52 @@ def family_of(
     return str(model_type), found
 
 
+def _config_path(config: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted key (``a.b``: key b of the sub-dict a), None where absent."""
+    value: Any = config
+    for part in key.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def pattern_layers(
+    patterns: tuple[LayerPattern, ...], config: Mapping[str, Any], n_layers: int, source: str
+) -> tuple[int, ...] | None:
+    """The layers named by the first of ``patterns`` whose key the config has (None: none has)."""
+    for pattern in patterns:
+        value = _config_path(config, pattern.key)
+        if value is None:
+            continue
+        what = f"{source}: {pattern.key!r}"
+        if pattern.kind == "period":
+            offset = _config_path(config, pattern.offset_key) if pattern.offset_key else 0
+            if not (_is_int(value) and _is_int(offset) and value >= 1):
+                raise QKEnergyError(
+                    f"{what} and {pattern.offset_key!r} must be integers, the period positive"
+                )
+            return tuple(i for i in range(n_layers) if i % value == offset)
+        if pattern.kind == "indices":
+            last = n_layers - 1 + pattern.base
+            if not isinstance(value, list) or not all(
+                _is_int(v) and pattern.base <= v <= last for v in value
+            ):
+                raise QKEnergyError(f"{what} must list layer indices from {pattern.base} to {last}")
+            return tuple(sorted({v - pattern.base for v in value}))
+        if not isinstance(value, list | str) or len(value) < n_layers:
+            raise QKEnergyError(f"{what} must give one entry per layer ({n_layers} layers)")
+        entries = list(value)[:n_layers]
+        if pattern.members:
+            return tuple(i for i, entry in enumerate(entries) if entry in pattern.members)
+        return tuple(i for i, entry in enumerate(entries) if entry)
+    return None
+
+
 def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
     if layout.config_section is not None:
         section = config.get(layout.config_section)
@@ -167,7 +232,22 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
                 f"{layout.heads_keys[0]}={n_heads}"
             )
         head_dim = hidden // n_heads
-    return Architecture(mt, n_layers, n_heads, n_kv, head_dim, hidden, layout, latent=latent)
+    layers = pattern_layers(layout.attention_layers, config, n_layers, source)
+    if layers is not None and not layers:
+        raise QKEnergyError(f"{source}: this {mt} model has no layer with softmax attention")
+    rope_layers = pattern_layers(layout.rope_layers, config, n_layers, source)
+    return Architecture(
+        mt,
+        n_layers,
+        n_heads,
+        n_kv,
+        head_dim,
+        hidden,
+        layout,
+        latent=latent,
+        layers=layers,
+        rope_layers=rope_layers,
+    )
 
 
 def _output_norm(arch: Architecture) -> str | None:

@@ -26,6 +26,7 @@ __all__ = [
     "STACKS",
     "Family",
     "LatentAttention",
+    "LayerPattern",
     "Layout",
     "QKNorm",
     "TensorReader",
@@ -56,6 +57,28 @@ class TensorReader(Protocol):
 
 
 @dataclass(frozen=True)
+class LayerPattern:
+    """A set of layers named by config.json: the layers of a hybrid model that have softmax
+    attention, or the layers of a model with NoPE layers that rotate.
+
+    ``key`` is a config.json key (a dotted path reaches into a sub-dict, e.g.
+    ``linear_attn_config.full_attn_layers``). Its value is read by ``kind``:
+
+    - ``types``: one entry per layer, a list (layer types such as "full_attention", or 0/1
+      flags) or a string of one character per layer (nemotron_h's "M-*"); a layer belongs
+      when its entry is one of ``members`` (no members: when the entry is truthy, e.g. 1);
+    - ``indices``: the list of the layer indices that belong, counted from ``base``;
+    - ``period``: layer i belongs when i % value equals the value of ``offset_key`` (jamba).
+    """
+
+    key: str
+    kind: Literal["types", "indices", "period"] = "types"
+    members: tuple[str, ...] = ()
+    base: int = 0
+    offset_key: str | None = None
+
+
+@dataclass(frozen=True)
 class QKNorm:
     """Norms applied to the projected queries and keys before the score (qk-norm).
 
@@ -64,16 +87,20 @@ class QKNorm:
     the form; the gains g_Q, g_K do change it and are folded in, always:
     L = (diag(g_K) W_K)^T (diag(g_Q) W_Q). A LayerNorm (``centred``) also subtracts the
     mean of the normalised entries, a fixed linear projection P that is folded too:
-    W -> diag(g) P W.
+    W -> diag(g) P W. A norm without learned gains (llama4's L2 norm: ``query`` and ``key``
+    None) leaves the form unchanged: nothing is folded.
     """
 
-    query: str  # gain of the query norm; "{h}" in the name: each head has its own norm
-    key: str
+    query: str | None  # gain of the query norm; "{h}" in the name: each head has its own norm
+    key: str | None  # None (both): a norm without learned gains, nothing to fold
     # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
     # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,)).
     scope: Literal["head", "projection"] = "head"
     offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
     centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
+    # The norm acts after the rotary embedding (hunyuan): its gains do not commute with the
+    # rotation, so the form read (gains folded) is the one of two tokens at position 0.
+    after_rope: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,18 @@ class Layout:
     # a post-norm stack its last layer's norm, feeds them).
     key_stack: str | None = None
     final_norm: str | None = None
+    # The query projection also holds a gate per head (qwen3_next): its rows are (H, 2 n), the
+    # head's n query rows first, then its n gate rows; only the query rows enter the form.
+    query_gate: bool = False
+    # Hybrid models: the layers with softmax attention (the first pattern whose key the config
+    # has; none: every layer). Rows keep the model's own layer index.
+    attention_layers: tuple[LayerPattern, ...] = ()
+    # Models with NoPE layers: the layers that rotate (the first pattern whose key the config
+    # has; none: every layer of a ``rope`` stack). The other layers are ``positional = none``.
+    rope_layers: tuple[LayerPattern, ...] = ()
+    # A multimodal model's tower: the checkpoint prefix of this stack contains this name
+    # (language_model, vision_tower), so one tower's tensors are never taken for another's.
+    within: str | None = None
     # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False

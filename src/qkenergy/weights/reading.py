@@ -58,6 +58,8 @@ def find_prefix(tensors: TensorReader, arch: Architecture) -> str:
     suffix = arch.layout.query.format(i=0)
     dotted = "." + suffix
     found = [n[: len(n) - len(suffix)] for n in tensors.names if n == suffix or n.endswith(dotted)]
+    if arch.layout.within is not None:  # a multimodal tower: only prefixes inside it
+        found = [p for p in found if arch.layout.within in p]
     if not found:
         what = f"the {arch.stack} stack of " if arch.stack else ""
         raise QKEnergyError(
@@ -120,6 +122,11 @@ def read_layer(
         raise QKEnergyError(
             f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
         )
+    if not arch.has_layer(layer):
+        raise QKEnergyError(
+            f"layer {layer} of this {arch.model_type} model has no softmax attention; the layers with "
+            f"attention are {', '.join(map(str, arch.attention_layers))}"
+        )
     if prefix is None:
         prefix = find_prefix(tensors, arch)
     lay = arch.layout
@@ -152,9 +159,14 @@ def read_layer(
     if lay.storage == "separate":
         assert lay.key is not None, "a separate layout names its key tensor"
         kname = need(lay.key.format(i=layer))
-        _check_shape(tensors, qname, (H * n, N), sizes)
+        if lay.query_gate:
+            _check_shape(
+                tensors, qname, (2 * H * n, N), f"{H} heads x 2 x head_dim {n} (query, gate), hidden {N}"
+            )
+        else:
+            _check_shape(tensors, qname, (H * n, N), sizes)
         _check_shape(tensors, kname, (Hkv * n, N), f"{Hkv} key heads x head_dim {n}, hidden {N}")
-        wq = tensors.tensor(qname).reshape(H, n, N)
+        wq = tensors.tensor(qname).reshape(H, -1, N)[:, :n]  # a gated head: n query rows, then n gate rows
         wk = tensors.tensor(kname).reshape(Hkv, n, N)
     elif lay.storage in ("stacked", "grouped"):
         _check_shape(
@@ -189,7 +201,7 @@ def read_layer(
     # copies: the Gram products convert each head into float32/64 anyway, and that copy reads
     # a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
 
-    if lay.qk_norm is not None:
+    if lay.qk_norm is not None and lay.qk_norm.query is not None:  # a gain-free norm folds nothing
         wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain)
 
     query_gain = key_gain = None
@@ -214,6 +226,7 @@ def _fold_qk_norm(
     """W -> diag(g) P W per head (P: the LayerNorm's centring, or the identity for RMSNorm)."""
     out = []
     for template, w, side in ((qk.query, wq, "query"), (qk.key, wk, "key")):
+        assert template is not None, "a qk-norm with gains names both"
         heads, n, N = w.shape
         w = w.astype(_float(w))
         if qk.scope == "projection":

@@ -1,0 +1,495 @@
+"""One proof for every family, through transformers itself: the forms read are the model's scores.
+
+For every case of ``tiny_models.CASES`` a tiny random model (norm gains drawn in
+(0.5, 1.5), every bias zero: biases are not part of the form) is saved as
+safetensors and read back with qkenergy. The model then runs once with an
+attention function registered in transformers' ``AttentionInterface``, which
+records the query and key states each attention module hands it: after the
+projections, the qk-norms and the rotary embedding, exactly what enters the
+score ``q_i . k_j``. Modules that compute their scores themselves (bloom, falcon,
+gpt_neo, mpt) are watched instead for the first product of two activations in
+their forward: the score product. Forward pre-hooks give the attention input x
+of every call (the inputs of the query and key projections, found by value: the
+modules owning the tensors the layout names).
+
+For every stack, layer with softmax attention and head, all pairs (i, j) must
+satisfy
+
+    q_i . k_j = c_i c_j  x_j^T L_d x_i,   d = p_i - p_j,   L_d = W_K^T R_d W_Q,
+
+where R_d comes from qkenergy.math.rope with the settings qkenergy reads from
+config.json (the identity in a NoPE layer or a stack without RoPE), and c_i,
+c_j are per-token positive factors: the ratio of the model's vector norm to
+ours. A qk-norm divides each token's query and key by such a number and
+changes nothing else; where no norm follows the projections the factors must
+be one constant (a scale folded into the projection), so a missing gain, a
+wrong pairing of rotary coordinates, a wrong head split or a wrong layer index
+all fail. Latent attention has two key factors, one per part (the key latent's
+norm divides only the part without RoPE). With ``fold_norm`` the same identity
+must hold with x replaced by the gain-free output of the norm that feeds
+attention (the model's own norm module run with gain 1 and no bias), which
+also checks that the norm the layout names is the one feeding attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from torch.overrides import TorchFunctionMode  # noqa: E402
+from transformers import AttentionInterface  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noqa: E402
+
+from qkenergy.math.rope import Rope, attention_factor, rotate  # noqa: E402
+from qkenergy.weights import families, reading  # noqa: E402
+from qkenergy.weights.architecture import Architecture, architectures  # noqa: E402
+from qkenergy.weights.checkpoint import open_model  # noqa: E402
+from qkenergy.weights.rope_settings import layer_ropes  # noqa: E402
+from tests.cross.tiny_models import CASES, TOKENS, VOCAB, Tiny, tiny_config  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CAPTURE = "qkenergy_capture"  # the attention implementation registered below
+WEIGHT_STD = 0.25  # large enough that scores are O(1), so the comparison has teeth
+Key = tuple[str, int]  # (stack, layer)
+
+
+class Recorder:
+    """The query and key states of every call of the attention modules watched, per (stack, layer)."""
+
+    def __init__(self) -> None:
+        self.owners: dict[int, Key] = {}  # id(query projection module) -> (stack, layer)
+        self.states: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def key_of(self, module: Any) -> Key | None:
+        for sub in module.modules():
+            found = self.owners.get(id(sub))
+            if found is not None:
+                return found
+        return None
+
+    def add(self, key: Key, query: Any, keys: Any) -> None:
+        """Batch 1: (heads, T, n) each; a fused batch-and-heads axis (bloom) is one axis already."""
+
+        def heads(t: Any) -> np.ndarray:
+            a = t.detach().double().numpy()
+            return a.reshape(-1, a.shape[-2], a.shape[-1])
+
+        self.states.setdefault(key, []).append((heads(query), heads(keys)))
+
+
+_ACTIVE: list[Recorder] = []
+
+
+def _capture(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """Record the states, then attend as the model's own eager function does."""
+    if _ACTIVE:
+        found = _ACTIVE[-1].key_of(module)
+        if found is not None:
+            _ACTIVE[-1].add(found, query, key)
+    own = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if own is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward as own
+    return own(module, query, key, value, attention_mask, *args, **kwargs)
+
+
+AttentionInterface.register(CAPTURE, _capture)
+AttentionMaskInterface.register(CAPTURE, eager_mask)
+
+
+class ScoreProducts(TorchFunctionMode):
+    """For modules that compute scores themselves: the operands of the first product in their forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active: list[list[Any]] = []  # [key, (query, key) or None] per module running
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.active and self.active[-1][1] is None:
+            pair = None
+            if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm):
+                if args[0].dim() >= 3 and args[1].dim() >= 3:
+                    pair = (args[0], args[1].transpose(-1, -2))
+            elif func in (torch.baddbmm, torch.Tensor.baddbmm):  # bloom: alibi.baddbmm(q, k^T)
+                pair = (kwargs.get("batch1", args[1] if len(args) > 1 else None), None)
+                batch2 = kwargs.get("batch2", args[2] if len(args) > 2 else None)
+                pair = (pair[0], batch2.transpose(-1, -2))
+            elif func is torch.nn.functional.scaled_dot_product_attention:
+                pair = (args[0], args[1])
+            if pair is not None:
+                self.active[-1][1] = pair
+        return func(*args, **kwargs)
+
+
+def _set_implementation(config: Any, name: str) -> None:
+    """The attention implementation of a config and all its sub-configs."""
+    seen: set[int] = set()
+    todo = [config]
+    while todo:
+        c = todo.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        c._attn_implementation_internal = name
+        todo.extend(
+            sub
+            for key in getattr(c, "sub_configs", {})
+            if hasattr(sub := getattr(c, key, None), "sub_configs")
+        )
+
+
+def _gain_offset(module: Any) -> float | None:
+    """0 for a norm multiplying by its weight w, 1 for one multiplying by 1 + w (gemma); None: no gain."""
+    w = getattr(module, "weight", None)
+    if not isinstance(w, torch.nn.Parameter) or w.dim() != 1:
+        return None
+    x = torch.randn(3, w.shape[0], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = torch.func.functional_call(module, {"weight": torch.zeros_like(w)}, (x,))
+    return 0.0 if float(out.abs().max()) < 1e-6 else 1.0
+
+
+def _randomise(model: Any) -> None:
+    """O(1) random weights, norm gains in (0.5, 1.5), every bias zero (not part of the form)."""
+    gen = torch.Generator().manual_seed(1234)
+    offsets = {}
+    for name, module in model.named_modules():
+        if "Norm" in type(module).__name__:
+            offset = _gain_offset(module)
+            if offset is not None:
+                offsets[f"{name}.weight" if name else "weight"] = offset
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name in offsets:
+                p.uniform_(0.5 - offsets[name], 1.5 - offsets[name], generator=gen)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, WEIGHT_STD, generator=gen)
+
+
+def _inputs(kind: str, config: Any) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, VOCAB, (1, TOKENS), generator=gen)
+    pixels = torch.randn((1, 3, 12, 12), generator=gen)
+    if kind == "text":
+        return dict(input_ids=ids)
+    if kind == "seq2seq":
+        return dict(input_ids=ids, decoder_input_ids=torch.randint(3, VOCAB, (1, TOKENS - 2), generator=gen))
+    if kind == "speech":
+        features = torch.randn((1, config.num_mel_bins, 2 * config.max_source_positions), generator=gen)
+        return dict(input_features=features, decoder_input_ids=ids)
+    if kind == "image":
+        return dict(pixel_values=pixels)
+    if kind == "audio":
+        return dict(input_values=torch.randn((1, 400), generator=gen))
+    assert kind == "clip", kind
+    return dict(input_ids=ids, pixel_values=pixels)
+
+
+def _owners(model: Any) -> dict[tuple[tuple[int, ...], bytes], Any]:
+    """(shape, bytes) of every parameter -> the module owning it (random weights: each is unique)."""
+    modules = dict(model.named_modules())
+    out = {}
+    for name, p in model.named_parameters():
+        owner = modules[name.rsplit(".", 1)[0]] if "." in name else model
+        arr = p.detach().float().numpy()
+        out[(arr.shape, arr.tobytes())] = owner
+    return out
+
+
+class Calls:
+    """Inputs (pre-hooks) and input/output pairs (hooks) of the modules watched, in call order."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[int, list[np.ndarray]] = {}
+        self.io: dict[int, list[tuple[Any, np.ndarray]]] = {}
+        self.hooks: list[Any] = []
+
+    def watch_input(self, module: Any) -> int:
+        key = id(module)
+        if key not in self.inputs:
+            self.inputs[key] = []
+
+            def hook(mod: Any, args: Any, kwargs: Any, key: int = key) -> None:
+                x = args[0] if args else next(iter(kwargs.values()))
+                self.inputs[key].append(x.detach().double().numpy().reshape(-1, x.shape[-1]))
+
+            self.hooks.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        return key
+
+    def watch_io(self, module: Any) -> int:
+        key = id(module)
+        if key not in self.io:
+            self.io[key] = []
+
+            def hook(mod: Any, args: Any, out: Any, key: int = key) -> None:
+                self.io[key].append((args[0].detach(), out.detach().double().numpy()))
+
+            self.hooks.append(module.register_forward_hook(hook))
+        return key
+
+    def remove(self) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
+def _gain_free(module: Any, offset: float, h: Any) -> np.ndarray:
+    """The norm module's output on h with gain 1 (weight 1 - offset) and no bias."""
+    params = {"weight": torch.full_like(module.weight, 1.0 - offset)}
+    if getattr(module, "bias", None) is not None:
+        params["bias"] = torch.zeros_like(module.bias)
+    with torch.no_grad():
+        return torch.func.functional_call(module, params, (h,)).double().numpy()
+
+
+def _per_vector(rope: Rope) -> Rope:
+    """The rotation one query (or key) carries: cos and sin times the attention factor, not its square."""
+    return dataclasses.replace(rope, attention_factor=math.sqrt(attention_factor(rope)))
+
+
+@dataclasses.dataclass
+class Stage:
+    """One (stack, layer) to prove: its architecture, prefix and the module keys watched."""
+
+    arch: Architecture
+    prefix: str
+    layer: int
+    query: int
+    key: int
+    norms: dict[str, tuple[Any, int]]
+
+
+def _plan(
+    model: Any, tensors: Any, archs: tuple[Architecture, ...], calls: Calls, rec: Recorder
+) -> list[Stage]:
+    owners = _owners(model)
+
+    def owner(name: str) -> Any:
+        arr = np.asarray(tensors.tensor(name), dtype=np.float32)
+        found = owners.get((arr.shape, arr.tobytes()))
+        assert found is not None, f"no module of the model holds the checkpoint tensor {name!r}"
+        return found
+
+    stages = []
+    for arch in archs:
+        prefix = reading.find_prefix(tensors, arch)
+        lay = arch.layout
+        for layer in arch.attention_layers:
+            q_owner = owner(prefix + lay.query.format(i=layer))
+            k_owner = owner(prefix + (lay.key or lay.query).format(i=layer))
+            rec.owners[id(q_owner)] = (arch.stack, layer)
+            norm = reading._norm_name(lay, layer)
+            norms = {}
+            for side, name in (("query", norm), ("key", arch.key_norm if lay.key_stack else norm)):
+                if name is not None:
+                    module = owner(prefix + name.format(i=layer))
+                    norms[side] = (module, calls.watch_io(module))
+            stages.append(
+                Stage(arch, prefix, layer, calls.watch_input(q_owner), calls.watch_input(k_owner), norms)
+            )
+    return stages
+
+
+def _watch_score_products(model: Any, stages: list[Stage], tensors: Any, calls: Calls, rec: Recorder) -> Any:
+    """Hooks on the attention modules (the query projection's parent) around a ScoreProducts mode."""
+    mode = ScoreProducts()
+    parents = {id(child): module for module in model.modules() for child in module.children()}
+    owners = _owners(model)
+    for stage in stages:
+        arr = np.asarray(
+            tensors.tensor(stage.prefix + stage.arch.layout.query.format(i=stage.layer)), np.float32
+        )
+        attention = parents[id(owners[(arr.shape, arr.tobytes())])]
+        key = (stage.arch.stack, stage.layer)
+
+        def pre(mod: Any, args: Any, key: Key = key) -> None:
+            mode.active.append([key, None])
+
+        def post(mod: Any, args: Any, out: Any) -> None:
+            key, pair = mode.active.pop()
+            assert pair is not None, f"no score product in {type(mod).__name__}"
+            rec.add(key, *pair)
+
+        calls.hooks += [attention.register_forward_pre_hook(pre), attention.register_forward_hook(post)]
+    return mode
+
+
+def _feeding(stage: Stage, side: str, x: np.ndarray, calls: Calls) -> np.ndarray | None:
+    """The gain-free normalised input of the norm whose output is x (x itself when none feeds it)."""
+    if side not in stage.norms:
+        return x
+    module, key = stage.norms[side]
+    for h, out in calls.io[key]:
+        out = out.reshape(-1, out.shape[-1])
+        if out.shape == x.shape and np.allclose(out, x, rtol=1e-5, atol=1e-5):
+            return _gain_free(module, stage.arch.layout.norm_offset, h).reshape(x.shape)
+    return None
+
+
+def _rotated(vectors: np.ndarray, rope: Rope | None, positions: np.ndarray) -> np.ndarray:
+    """(heads, T, n) vectors, each rotated as the model rotates it at its own position."""
+    if rope is None:
+        return vectors
+    one = _per_vector(rope)
+    return np.stack([rotate(vectors[:, t, :], one, int(p), axis=-1) for t, p in enumerate(positions)], axis=1)
+
+
+def _check_stage(
+    case: Tiny,
+    stage: Stage,
+    call: int,
+    states: tuple[np.ndarray, np.ndarray],
+    calls: Calls,
+    cfg: Any,
+    tensors: Any,
+    at_zero: bool,
+) -> float:
+    """The identity of the module docstring for one call of one layer; returns the scores' largest |value|."""
+    arch, layer = stage.arch, stage.layer
+    q, k = states
+    H, n = arch.n_heads, arch.head_dim
+    what = f"{arch.stack or 'stack'} layer {layer} call {call}"
+    assert q.shape[0] == H and q.shape[-1] == n, f"{what}: query states {q.shape}, expected {H} heads of {n}"
+    x_q, x_k = calls.inputs[stage.query][call], calls.inputs[stage.key][call]
+    z_q, z_k = (
+        _feeding(stage, "query", x_q, calls),
+        _feeding(stage, "key" if arch.layout.key_stack else "query", x_k, calls),
+    )
+    if z_q is None or z_k is None:
+        assert case.unfed_first_call and call == 0, (
+            f"{what}: the norm the layout names does not feed attention"
+        )
+    rope = None
+    if arch.layer_positional(layer) == "rope":
+        section = cfg[arch.layout.config_section] if arch.layout.config_section else cfg
+        rope = layer_ropes(section, arch)[layer]
+    Tq, Tk = q.shape[1], k.shape[1]
+    p_q = np.zeros(Tq, int) if at_zero else np.arange(Tq)
+    p_k = np.zeros(Tk, int) if at_zero else np.arange(Tk)
+    offsets = p_q[:, None] - p_k[None, :]
+    kv = arch.kv_head
+    model_kv = np.arange(H) if k.shape[0] == H else kv  # some modules hand over keys already repeated
+    k = k[model_kv]
+    parts = [slice(0, n)] if arch.latent is None else [slice(0, arch.latent[0]), slice(arch.latent[0], n)]
+    scores = np.einsum("hin,hjn->hij", q, k)
+    scale = float(np.abs(scores).max())
+    plain = reading.read_layer(tensors, arch, layer, prefix=stage.prefix)
+    folded = reading.read_layer(tensors, arch, layer, fold_norm=True, prefix=stage.prefix)
+    for weights, xq, xk, label in ((plain, x_q, x_k, ""), (folded, z_q, z_k, " (fold_norm)")):
+        if xq is None or xk is None:
+            continue
+        ours_q = np.einsum("hnN,iN->hin", weights.w_query.astype(np.float64), xq)
+        ours_k = np.einsum("hnN,jN->hjn", weights.w_key.astype(np.float64), xk)[kv]
+        # Per-token factors: the model's vector norms over ours (rotated as the model rotates them).
+        c_q = np.linalg.norm(q, axis=-1) / np.linalg.norm(_rotated(ours_q, rope, p_q), axis=-1)
+        rotated_k = _rotated(ours_k, rope, p_k)
+        c_k = [np.linalg.norm(k[..., p], axis=-1) / np.linalg.norm(rotated_k[..., p], axis=-1) for p in parts]
+        if not (arch.qk_norm or case.scaled_queries):  # nothing normalises after the projections
+            for c in (c_q, *c_k):
+                np.testing.assert_allclose(
+                    c, c.flat[0], rtol=1e-4, err_msg=f"{what}{label}: factors vary by token"
+                )
+        want = np.zeros_like(scores)
+        for d in np.unique(offsets):
+            q_d = ours_q if rope is None else rotate(ours_q, rope, int(d), axis=-1)  # R_d W_Q x_i
+            form = sum(
+                c[:, None, :] * np.einsum("hin,hjn->hij", q_d[..., p], ours_k[..., p])
+                for c, p in zip(c_k, parts)
+            )
+            mask = offsets == d
+            want[:, mask] = (c_q[:, :, None] * form)[:, mask]
+        np.testing.assert_allclose(
+            scores, want, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.model} {what}{label}"
+        )
+    return scale
+
+
+def prove(case: Tiny, tmp_path: Path) -> int:
+    """Run the proof of one case; returns the number of (layer, call) score matrices compared."""
+    config = tiny_config(case)
+    _set_implementation(config, "eager" if case.scores_in_module else CAPTURE)
+    torch.manual_seed(0)
+    model = getattr(transformers, case.model)(config).float().eval()
+    _randomise(model)
+    model.save_pretrained(tmp_path)
+    source = open_model(tmp_path)
+    cfg, tensors = source.config, source.tensors
+    archs = architectures(cfg)
+    rec, calls = Recorder(), Calls()
+    stages = _plan(model, tensors, archs, calls, rec)
+    mode = _watch_score_products(model, stages, tensors, calls, rec) if case.scores_in_module else None
+    inputs = _inputs(case.inputs, config)
+    # A qk-norm after the rotary embedding: the form read is the one at position 0.
+    at_zero = any(a.layout.qk_norm is not None and a.layout.qk_norm.after_rope for a in archs)
+    if at_zero:
+        inputs["position_ids"] = torch.zeros_like(inputs["input_ids"])
+    _ACTIVE.append(rec)
+    try:
+        with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
+            model(**inputs)
+    finally:
+        _ACTIVE.pop()
+        calls.remove()
+    compared, spread = 0, 0.0
+    for stage in stages:
+        states = rec.states.get((stage.arch.stack, stage.layer), [])
+        assert states, f"{stage.arch.stack} layer {stage.layer}: no attention call recorded"
+        for call, pair in enumerate(states):
+            spread = max(spread, _check_stage(case, stage, call, pair, calls, cfg, tensors, at_zero))
+            compared += 1
+    assert spread > 0.5, "scores too flat for the comparison to mean anything"
+    return compared
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_forms_reproduce_the_models_scores(case: str, tmp_path: Path) -> None:
+    assert prove(CASES[case], tmp_path) > 0
+
+
+def _model_type(case: Tiny) -> str:
+    return str(getattr(transformers, case.config).model_type)
+
+
+def test_every_family_is_proven_by_its_named_class() -> None:
+    """Each supported model_type has a case, and a case of each builds the class `qkenergy layouts` names."""
+    proven: dict[str, set[str]] = {}
+    for case in CASES.values():
+        proven.setdefault(_model_type(case), set()).add(case.model)
+    assert set(proven) == set(families.FAMILIES)
+    for model_type, family in families.FAMILIES.items():
+        assert family.proof in proven[model_type], model_type
+
+
+# A layout changed in one point the proof must notice: (case, stack field, wrong value).
+_WRONG = [
+    ("llama", "rope_pairs", "interleaved"),  # the wrong rotary pairing
+    ("gemma3_text", "norm_offset", 0.0),  # the gain w instead of 1 + w
+    ("qwen3", "qk_norm", None),  # the qk-norm gains not folded
+    ("bert", "post_norm", False),  # the wrong norm feeding attention
+]
+
+
+@pytest.mark.parametrize(("case", "field", "value"), _WRONG)
+def test_a_wrong_layout_fails_the_proof(
+    case: str, field: str, value: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    model_type = _model_type(CASES[case])
+    family = families.FAMILIES[model_type]
+    wrong = dataclasses.replace(family, stacks=(dataclasses.replace(family.stacks[0], **{field: value}),))
+    monkeypatch.setitem(families.FAMILIES, model_type, wrong)
+    with pytest.raises(AssertionError):
+        prove(CASES[case], tmp_path)

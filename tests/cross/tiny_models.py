@@ -1,0 +1,209 @@
+"""Tiny random transformers models, one or more per supported model_type, for the universal proof.
+
+Every case names the config class and the model class of one family (the class
+``qkenergy layouts`` names as its proof) and only what differs from the shared
+tiny sizes: :func:`tiny_config` starts from the config class's defaults and
+shrinks every size key the class has (hidden width 32, 4 query heads, 2 key
+heads, 2 layers, head_dim 8, 64 tokens, tiny towers), recursively for the
+sub-configs of multimodal models. Anything a case sets wins.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import transformers
+
+# The sizes every tiny model shares; a config class takes those it has.
+SIZES: dict[str, Any] = dict(
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=64,
+    vocab_size=64,
+    max_position_embeddings=64,
+    head_dim=8,
+    moe_intermediate_size=16,
+    shared_expert_intermediate_size=16,
+    num_experts=4,
+    num_local_experts=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    attention_dropout=0.0,
+    image_size=12,
+    patch_size=4,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+TOKENS = 7  # sequence length of the text inputs
+VOCAB = SIZES["vocab_size"]
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """One tiny model: config and model class names, and what its config sets beyond SIZES."""
+
+    config: str
+    model: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    inputs: str = "text"  # text, seq2seq, speech, image, clip, audio
+    # The attention modules compute their scores themselves (no AttentionInterface): the
+    # queries and keys are the operands of the first score product in their forward.
+    scores_in_module: bool = False
+    # ALBERT: the first application of the shared layer is fed by the embedding projection,
+    # not by the norm the layout names; fold_norm is checked on the later applications.
+    unfed_first_call: bool = False
+    # The model scales its queries per position (llama4's NoPE layers: attention temperature).
+    scaled_queries: bool = False
+
+
+def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
+    """SIZES restricted to the keys ``cls`` has, sub-configs shrunk too, then ``extra``."""
+    params = inspect.signature(cls.__init__).parameters
+    try:
+        default = cls()
+    except Exception:  # a config that needs arguments: only its signature counts
+        default = None
+    kwargs = {
+        key: value
+        for key, value in SIZES.items()
+        if (key in params or (default is not None and hasattr(default, key)))
+        and not isinstance(getattr(cls, key, None), property)
+    }
+    for key, sub in getattr(cls, "sub_configs", {}).items():
+        if isinstance(sub, type) and key not in extra:
+            kwargs[key] = _shrunk(sub, {})
+    for key, value in extra.items():
+        sub = getattr(cls, "sub_configs", {}).get(key)
+        kwargs[key] = _shrunk(sub, value) if isinstance(value, dict) and isinstance(sub, type) else value
+    return kwargs
+
+
+def tiny_config(case: Tiny) -> Any:
+    """The case's config object (transformers' config class with tiny sizes)."""
+    cls = getattr(transformers, case.config)
+    return cls(**_shrunk(cls, case.kwargs))
+
+
+_ENCODER = dict(max_position_embeddings=32)
+_T5 = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, d_kv=8, dropout_rate=0.0, decoder_start_token_id=0)
+_SEQ2SEQ = dict(
+    d_model=32,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=32,
+)
+_LATENT = dict(
+    num_key_value_heads=4,
+    q_lora_rank=16,
+    kv_lora_rank=8,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    head_dim=4,
+    v_head_dim=8,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+)
+
+# case id -> tiny model; the model_type is the config class's.
+CASES: dict[str, Tiny] = {
+    # ---------------------------------------------------------------- the first 37 families
+    "bert": Tiny("BertConfig", "BertForMaskedLM", _ENCODER),
+    "roberta": Tiny("RobertaConfig", "RobertaForMaskedLM", dict(_ENCODER, pad_token_id=1)),
+    "xlm-roberta": Tiny("XLMRobertaConfig", "XLMRobertaForMaskedLM", dict(_ENCODER, pad_token_id=1)),
+    "electra": Tiny("ElectraConfig", "ElectraForPreTraining", dict(_ENCODER, embedding_size=16)),
+    "albert": Tiny(
+        "AlbertConfig", "AlbertForMaskedLM", dict(_ENCODER, embedding_size=16), unfed_first_call=True
+    ),
+    "distilbert": Tiny(
+        "DistilBertConfig",
+        "DistilBertModel",
+        dict(dim=32, n_heads=4, n_layers=2, hidden_dim=64, max_position_embeddings=32, dropout=0.0),
+    ),
+    "gpt2": Tiny("GPT2Config", "GPT2LMHeadModel", dict(n_embd=32, n_head=4, n_layer=2, n_positions=32)),
+    "gpt_neox": Tiny("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25)),
+    "bloom": Tiny("BloomConfig", "BloomForCausalLM", dict(n_head=4, n_layer=2), scores_in_module=True),
+    "opt": Tiny("OPTConfig", "OPTForCausalLM", dict(ffn_dim=64, word_embed_proj_dim=32)),
+    # Post-norm OPT (opt-350m): layer i >= 1 is fed by layer i-1's final_layer_norm.
+    "opt-postnorm": Tiny(
+        "OPTConfig", "OPTModel", dict(ffn_dim=64, word_embed_proj_dim=32, do_layer_norm_before=False)
+    ),
+    "llama": Tiny("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": Tiny("MistralConfig", "MistralModel", dict(sliding_window=None)),
+    "qwen2": Tiny("Qwen2Config", "Qwen2ForCausalLM"),
+    "gemma": Tiny("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16)),  # head_dim != hidden / heads
+    "phi3": Tiny("Phi3Config", "Phi3ForCausalLM", dict(partial_rotary_factor=0.5)),
+    "qwen3": Tiny("Qwen3Config", "Qwen3ForCausalLM"),
+    "qwen3_moe": Tiny("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "gemma2": Tiny("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16)),
+    "gemma3_text": Tiny("Gemma3TextConfig", "Gemma3ForCausalLM", dict(head_dim=16)),
+    "olmo2": Tiny("Olmo2Config", "Olmo2ForCausalLM"),
+    "mixtral": Tiny("MixtralConfig", "MixtralForCausalLM"),
+    "starcoder2": Tiny("Starcoder2Config", "Starcoder2ForCausalLM"),
+    "stablelm": Tiny("StableLmConfig", "StableLmForCausalLM", dict(qk_layernorm=True)),
+    "phi": Tiny("PhiConfig", "PhiForCausalLM", dict(qk_layernorm=True)),
+    "gpt_neo": Tiny(
+        "GPTNeoConfig",
+        "GPTNeoForCausalLM",
+        dict(num_heads=4, num_layers=2, attention_types=[[["global", "local"], 1]]),
+        scores_in_module=True,
+    ),
+    "gptj": Tiny(
+        "GPTJConfig", "GPTJForCausalLM", dict(n_embd=32, n_head=4, n_layer=2, rotary_dim=4, n_positions=32)
+    ),
+    "falcon-new": Tiny(
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(new_decoder_architecture=True, num_kv_heads=2),
+        scores_in_module=True,
+    ),
+    "falcon-multi-query": Tiny(
+        "FalconConfig", "FalconForCausalLM", dict(multi_query=True, bias=True), scores_in_module=True
+    ),
+    "falcon-multi-head": Tiny(
+        "FalconConfig", "FalconForCausalLM", dict(multi_query=False), scores_in_module=True
+    ),
+    "mpt": Tiny(
+        "MptConfig",
+        "MptForCausalLM",
+        dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=32),
+        scores_in_module=True,
+    ),
+    "modernbert": Tiny(
+        "ModernBertConfig",
+        "ModernBertForMaskedLM",
+        dict(_ENCODER, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=2),
+    ),
+    "t5": Tiny("T5Config", "T5ForConditionalGeneration", _T5, inputs="seq2seq"),
+    "mt5": Tiny("MT5Config", "MT5ForConditionalGeneration", dict(_T5, num_layers=1), inputs="seq2seq"),
+    "bart": Tiny("BartConfig", "BartForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "whisper": Tiny(
+        "WhisperConfig",
+        "WhisperForConditionalGeneration",
+        dict(
+            _SEQ2SEQ,
+            num_mel_bins=8,
+            max_source_positions=8,
+            max_target_positions=16,
+            decoder_start_token_id=1,
+        ),
+        inputs="speech",
+    ),
+    "vit": Tiny("ViTConfig", "ViTModel", _ENCODER, inputs="image"),
+    "dinov2": Tiny("Dinov2Config", "Dinov2Model", dict(mlp_ratio=2), inputs="image"),
+    "clip": Tiny(
+        "CLIPConfig", "CLIPModel", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
+    ),
+    "deepseek_v3": Tiny("DeepseekV3Config", "DeepseekV3ForCausalLM", _LATENT),
+}
