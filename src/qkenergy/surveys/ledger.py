@@ -16,18 +16,33 @@ Tables:
   ``unchanged``, ``failed``), worker, times, error.
 
 Only the client process writes the ledger, one transaction per event.
+
+The ledger is input too (a file on disk that anything may have changed): it
+must be a regular file that sqlite reads as a database with these tables and
+columns; a lock held by another process is waited for at most
+:data:`LOCK_WAIT` seconds. Any sqlite error on the way is one line naming the
+file and what to do.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import sqlite3
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["Ledger", "UnitRow", "iso"]
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.safetensors_io import show_path
+
+__all__ = ["LOCK_WAIT", "Ledger", "UnitRow", "iso"]
+
+LOCK_WAIT = 5.0
+"""Seconds a ledger locked by another process is waited for before the survey stops."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -65,6 +80,8 @@ CREATE TABLE IF NOT EXISTS units (
     files_digest TEXT,
     params TEXT,
     run INTEGER,
+    heads_sha256 TEXT,
+    layers_sha256 TEXT,
     PRIMARY KEY (model, layer)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -86,6 +103,43 @@ def iso(seconds: float | None = None) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# Columns added after the first ledgers were written: an older ledger gains them on open.
+_ADDED = {"units": ("heads_sha256", "layers_sha256")}
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@functools.cache
+def _schema_columns() -> dict[str, list[str]]:
+    """Table -> column names of the schema above (as sqlite itself reads it)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {
+            t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")]
+            for t in names
+            if not t.startswith("sqlite_")
+        }
+    finally:
+        db.close()
+
+
+def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A Ledger method whose sqlite errors become one line naming the ledger file."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as error:
+            ledger = args[0]
+            assert isinstance(ledger, Ledger)
+            raise ledger.error(error) from None
+
+    return wrapper
+
+
 @dataclass(frozen=True)
 class UnitRow:
     """The ledger's record of one unit."""
@@ -99,6 +153,8 @@ class UnitRow:
     params: str | None
     heads_file: str | None
     layers_file: str | None
+    heads_sha256: str | None = None
+    layers_sha256: str | None = None
 
 
 class Ledger:
@@ -106,12 +162,72 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        # isolation_level=None: explicit transactions, each event committed at once.
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self.run: int | None = None
+        self._check_file()
+        try:
+            # isolation_level=None: explicit transactions, each event committed at once.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT)
+        except sqlite3.Error as error:
+            raise self.error(error) from None
+        try:
+            self._open()
+        except sqlite3.Error as error:
+            self._db.close()
+            raise self.error(error) from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _check_file(self) -> None:
+        """A ledger that exists must be a regular file (sqlite would block on a FIFO, or read a device)."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise QKEnergyError(
+                f"{show_path(self.path)}: cannot read the survey ledger ({exc.strerror})"
+            ) from None
+        if not stat.S_ISREG(info.st_mode):
+            raise QKEnergyError(
+                f"{show_path(self.path)}: the survey ledger is not a regular file; remove it or choose "
+                "another output directory"
+            )
+
+    def _open(self) -> None:
+        """WAL mode, the tables (created, or checked to be a ledger's), the columns added since."""
+        if self._db.execute("PRAGMA quick_check").fetchone() != ("ok",):
+            raise sqlite3.DatabaseError("the database fails sqlite's integrity check")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        self.run: int | None = None
+        for table, expected in _schema_columns().items():
+            found = [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]
+            for column in _ADDED.get(table, ()):
+                if column not in found:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+                    found.append(column)
+            missing = [c for c in expected if c not in found]
+            if missing:
+                raise sqlite3.DatabaseError(f"its table {table!r} has no column {missing[0]!r}")
+
+    def error(self, error: sqlite3.Error) -> QKEnergyError:
+        """One line for an sqlite error on this ledger: what happened and what to do."""
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        where = show_path(self.path)
+        if isinstance(error, sqlite3.OperationalError) and "locked" in reason:
+            return QKEnergyError(
+                f"{where}: the survey ledger is locked by another process (waited {LOCK_WAIT:g} s); "
+                "wait for it to finish, or choose another output directory"
+            )
+        if isinstance(error, sqlite3.OperationalError) and (
+            "readonly" in reason or "unable to open" in reason
+        ):
+            return QKEnergyError(f"{where}: cannot write the survey ledger ({reason})")
+        return QKEnergyError(
+            f"{where}: not a usable survey ledger ({reason}); remove it (every unit is then "
+            "recomputed) or choose another output directory"
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -122,6 +238,7 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_guarded
     def _write(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = ()) -> None:
         with self._db:  # one transaction: committed, or rolled back on error
             self._db.execute("BEGIN")
@@ -129,6 +246,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ runs
 
+    @_guarded
     def start_run(self, scheduler: str) -> int:
         """Begin a run; units left 'running' by a killed run go back to 'pending'."""
         with self._db:
@@ -160,13 +278,22 @@ class Ledger:
 
     # ------------------------------------------------------------------ units
 
+    @_guarded
     def units(self) -> dict[tuple[str, int], UnitRow]:
         rows = self._db.execute(
             "SELECT model, layer, status, attempts, fingerprint, files_digest, params, heads_file, "
-            "layers_file FROM units"
+            "layers_file, heads_sha256, layers_sha256 FROM units"
         )
-        return {(r[0], r[1]): UnitRow(*r) for r in rows}
+        # Rows of other types than this module writes are no unit of this survey: never matched.
+        return {
+            (r[0], r[1]): UnitRow(*r)
+            for r in rows
+            if isinstance(r[0], str)
+            and isinstance(r[1], int)
+            and all(isinstance(v, str | None) for v in r[4:])
+        }
 
+    @_guarded
     def mark_running(self, model: str, layer: int, params: str) -> None:
         self._write(
             "INSERT INTO units (model, layer, status, attempts, params, run) VALUES (?, ?, 'running', 1, ?, ?) "
@@ -175,6 +302,7 @@ class Ledger:
             (model, layer, params, self.run),
         )
 
+    @_guarded
     def mark_done(
         self,
         model: str,
@@ -189,14 +317,17 @@ class Ledger:
         heads: int | None = None,
         heads_file: str | None = None,
         layers_file: str | None = None,
+        heads_sha256: str | None = None,
+        layers_sha256: str | None = None,
     ) -> None:
-        """A unit computed (its files written) or found unchanged (its files kept)."""
+        """A unit computed (its files written, with their SHA-256) or found unchanged (its files kept)."""
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute(
                 "UPDATE units SET status = 'done', error = NULL, worker = ?, started = ?, finished = ?, "
                 "fingerprint = ?, files_digest = ?, heads = COALESCE(?, heads), "
-                "heads_file = COALESCE(?, heads_file), layers_file = COALESCE(?, layers_file) "
+                "heads_file = COALESCE(?, heads_file), layers_file = COALESCE(?, layers_file), "
+                "heads_sha256 = COALESCE(?, heads_sha256), layers_sha256 = COALESCE(?, layers_sha256) "
                 "WHERE model = ? AND layer = ?",
                 (
                     worker,
@@ -207,6 +338,8 @@ class Ledger:
                     heads,
                     heads_file,
                     layers_file,
+                    heads_sha256,
+                    layers_sha256,
                     model,
                     layer,
                 ),
@@ -216,6 +349,7 @@ class Ledger:
                 (self.run, model, layer, outcome, worker, iso(started), iso(finished)),
             )
 
+    @_guarded
     def mark_failed(
         self, model: str, layer: int, error: str, *, final: bool, worker: str | None = None
     ) -> None:
@@ -238,6 +372,7 @@ class Ledger:
         """Units in flight when a run stops go back to 'pending' (their work is lost)."""
         self._write("UPDATE units SET status = 'pending' WHERE status = 'running'")
 
+    @_guarded
     def attempts(self, run: int | None = None) -> list[dict[str, Any]]:
         """Attempt rows (of one run, or all), as dicts."""
         cursor = self._db.execute(

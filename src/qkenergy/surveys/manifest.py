@@ -14,6 +14,14 @@ Two forms. A TOML file (``.toml``) with one ``[[model]]`` table per model::
 or a plain text file with one source per line (``#`` starts a comment). The
 source ``embedded`` is the all-MiniLM-L6-v2 shipped with qkenergy. Errors are
 one line naming the manifest file, the model entry and the key.
+
+The manifest is read as any input is (:mod:`qkenergy.weights.toml_input`): a
+regular file of at most 1 MiB, TOML nested at most 64 deep; layer ranges are
+checked against :data:`MAX_LAYER` before they are expanded, and messages cut
+what they quote. A model's name becomes a folder (``model=NAME``): it is made
+of letters, digits, ``.``, ``_`` and ``-`` only, and at most
+:data:`MAX_NAME_BYTES` bytes (a longer one is cut and ends in a digest of the
+whole name, so that names stay distinct).
 """
 
 from __future__ import annotations
@@ -21,20 +29,27 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.json_input import describe, show_name
 from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.toml_input import parse_toml, read_text
 
-__all__ = ["EMBEDDED", "KEYS", "ModelEntry", "model_name", "read_manifest"]
+__all__ = ["EMBEDDED", "KEYS", "MAX_LAYER", "MAX_NAME_BYTES", "ModelEntry", "model_name", "read_manifest"]
 
 EMBEDDED = "embedded"
 """The manifest source naming the embedded all-MiniLM-L6-v2 (a path of that name wins)."""
 
 KEYS = ("source", "name", "revision", "fold_norm", "layers", "step", "group")
+MAX_LAYER = 1 << 16
+"""Largest layer index a manifest may name (no model has nearly as many layers)."""
+MAX_NAME_BYTES = 200
+"""Longest model name: a path component (``model=NAME``) stays far below the usual 255-byte limit."""
+MAX_SOURCE_CHARS = 4096
+"""Longest source: the longest path Linux accepts."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _HF_CACHE = re.compile(r"^models--(.+)$")
 
@@ -65,8 +80,14 @@ def model_name(text: str) -> str:
     other characters become ``_``; leading dots and underscores are dropped
     (readers of Parquet datasets skip such names as hidden files).
     """
-    safe = _UNSAFE.sub("_", text.strip().replace("/", "--")).lstrip("._")
-    return safe or "model"
+    safe = _UNSAFE.sub("_", text.strip().replace("/", "--")).lstrip("._") or "model"
+    if len(safe) > MAX_NAME_BYTES:  # ASCII only by now: characters are bytes
+        safe = (
+            safe[: MAX_NAME_BYTES - 17]
+            + "-"
+            + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        )
+    return safe
 
 
 def _default_name(source: str) -> str:
@@ -74,7 +95,7 @@ def _default_name(source: str) -> str:
     if source == EMBEDDED:
         return "all-MiniLM-L6-v2"
     path = Path(os.path.expanduser(source))
-    if path.exists() or source.startswith((".", "/", "~")):
+    if _exists(path) or source.startswith((".", "/", "~")):
         path = path.resolve() if path.exists() else path
         if path.suffix == ".safetensors" or path.name.endswith(".index.json"):
             path = path.parent
@@ -83,31 +104,45 @@ def _default_name(source: str) -> str:
     return model_name(source)  # hub id: org/name -> org--name
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a name no file can have (too long, a NUL in it)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _where(manifest: Path, index: int, source: str | None) -> str:
-    entry = f"model {index + 1}" + (f" ({source})" if source else "")
+    entry = f"model {index + 1}" + (
+        f" ({show_path(source[:120])}{'...' if len(source) > 120 else ''})" if source else ""
+    )
     return f"{show_path(manifest)}: {entry}"
 
 
 def _parse_layers(value: Any, where: str) -> tuple[int, ...]:
     expected = "a list of layer indices such as [0, 1, 5] or text such as '0-3,7'"
     indices: list[int] = []
+    beyond = f"; layer indices go up to {MAX_LAYER}"
     if isinstance(value, str):
         for item in (part.strip() for part in value.split(",")):
             low, dash, high = item.partition("-")
-            try:
-                first, last = int(low), int(high if dash else low)
-            except ValueError:
-                raise QKEnergyError(f"{where}: key 'layers': {item!r} is not {expected}") from None
-            if first < 0 or last < first:
-                raise QKEnergyError(f"{where}: key 'layers': {item!r} is not {expected}")
+            if not (low.isdigit() and (high.isdigit() if dash else True)) or len(item) > 20:
+                raise QKEnergyError(f"{where}: key 'layers': {describe(item)} is not {expected}")
+            first, last = int(low), int(high if dash else low)
+            if last < first:
+                raise QKEnergyError(f"{where}: key 'layers': {describe(item)} is not {expected}")
+            if last > MAX_LAYER:  # checked before the range is expanded
+                raise QKEnergyError(f"{where}: key 'layers': {describe(item)} is out of range{beyond}")
             indices.extend(range(first, last + 1))
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                raise QKEnergyError(f"{where}: key 'layers': {item!r} is not {expected}")
+                raise QKEnergyError(f"{where}: key 'layers': {describe(item)} is not {expected}")
+            if item > MAX_LAYER:
+                raise QKEnergyError(f"{where}: key 'layers': {describe(item)} is out of range{beyond}")
             indices.append(item)
     else:
-        raise QKEnergyError(f"{where}: key 'layers' must be {expected}, got {value!r}")
+        raise QKEnergyError(f"{where}: key 'layers' must be {expected}, got {describe(value)}")
     if not indices:
         raise QKEnergyError(f"{where}: key 'layers' is empty; expected {expected}")
     return tuple(sorted(set(indices)))
@@ -120,23 +155,29 @@ def _entry(table: Any, manifest: Path, index: int) -> ModelEntry:
     where = _where(manifest, index, source if isinstance(source, str) else None)
     unknown = [k for k in table if k not in KEYS]
     if unknown:
-        raise QKEnergyError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(KEYS)}")
+        raise QKEnergyError(
+            f"{where}: unknown key {show_name(unknown[0], 60)}; allowed keys: {', '.join(KEYS)}"
+        )
     if not isinstance(source, str) or not source.strip():
         raise QKEnergyError(f"{where}: key 'source' is required: a path, cache folder or hub id (text)")
-    options: dict[str, Any] = {"source": source.strip()}
+    options: dict[str, Any] = {"source": _text(source.strip(), where, "source")}
     for key in ("name", "revision", "group"):
         if key in table:
             if not isinstance(table[key], str) or not table[key].strip():
-                raise QKEnergyError(f"{where}: key {key!r} must be non-empty text, got {table[key]!r}")
-            options[key] = table[key].strip()
+                raise QKEnergyError(
+                    f"{where}: key {key!r} must be non-empty text, got {describe(table[key])}"
+                )
+            options[key] = _text(table[key].strip(), where, key)
     if "fold_norm" in table:
         if not isinstance(table["fold_norm"], bool):
-            raise QKEnergyError(f"{where}: key 'fold_norm' must be true or false, got {table['fold_norm']!r}")
+            raise QKEnergyError(
+                f"{where}: key 'fold_norm' must be true or false, got {describe(table['fold_norm'])}"
+            )
         options["fold_norm"] = table["fold_norm"]
     if "step" in table:
         step = table["step"]
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise QKEnergyError(f"{where}: key 'step' must be a non-negative integer, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
+            raise QKEnergyError(f"{where}: key 'step' must be a non-negative integer, got {describe(step)}")
         options["step"] = step
     if "layers" in table:
         options["layers"] = _parse_layers(table["layers"], where)
@@ -144,15 +185,21 @@ def _entry(table: Any, manifest: Path, index: int) -> ModelEntry:
     return ModelEntry(**options)
 
 
-def _read_toml(path: Path, text: str) -> list[ModelEntry]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise QKEnergyError(f"{show_path(path)}: not valid TOML ({exc})") from None
+def _text(value: str, where: str, key: str) -> str:
+    """A text value of the manifest: at most MAX_SOURCE_CHARS characters, no control characters."""
+    if len(value) > MAX_SOURCE_CHARS:
+        raise QKEnergyError(f"{where}: key {key!r} is longer than {MAX_SOURCE_CHARS} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise QKEnergyError(f"{where}: key {key!r} holds a control character: {describe(value)}")
+    return value
+
+
+def _read_toml(path: Path, raw: bytes) -> list[ModelEntry]:
+    data = parse_toml(raw, show_path(path), "the manifest")
     extra = [k for k in data if k != "model"]
     if extra:
         raise QKEnergyError(
-            f"{show_path(path)}: unknown key {extra[0]!r}; a manifest holds only [[model]] tables "
+            f"{show_path(path)}: unknown key {show_name(extra[0], 60)}; a manifest holds only [[model]] tables "
             "(survey settings come from the command line)"
         )
     tables = data.get("model")
@@ -161,9 +208,17 @@ def _read_toml(path: Path, text: str) -> list[ModelEntry]:
     return [_entry(table, path, i) for i, table in enumerate(tables)]
 
 
-def _read_lines(path: Path, text: str) -> list[ModelEntry]:
-    sources = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    entries = [ModelEntry(source=source, name=_default_name(source)) for source in sources if source]
+def _read_lines(path: Path, raw: bytes) -> list[ModelEntry]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise QKEnergyError(f"{show_path(path)}: the manifest is not UTF-8 text") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        source = line.split("#", 1)[0].strip()
+        if source:
+            source = _text(source, f"{show_path(path)}: line {number}", "source")
+            entries.append(ModelEntry(source=source, name=_default_name(source)))
     if not entries:
         raise QKEnergyError(f"{show_path(path)}: no model sources; expected one path or hub id per line")
     return entries
@@ -172,23 +227,14 @@ def _read_lines(path: Path, text: str) -> list[ModelEntry]:
 def read_manifest(path: str | os.PathLike[str]) -> tuple[list[ModelEntry], str]:
     """The models of a manifest (``.toml``: [[model]] tables; else one source per line) and its sha256."""
     manifest = Path(path)
-    try:
-        raw = manifest.read_bytes()
-    except OSError as exc:
-        raise QKEnergyError(
-            f"{show_path(manifest)}: cannot read the manifest ({exc.strerror or exc})"
-        ) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise QKEnergyError(f"{show_path(manifest)}: the manifest is not UTF-8 text") from None
+    raw = read_text(manifest, show_path(manifest), "the manifest")
     reader = _read_toml if manifest.suffix.lower() == ".toml" else _read_lines
-    entries = reader(manifest, text)
+    entries = reader(manifest, raw)
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         if entry.name in seen:
             raise QKEnergyError(
-                f"{_where(manifest, i, entry.source)}: key 'name': {entry.name!r} is already used by "
+                f"{_where(manifest, i, entry.source)}: key 'name': {show_name(entry.name, 60)} is already used by "
                 f"model {seen[entry.name] + 1}; give each model a distinct name"
             )
         seen[entry.name] = i

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
 from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf, open_gguf
-from qkenergy.weights.json_input import read_object, show_name
+from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.safetensors_io import TensorSource, show_path
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
@@ -106,6 +106,12 @@ def open_model(
 
 
 _CACHE_PREFIX = "models--"
+# A snapshot folder or ref names one path component: a commit hash, or a name the cache gave it.
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+# A revision: a branch or tag name (git's rules, in short: components of safe characters, none
+# empty or starting with a dot) or a commit.
+_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
+_REF_LIMIT = 4096  # a ref file holds one commit hash (41 bytes)
 
 
 def _is_cache_folder(path: Path) -> bool:
@@ -116,33 +122,82 @@ def _cached_snapshot(repo: Path, revision: str | None = None) -> Path:
     """The snapshot of a Hugging Face cache folder that refs/main names, or its only snapshot.
 
     With ``revision``: the snapshot refs/<revision> names, or snapshots/<revision> (a commit).
+    A revision, and the commit a ref file names, must be names (never a path: no ``..``, no
+    leading ``/``), the ref file a small regular file; the snapshot is a directory inside
+    ``snapshots/``, and every symbolic link in it leads into the folder's ``blobs/``.
     """
-    snapshots = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir())
-    if revision is not None and not (repo / "refs" / revision).is_file():
-        chosen = repo / "snapshots" / revision
-        if "/" in revision or not chosen.is_dir():
+    if revision is not None and (len(revision) > 255 or not _REVISION.fullmatch(revision)):
+        raise QKEnergyError(
+            f"{show_path(repo)}: revision {show_name(revision, 60)} is not a branch, tag or commit name"
+        )
+    name = revision or "main"
+    ref = repo / "refs" / name
+    if ref.is_file() or (ref.exists() and not ref.is_dir()):
+        commit = _read_ref(ref)
+        if not _SNAPSHOT_NAME.fullmatch(commit) or commit in (".", ".."):
             raise QKEnergyError(
-                f"{show_path(repo)}: Hugging Face cache folder has no ref or snapshot {revision!r}"
+                f"{show_path(ref)}: does not name a snapshot (expected one commit hash, {len(commit)} "
+                "characters found)"
             )
-        return chosen
-    ref = repo / "refs" / (revision or "main")
-    if ref.is_file():
-        try:
-            commit = ref.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise QKEnergyError(f"{show_path(ref)}: cannot read ({exc})") from None
         chosen = repo / "snapshots" / commit
-        if not commit or "/" in commit or not chosen.is_dir():
+        if not chosen.is_dir():
             raise QKEnergyError(
                 f"{show_path(ref)} names snapshot {commit!r}, which is not in {show_path(repo / 'snapshots')}"
             )
-        return chosen
-    if len(snapshots) == 1:
-        return snapshots[0]
-    raise QKEnergyError(
-        f"{show_path(repo)}: Hugging Face cache folder with {len(snapshots)} snapshots and no refs/main; "
-        "pass one snapshot folder (snapshots/<commit>) instead"
-    )
+    elif revision is not None:
+        chosen = repo / "snapshots" / revision
+        if not _SNAPSHOT_NAME.fullmatch(revision) or not chosen.is_dir():
+            raise QKEnergyError(
+                f"{show_path(repo)}: Hugging Face cache folder has no ref or snapshot {show_name(revision, 60)}"
+            )
+    else:
+        snapshots = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir())
+        if len(snapshots) != 1:
+            raise QKEnergyError(
+                f"{show_path(repo)}: Hugging Face cache folder with {len(snapshots)} snapshots and no refs/main; "
+                "pass one snapshot folder (snapshots/<commit>) instead"
+            )
+        chosen = snapshots[0]
+    _check_snapshot(repo, chosen)
+    return chosen
+
+
+def _read_ref(ref: Path) -> str:
+    """The commit a ref file names: a small regular file of ASCII text (never echoed at length)."""
+    where = show_path(ref)
+    try:
+        with open_regular(ref, where, _REF_LIMIT) as fh:
+            raw = fh.read(_REF_LIMIT + 1)
+    except OSError as exc:
+        raise QKEnergyError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise QKEnergyError(f"{where}: not a ref file (expected the text of a commit hash)") from None
+
+
+def _check_snapshot(repo: Path, snapshot: Path) -> None:
+    """The snapshot lies in the folder's snapshots/ and its links lead into the folder's blobs/."""
+    try:
+        snapshots, blobs = (repo / "snapshots").resolve(), (repo / "blobs").resolve()
+        real = snapshot.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links
+        raise QKEnergyError(f"{show_path(snapshot)}: cannot resolve ({exc})") from None
+    if real.parent != snapshots:
+        raise QKEnergyError(
+            f"{show_path(snapshot)}: leads outside {show_path(repo / 'snapshots')} (to {show_path(real)})"
+        )
+    for entry in real.rglob("*"):
+        if entry.is_symlink():
+            try:
+                target = entry.resolve()
+            except (OSError, RuntimeError):
+                target = entry  # a loop: refused below
+            if not target.is_relative_to(blobs):
+                raise QKEnergyError(
+                    f"{show_path(entry)}: a link out of the cache folder's blobs/ (to {show_path(target)}); "
+                    "a Hugging Face cache snapshot links only to its own blobs"
+                )
 
 
 def _default_dir() -> Path:

@@ -27,6 +27,7 @@ from qkenergy.base.errors import QKEnergyError
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
+    "bracket_depth",
     "describe",
     "get_bool",
     "get_int",
@@ -34,6 +35,8 @@ __all__ = [
     "json_type",
     "open_regular",
     "parse_object",
+    "parse_value",
+    "read_bytes",
     "read_object",
     "show_name",
 ]
@@ -76,8 +79,8 @@ def open_regular(path: str | os.PathLike[str], where: str, limit: int | None = N
         raise
 
 
-def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int) -> dict[str, Any]:
-    """The JSON object in file ``path`` (at most ``limit`` bytes); one-line QKEnergyError otherwise."""
+def read_bytes(path: str | os.PathLike[str], where: str, what: str, limit: int) -> bytes:
+    """The bytes of regular file ``path`` (at most ``limit``); one-line QKEnergyError otherwise."""
     try:
         with open_regular(path, where, limit) as fh:
             raw = fh.read(limit + 1)
@@ -85,12 +88,22 @@ def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int)
         raise QKEnergyError(f"{where}: cannot read {what}: {exc.strerror or exc}") from None
     if len(raw) > limit:  # grew since fstat
         raise QKEnergyError(f"{where}: {what} is larger than the {limit}-byte limit")
-    return parse_object(raw, where, what)
+    return raw
+
+
+def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int) -> dict[str, Any]:
+    """The JSON object in file ``path`` (at most ``limit`` bytes); one-line QKEnergyError otherwise."""
+    return parse_object(read_bytes(path, where, what, limit), where, what)
 
 
 def _depth(raw: bytes) -> int:
     """Deepest nesting of [ and { outside strings (an upper bound for malformed text)."""
-    text = np.frombuffer(_STRING.sub(b'""', raw), np.uint8)
+    return bracket_depth(_STRING.sub(b'""', raw))
+
+
+def bracket_depth(text_bytes: bytes) -> int:
+    """Deepest nesting of [ and { in ``text_bytes`` (strings already removed), counted vectorised."""
+    text = np.frombuffer(text_bytes, np.uint8)
     opens, closes = np.isin(text, _OPEN), np.isin(text, _CLOSE)
     marks = np.flatnonzero(opens | closes)
     if marks.size == 0:
@@ -107,6 +120,14 @@ def _parse_int(text: str) -> int:
 
 def parse_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
     """Parse ``raw`` (UTF-8 JSON) into a dict, with the depth and integer bounds of this module."""
+    data = parse_value(raw, where, what)
+    if not isinstance(data, dict):
+        raise QKEnergyError(f"{where}: {what} must be a JSON object, got {json_type(data)}")
+    return data
+
+
+def parse_value(raw: bytes, where: str, what: str) -> Any:
+    """Parse ``raw`` (UTF-8 JSON: any value) with the depth and integer bounds of this module."""
     if _depth(raw) > MAX_DEPTH:
         raise QKEnergyError(f"{where}: {what} is nested more than {MAX_DEPTH} levels deep")
     try:
@@ -122,8 +143,6 @@ def parse_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
         raise QKEnergyError(f"{where}: {what} is not valid UTF-8 JSON ({reason})") from None
     except RecursionError:  # pragma: no cover - excluded by the depth check
         raise QKEnergyError(f"{where}: {what} is nested too deeply") from None
-    if not isinstance(data, dict):
-        raise QKEnergyError(f"{where}: {what} must be a JSON object, got {json_type(data)}")
     return data
 
 

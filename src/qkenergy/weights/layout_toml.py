@@ -9,6 +9,13 @@ The TOML is mapped onto the dataclasses generically, field by field, from their
 type hints, so every field a layout has (now or later) can be written in TOML,
 and a file that states a shipped layout compares equal to it.
 
+The file is read with the bounds of :mod:`qkenergy.weights.toml_input` (a
+regular file of at most 1 MiB, nesting at most 64 deep). Name templates may
+hold ``{i}`` (and, in a qk-norm name, ``{h}``) and nothing else of Python's
+format syntax: no other field, conversion or format spec, ``{{`` and ``}}``
+for literal braces. A key-head count is a positive integer, a norm offset a
+finite number, text at most 256 characters; messages cut what they quote.
+
 Example (``docs/layouts/llama.toml`` is the shipped llama layout)::
 
     query = "layers.{i}.self_attn.q_proj.weight"
@@ -21,16 +28,19 @@ Example (``docs/layouts/llama.toml`` is the shipped llama layout)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-import tomllib
+import string
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.layout import Layout
+from qkenergy.weights.json_input import describe, show_name
+from qkenergy.weights.layout import LatentAttention, Layout, QKNorm
 from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.toml_input import read_toml
 
 __all__ = ["layout_from_mapping", "load_layout"]
 
@@ -38,14 +48,7 @@ __all__ = ["layout_from_mapping", "load_layout"]
 def load_layout(path: str | os.PathLike[str]) -> Layout:
     """The :class:`Layout` a TOML file describes; one-line QKEnergyError naming the file and key."""
     where = show_path(path)
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise QKEnergyError(f"{where}: cannot read layout file ({exc.strerror or exc})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise QKEnergyError(f"{where}: not valid TOML ({str(exc).splitlines()[0]})") from None
-    return layout_from_mapping(data, where)
+    return layout_from_mapping(read_toml(path, where, "the layout file"), where)
 
 
 def layout_from_mapping(data: Mapping[str, Any], where: str = "layout") -> Layout:
@@ -54,16 +57,51 @@ def layout_from_mapping(data: Mapping[str, Any], where: str = "layout") -> Layou
     return layout
 
 
+# Name templates of each dataclass, and the fields they may hold.
+_TEMPLATES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {
+    Layout: (("query", "key", "norm", "first_norm", "final_norm"), frozenset("i")),
+    QKNorm: (("query", "key"), frozenset("ih")),
+    LatentAttention: (("query_norm", "query_up", "key_norm", "key_up"), frozenset("i")),
+}
+MAX_TEXT = 256
+"""Longest text value of a layout (a tensor name template, a config key, a label)."""
+MAX_KV_HEADS = 1 << 20
+
+
+def _check_template(value: str, allowed: frozenset[str], where: str, key: str) -> None:
+    """``value`` is a name template: literal text, ``{i}`` (and ``{h}`` where allowed), ``{{``, ``}}``."""
+    fields = " and ".join("{" + f + "}" for f in sorted(allowed))
+    rule = f"a tensor name template holds {fields} and no other format field ({{{{ and }}}} for a brace)"
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:  # unbalanced braces
+        raise QKEnergyError(
+            f"{where}: key {key!r}: {describe(value)} is not a name template ({exc}); {rule}"
+        ) from None
+    for _, name, spec, conversion in parts:
+        if name is not None and (name not in allowed or spec or conversion):
+            shown = (
+                "{"
+                + show_name(name, 30)[1:-1]
+                + (f"!{conversion}" if conversion else "")
+                + (":..." if spec else "")
+                + "}"
+            )
+            raise QKEnergyError(f"{where}: key {key!r} uses {shown}; {rule}")
+
+
 def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
     """An instance of dataclass ``cls`` from a table, each value checked against its field's type hint."""
     if not isinstance(data, Mapping):
-        raise QKEnergyError(f"{where}: {prefix.rstrip('.') or 'the file'} must be a table, got {data!r}")
+        raise QKEnergyError(
+            f"{where}: {prefix.rstrip('.') or 'the file'} must be a table, got {describe(data)}"
+        )
     hints = typing.get_type_hints(cls)
     settable = {f.name: f for f in dataclasses.fields(cls) if f.init and not _is_code(hints[f.name])}
     unknown = [k for k in data if k not in settable]
     if unknown:
         raise QKEnergyError(
-            f"{where}: unknown key {prefix + unknown[0]!r}; a layout has: {', '.join(settable)}"
+            f"{where}: unknown key {show_name(prefix + unknown[0], 60)}; a layout has: {', '.join(settable)}"
         )
     values: dict[str, Any] = {}
     for name, fld in settable.items():
@@ -72,6 +110,25 @@ def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
             values[name] = _convert(data[name], hints[name], where, key)
         elif fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
             raise QKEnergyError(f"{where}: missing key {key!r} (required)")
+    templates, allowed = _TEMPLATES.get(cls, ((), frozenset()))
+    for name in templates:
+        if isinstance(values.get(name), str):
+            _check_template(values[name], allowed, where, prefix + name)
+    if cls is QKNorm and values.get("scope") == "projection":
+        for name in ("query", "key"):
+            if "{h}" in str(values.get(name, "")):
+                raise QKEnergyError(
+                    f"{where}: key {prefix + name!r}: {{h}} needs scope = 'head' (one norm per head)"
+                )
+    if (
+        "kv_heads" in values
+        and values["kv_heads"] is not None
+        and not 1 <= values["kv_heads"] <= MAX_KV_HEADS
+    ):
+        raise QKEnergyError(
+            f"{where}: key {prefix + 'kv_heads'!r} is {describe(values['kv_heads'])}; expected a positive "
+            f"integer (at most {MAX_KV_HEADS})"
+        )
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:
@@ -108,7 +165,9 @@ def _convert(value: Any, hint: Any, where: str, key: str) -> Any:
     """``value`` checked (and converted: lists to tuples, tables to dataclasses) against ``hint``."""
 
     def fail() -> QKEnergyError:
-        return QKEnergyError(f"{where}: key {key!r} must be {_describe(hint)}, got {value!r}")
+        return QKEnergyError(
+            f"{where}: key {show_name(key, 60)} must be {_describe(hint)}, got {describe(value)}"
+        )
 
     if _is_union(hint):
         for option in typing.get_args(hint):
@@ -141,8 +200,12 @@ def _convert(value: Any, hint: Any, where: str, key: str) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, where, key + ".")
     if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
+        raise fail()
+    if hint is str and type(value) is str and len(value) > MAX_TEXT:
+        raise QKEnergyError(f"{where}: key {show_name(key, 60)} is longer than {MAX_TEXT} characters")
+    if hint is int and type(value) is int and not -(2**63) <= value < 2**63:
         raise fail()
     if hint is int or hint is str or hint is bool:
         if type(value) is hint:
