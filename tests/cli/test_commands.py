@@ -452,7 +452,13 @@ def test_help(capsys: pytest.CaptureFixture[str], command: tuple[str, ...]) -> N
 
 def test_verify_help_states_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "verify", "--help")
-    assert f"default: {verify.DEFAULT_SAMPLES}" in out
+    assert f"default: {verify.DEFAULT_SAMPLES}]" in out
+    assert "DEFAULT_SAMPLES" not in out  # the number, not the code's name for it
+
+
+def test_one_layer_out_of_range_names_the_layers_there_are(capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, err = run(capsys, "analyze", "--layers", "9", "--no-null", "--quiet")
+    assert err == "qkenergy: error: --layers: 9 is out of range; valid layers are 0..5 (the model has 6)\n"
 
 
 def test_bare_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:

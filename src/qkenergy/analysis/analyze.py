@@ -399,7 +399,7 @@ def select(
         return list(range(count))  # count <= layouts.MAX_CONFIG_SIZE
     if isinstance(chosen, int | np.integer | range):
         chosen = [chosen]
-    valid = f"valid {what} are 0..{count - 1}"
+    valid = f"valid {what} are 0..{count - 1} (the model has {count})"
     picked: set[int] = set()
     for value in chosen:
         if isinstance(value, range):
@@ -407,7 +407,8 @@ def select(
                 continue
             low, high = min(value[0], value[-1]), max(value[0], value[-1])
             if low < 0 or high >= count:
-                raise ArgumentError(f"{option}: {low}-{high} is out of range; {valid}")
+                shown = str(low) if low == high else f"{low}-{high}"  # `--layers 9` is range(9, 10)
+                raise ArgumentError(f"{option}: {shown} is out of range; {valid}")
             picked.update(value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
