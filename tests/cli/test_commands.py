@@ -496,3 +496,38 @@ def test_layouts_lists_every_supported_type(capsys: pytest.CaptureFixture[str]) 
     )
     code, out, _ = run(capsys, "layouts")
     assert code == 0 and "deepseek_v3" in out
+
+
+def test_analyze_name_tells_two_runs_of_one_checkpoint_apart(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--name is the model's name in the summary, the table, its settings and the figures; report
+    compares two runs of one checkpoint (with and without --fold-norm) under their names."""
+    import pandas as pd
+
+    from qkenergy.formats.provenance import read_settings
+
+    common = ["--layers", "0", "--samples", "50", "--cache-dir", str(tmp_path / "cache")]
+    tables = {}
+    for name, extra in (("minilm", []), ("minilm-folded", ["--fold-norm"])):
+        tables[name] = tmp_path / f"{name}.csv"
+        args = ["analyze", *common, *extra, "--name", name, "-o", str(tables[name])]
+        if name == "minilm":
+            args += ["--plot", str(tmp_path / "plots")]
+        code, out, err = run(capsys, *args)
+        assert code == 0, err
+        assert out.startswith(f"{name} · 12 heads in 1 layer · ")
+        table = pd.read_csv(tables[name])
+        assert set(table["model"]) == {name}
+        settings = read_settings(tables[name])
+        assert settings is not None and settings["model"] == name
+        assert settings["model_source"]["argument"] is None  # what was read: the embedded MiniLM
+    with (tmp_path / "plots" / "symmetric_energy_heatmap.png").open("rb") as fh:
+        assert b'"model": "minilm"' in fh.read()  # the settings the figure carries name the model
+    page = tmp_path / "report.html"
+    code, out, err = run(capsys, "report", *map(str, tables.values()), "-o", str(page), "--no-static")
+    assert code == 0, err
+    models = pd.read_csv(tmp_path / "report_files" / "models.csv")
+    assert models["model"].tolist() == ["minilm", "minilm-folded"]
+    code, _, err = run(capsys, "analyze", "--name", " ", "--quiet")
+    assert code == 2 and err.startswith("qkenergy: error: --name: expected a non-empty name")
