@@ -452,7 +452,13 @@ def test_help(capsys: pytest.CaptureFixture[str], command: tuple[str, ...]) -> N
 
 def test_verify_help_states_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "verify", "--help")
-    assert f"default: {verify.DEFAULT_SAMPLES}" in out
+    assert f"default: {verify.DEFAULT_SAMPLES}]" in out
+    assert "DEFAULT_SAMPLES" not in out  # the number, not the code's name for it
+
+
+def test_one_layer_out_of_range_names_the_layers_there_are(capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, err = run(capsys, "analyze", "--layers", "9", "--no-null", "--quiet")
+    assert err == "qkenergy: error: --layers: 9 is out of range; valid layers are 0..5 (the model has 6)\n"
 
 
 def test_bare_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -490,3 +496,38 @@ def test_layouts_lists_every_supported_type(capsys: pytest.CaptureFixture[str]) 
     )
     code, out, _ = run(capsys, "layouts")
     assert code == 0 and "deepseek_v3" in out
+
+
+def test_analyze_name_tells_two_runs_of_one_checkpoint_apart(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--name is the model's name in the summary, the table, its settings and the figures; report
+    compares two runs of one checkpoint (with and without --fold-norm) under their names."""
+    import pandas as pd
+
+    from qkenergy.formats.provenance import read_settings
+
+    common = ["--layers", "0", "--samples", "50", "--cache-dir", str(tmp_path / "cache")]
+    tables = {}
+    for name, extra in (("minilm", []), ("minilm-folded", ["--fold-norm"])):
+        tables[name] = tmp_path / f"{name}.csv"
+        args = ["analyze", *common, *extra, "--name", name, "-o", str(tables[name])]
+        if name == "minilm":
+            args += ["--plot", str(tmp_path / "plots")]
+        code, out, err = run(capsys, *args)
+        assert code == 0, err
+        assert out.startswith(f"{name} · 12 heads in 1 layer · ")
+        table = pd.read_csv(tables[name])
+        assert set(table["model"]) == {name}
+        settings = read_settings(tables[name])
+        assert settings is not None and settings["model"] == name
+        assert settings["model_source"]["argument"] is None  # what was read: the embedded MiniLM
+    with (tmp_path / "plots" / "symmetric_energy_heatmap.png").open("rb") as fh:
+        assert b'"model": "minilm"' in fh.read()  # the settings the figure carries name the model
+    page = tmp_path / "report.html"
+    code, out, err = run(capsys, "report", *map(str, tables.values()), "-o", str(page), "--no-static")
+    assert code == 0, err
+    models = pd.read_csv(tmp_path / "report_files" / "models.csv")
+    assert models["model"].tolist() == ["minilm", "minilm-folded"]
+    code, _, err = run(capsys, "analyze", "--name", " ", "--quiet")
+    assert code == 2 and err.startswith("qkenergy: error: --name: expected a non-empty name")

@@ -61,6 +61,7 @@ def report(tmp_path_factory: pytest.TempPathFactory, survey_frames):
 
 
 def test_static_figures(report) -> None:
+    assert report.renderer == "kaleido"  # with a browser, plotly's own renderer draws them
     for name in report.figures:
         png = (report.directory / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG"), name

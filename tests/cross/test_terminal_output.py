@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -43,15 +44,60 @@ def test_python_m_qkenergy_piped_at_80_columns(tmp_path: Path) -> None:
 def test_verify_at_80_columns_is_one_line_per_check(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In a pipe every check is one whole line (nothing cut at the width a terminal would have)."""
     monkeypatch.setattr(verify, "CHECKS", (verify.check_lemma5, verify.check_lemma6))
     monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit):
         cli.main(["verify", "--samples", "100"])
     out = capsys.readouterr().out
-    _plain_80(out)
+    assert not BOX & set(out) and "…" not in out
     checks = [line for line in out.splitlines() if line.startswith(("pass ", "FAIL "))]
     assert len(checks) >= 8 and len(out.splitlines()) <= len(checks) + 8
     assert f"{len(checks)} of {len(checks)} checks passed" in out
+    rows = verify.check_lemma5(100, 0)
+    assert [line.split("  ")[-1] for line in checks[: len(rows)]] == [
+        " ".join(r.setting.split()) for r in rows
+    ]
+
+
+def test_layouts_in_a_pipe_is_plain_and_whole(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    from qkenergy.weights.families import describe_families
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        cli.main(["layouts"])
+    out = capsys.readouterr().out
+    assert not BOX & set(out) and "…" not in out
+    for row in describe_families():
+        assert row["proven by"] in out and row["models"] in out
+
+
+def test_survey_summary_in_a_pipe_is_plain_and_whole(tmp_path: Path) -> None:
+    import io
+
+    import pandas as pd
+
+    from qkenergy.surveys.engine import SurveyRun
+    from qkenergy.surveys.summary import print_survey
+
+    names = ["minilm", "minilm-folded-with-a-name-longer-than-a-terminal-column-allows"]
+    heads = pd.DataFrame(
+        {
+            "model": [m for m in names for _ in range(4)],
+            "layer": [0, 0, 1, 1] * 2,
+            "head": [0, 1] * 4,
+            "n": 32,
+            "N": 384,
+            "symmetric_energy": np.linspace(0.45, 0.6, 8),
+            "symmetric_energy_z": np.linspace(-3, 50, 8),
+            "symmetric_energy_p_bh": [0.01, 0.5, 1e-9, 1e-9] * 2,
+        }
+    )
+    buffer = io.StringIO()
+    print_survey(SurveyRun(out=tmp_path, run=1, units=4, computed=4), heads, Console(file=buffer, width=80))
+    out = buffer.getvalue()
+    assert not BOX & set(out) and "…" not in out
+    assert all(name in out for name in names)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +109,10 @@ def two_layers(tmp_path_factory: pytest.TempPathFactory):
 def test_summary_names_the_most_symmetric_and_most_skew_heads(two_layers) -> None:
     symmetric, skew = notable_heads(two_layers.heads, top=3)
     s = two_layers.heads["symmetric_energy"]
-    assert symmetric["symmetric_energy"].tolist() == sorted(s, reverse=True)[:3]
-    assert skew["symmetric_energy"].tolist() == sorted(s)[:3]
+    base = 385 / 768  # (N+1)/(2N): a head above it is never listed as skew, nor one below as symmetric
+    assert symmetric["symmetric_energy"].tolist() == sorted(s[s > base], reverse=True)[:3]
+    assert skew["symmetric_energy"].tolist() == sorted(s[s < base])[:3]
+    assert len(skew) == 2  # layers 2 and 4 of MiniLM: only heads 4.9 and 4.7 are below the baseline
     console = Console(record=True, width=80, force_terminal=False)
     print_summary(two_layers, console, top=3)
     text = console.export_text()
@@ -75,6 +123,26 @@ def test_summary_names_the_most_symmetric_and_most_skew_heads(two_layers) -> Non
     # MiniLM: layer 2 head 9 is the most symmetric head, layer 4 head 9 the most skew
     assert rows[0].split()[:5] == ["most", "symmetric", "2", "9", "0.8671"]
     assert rows[3].split()[:5] == ["most", "skew", "4", "9", "0.3938"]
+    assert rows[4].split()[:3] == ["4", "7", "0.4976"]
+    significant = int((skew["symmetric_energy_p_bh"] < 0.05).sum())
+    assert (
+        f"Most skew: the 2 heads below the random baseline, {significant} of them significantly more skew"
+        in " ".join(text.split())
+    )
+    assert "24 heads in 2 layers" in text
     console = Console(record=True, width=80)
     print_summary(two_layers, console, top=0)
     assert "Heads worth a look" not in console.export_text()
+
+
+def test_counts_agree_in_number() -> None:
+    from qkenergy.analysis.summary import _count, _layer_count
+
+    assert (_count(1, "head"), _count(12, "head")) == ("1 head", "12 heads")
+    one = {"layer": np.zeros(12, dtype=np.int64)}
+    assert _layer_count(one) == "1 layer"
+    stacks = {
+        "layer": np.array([0, 1, 0]),
+        "stack": np.array(["encoder", "encoder", "decoder"], dtype=object),
+    }
+    assert _layer_count(stacks) == "3 layers of 2 stacks"

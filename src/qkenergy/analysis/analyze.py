@@ -126,6 +126,7 @@ def analyze_model(
     rotation_samples: int = ROTATION_SAMPLES,
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
     threads: int | None = None,
+    name: str | None = None,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -148,7 +149,10 @@ def analyze_model(
     or "radius" (Type II when c_sym + d_sym <= ``radius``, else the sign of
     c_sym - d_sym); :mod:`qkenergy.math.head_types`. ``samples``,
     ``seed``: the null laws' Monte Carlo size and seed; ``null=False`` skips
-    them (null columns NaN). ``cache_dir`` keeps null laws on disk.
+    them (null columns NaN). ``cache_dir`` keeps null laws on disk. ``name``: the
+    model's name in every output (the ``model`` column, ``settings["model"]``, the
+    figures' labels) instead of the one MODEL gives, e.g. to tell two runs of one
+    checkpoint apart (``settings["model_source"]`` still says what was read).
     ``null_kind``: "gaussian" (the law of a Gaussian head of the same shape),
     "rotation" (the head's own W_K, W_Q with the query's input space rotated at
     random, :mod:`qkenergy.math.rotation`; ``rotation_samples`` draws per head)
@@ -200,6 +204,8 @@ def analyze_model(
       sign of their published tables. See :mod:`qkenergy.math.directionality`.
     """
     threads = resolve_threads(threads, "--threads")
+    if name is not None:
+        name = _model_name(name)
     if null:
         samples = check_integer(samples, "--samples", 2)
     if null_kind not in NULL_KINDS:
@@ -226,6 +232,7 @@ def analyze_model(
         open_model(model, config=config) as source,
         provenance.ReadRecorder(source.tensors) as tensors,  # notes what is read, for the fingerprints
     ):
+        label = source.name if name is None else name
         found = architectures(
             source.config, source.config_where, model_type=model_type, layout=given or source.layout
         )
@@ -267,7 +274,7 @@ def analyze_model(
                 rope = None if plan is None or stack.layer_positional(layer) != "rope" else plan[0][layer]
                 offsets = None if plan is None else plan[1]
                 rows = _head_rows(
-                    source.name,
+                    label,
                     stack,
                     weights,
                     stack_heads,
@@ -281,12 +288,11 @@ def analyze_model(
                 read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
                 head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
                 if per_layer:
-                    layer_rows.extend(_layer_rows(source.name, stack, weights, types, rope, offsets))
+                    layer_rows.extend(_layer_rows(label, stack, weights, types, rope, offsets))
                 del weights  # release this layer before the one after next is read
                 source.tensors.release()
                 advance()
             ahead.result()
-        name = source.name
         model_source = provenance.model_source(model, source, tensors.fingerprints())
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
@@ -311,7 +317,7 @@ def analyze_model(
         else None
     )
     settings: dict[str, Any] = {
-        "model": name,
+        "model": label,
         "model_type": arch.model_type,
         "n_layers": arch.n_layers,
         "n_heads": arch.n_heads,
@@ -354,7 +360,21 @@ def analyze_model(
     }
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
-    return Analysis(columns=table, layers=layer_table, model=name, settings=settings)
+    return Analysis(columns=table, layers=layer_table, model=label, settings=settings)
+
+
+MAX_NAME = 200  # characters of a model name given with --name
+
+
+def _model_name(name: Any) -> str:
+    """A name given with ``--name``: text on one line, not empty, at most MAX_NAME characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise ArgumentError(f"--name: expected a non-empty name, got {name!r:.60}")
+    if len(name) > MAX_NAME or any(not c.isprintable() for c in name):
+        raise ArgumentError(
+            f"--name: expected at most {MAX_NAME} printable characters on one line, got {name!r:.60}"
+        )
+    return name.strip()
 
 
 def _split_reads(tensors: Any) -> contextlib.AbstractContextManager[None]:
@@ -454,7 +474,7 @@ def select(
         return list(range(count))  # count <= layouts.MAX_CONFIG_SIZE
     if isinstance(chosen, int | np.integer | range):
         chosen = [chosen]
-    valid = f"valid {what} are 0..{count - 1}"
+    valid = f"valid {what} are 0..{count - 1} (the model has {count})"
     picked: set[int] = set()
     for value in chosen:
         if isinstance(value, range):
@@ -462,7 +482,8 @@ def select(
                 continue
             low, high = min(value[0], value[-1]), max(value[0], value[-1])
             if low < 0 or high >= count:
-                raise ArgumentError(f"{option}: {low}-{high} is out of range; {valid}")
+                shown = str(low) if low == high else f"{low}-{high}"  # `--layers 9` is range(9, 10)
+                raise ArgumentError(f"{option}: {shown} is out of range; {valid}")
             picked.update(value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):

@@ -230,13 +230,18 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
     )
 
 
+def _count(number: int, noun: str) -> str:
+    """'1 head', '12 heads'."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _layer_count(df: pd.DataFrame | Columns) -> str:
     """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
     layers = np.asarray(df["layer"]).tolist()
     stacks = _texts(df, "stack") if "stack" in df else [""] * len(layers)
     if len(set(stacks)) <= 1:
-        return f"{len(set(layers))} layers"
-    return f"{len(set(zip(stacks, layers, strict=True)))} layers of {len(set(stacks))} stacks"
+        return _count(len(set(layers)), "layer")
+    return f"{_count(len(set(zip(stacks, layers, strict=True))), 'layer')} of {len(set(stacks))} stacks"
 
 
 def _layer_label(row: Mapping[Any, Any]) -> str:
@@ -245,21 +250,55 @@ def _layer_label(row: Mapping[Any, Any]) -> str:
     return f"{stack} {row['layer']}" if stack else str(row["layer"])
 
 
-def _notable_rows(df: pd.DataFrame | Columns, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the ``top`` largest and the ``top`` smallest defined s (ties: first in the table first)."""
+def _sides(df: pd.DataFrame | Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the heads above and of those below the random baseline (N+1)/(2N)."""
     s = _floats(df, "symmetric_energy")
-    defined = np.flatnonzero(np.isfinite(s))
-    largest = defined[np.argsort(-s[defined], kind="stable")[:top]]
-    smallest = defined[np.argsort(s[defined], kind="stable")[:top]]
+    base = baseline(_floats(df, "N"))
+    with np.errstate(invalid="ignore"):
+        return np.flatnonzero(s > base), np.flatnonzero(s < base)
+
+
+def _notable_rows(df: pd.DataFrame | Columns, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the ``top`` largest s above the baseline and the ``top`` smallest below it
+    (ties: first in the table first)."""
+    s = _floats(df, "symmetric_energy")
+    above, below = _sides(df)
+    largest = above[np.argsort(-s[above], kind="stable")[:top]]
+    smallest = below[np.argsort(s[below], kind="stable")[:top]]
     return largest, smallest
 
 
 def notable_heads(
     df: pd.DataFrame | Columns, top: int = 5
 ) -> tuple[pd.DataFrame | Columns, pd.DataFrame | Columns]:
-    """The ``top`` most symmetric heads (largest s) and the ``top`` most skew (smallest s), as ``df`` is."""
+    """The ``top`` most symmetric heads (largest s, above the random baseline) and the ``top``
+    most skew (smallest s, below it), as ``df`` is: a head above the baseline is never listed
+    as skew, nor one below it as symmetric."""
     largest, smallest = _notable_rows(df, top)
     return _take(df, largest), _take(df, smallest)
+
+
+def skew_note(df: pd.DataFrame | Columns, top: int) -> str:
+    """How many heads lie below the random baseline, how many of them the list shows, and how many
+    of them are significantly more skew than a random head (BH-adjusted p < 0.05)."""
+    _, below = _sides(df)
+    count = below.size
+    if count == 0:
+        return "Most skew: no head lies below the random baseline."
+    shown = (
+        f"the {_count(count, 'head')} below the random baseline"
+        if count <= top
+        else f"{top} of the {count} heads below the random baseline"
+    )
+    p = _floats(df, "symmetric_energy_p_bh")[below] if "symmetric_energy_p_bh" in df else np.array([])
+    if not np.isfinite(p).any():
+        return f"Most skew: {shown} (null laws skipped: no significance claimed)."
+    significant = int((np.isfinite(p) & (p < SIGNIFICANCE)).sum())
+    of_them = "of them" if count <= top else f"of the {count}"
+    return (
+        f"Most skew: {shown}, {significant} {of_them} significantly more skew than a random head "
+        f"(BH-adjusted p < {SIGNIFICANCE:g})."
+    )
 
 
 def _notable_table(df: pd.DataFrame | Columns, top: int) -> Table:
@@ -350,7 +389,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
             texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
         null_text = " · ".join(texts)
     console.print(
-        f"[bold]{analysis.model}[/bold] · {_length(df)} heads in {_layer_count(df)} · "
+        f"[bold]{analysis.model}[/bold] · {_count(_length(df), 'head')} in {_layer_count(df)} · "
         f"fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
@@ -402,6 +441,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
             console.print(f"Layer null {note}.")
     if top > 0:
         print_table(console, _notable_table(df, top))
+        console.print(skew_note(df, top))
     rotation_line = rotation_verdict(df)
     if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
         console.print(verdict(df, null=null))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress
     from rich.table import Table
 
+_UNBOUNDED = 1 << 20  # columns: wider than any table
 MISSING = "–"
 """How an undefined (NaN, None) value is shown."""
 
@@ -108,13 +109,26 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) ->
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` on ``console``: boxed on a terminal, plain aligned text on a pipe or file.
 
-    Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters.
+    Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters, and no
+    cell cut or wrapped at the width a terminal would have (80 columns unless COLUMNS says
+    otherwise): off a terminal the table takes the width its cells need.
     """
-    if not console.is_terminal:
-        table.box = None
-        table.show_edge = False
-        table.pad_edge = False
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    table.box = None
+    table.show_edge = False
+    table.pad_edge = False
+    table.title_justify = table.caption_justify = "left"  # not centred over a table as wide as its cells
+    natural = Measurement.get(console, console.options.update_width(_UNBOUNDED), table).maximum
+    width = console.width
+    console.width = max(width, natural)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def progress_bar(text: str, *, remaining: bool = False, stderr: bool = False) -> Progress:

@@ -106,6 +106,14 @@ from qkenergy.cli.params import (
     help="RoPE models: also read each head at these relative offsets d (L_d = W_K^T R_d W_Q), "
     "e.g. 0,1,2,4, or 'log' for 0, 1, 2, 4, ... up to the context length; adds an offset column.",
 )
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="Name the model NAME in every output (the table's model column, its settings, the figures) "
+    "instead of the name MODEL gives: two runs of one checkpoint (e.g. with and without --fold-norm) "
+    "then stay apart in qkenergy report.",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -130,6 +138,7 @@ def analyze(
     threads: int | None,
     top: int,
     rope_offsets: Any,
+    name: str | None,
     quiet: bool,
 ) -> None:
     """Analyze every head of MODEL (safetensors file, directory, shards, GGUF file, HF cache folder, hub id, or
@@ -172,6 +181,7 @@ def analyze(
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
         progress=not quiet and sys.stderr.isatty(),
         threads=threads,
+        name=name,
         **options,
     )
     if not quiet:

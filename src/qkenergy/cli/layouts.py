@@ -6,7 +6,7 @@ import json
 
 import click
 
-from qkenergy.base.formatting import rich_table
+from qkenergy.base.formatting import print_table, rich_table
 from qkenergy.cli.output import stdout_console
 
 
@@ -27,4 +27,4 @@ def layouts(as_json: bool, markdown: bool) -> None:
         table = rich_table("qkenergy layouts: supported model types", [(c, "left") for c in LAYOUT_COLUMNS])
         for row in rows:
             table.add_row(*(row[c] for c in LAYOUT_COLUMNS))
-        stdout_console().print(table)
+        print_table(stdout_console(), table)

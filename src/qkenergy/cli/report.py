@@ -23,9 +23,15 @@ import click
     help="Compare every model of the same architecture with this model, head by head.",
 )
 @click.option("--title", default=None, help="Title of the page.")
-@click.option("--no-static", is_flag=True, help="Skip the PNG / SVG figures (they need Chrome or Chromium).")
+@click.option(
+    "--static/--no-static",
+    default=None,
+    help="The PNG / SVG figures: --static requires every one, --no-static skips them. By default "
+    "each is drawn where it can be: by plotly's kaleido when Chrome or Chromium is found, else "
+    "with matplotlib (one warning line says so).",
+)
 def report_command(
-    sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, no_static: bool
+    sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, static: bool | None
 ) -> None:
     """Compare models in one report: a survey's OUT directory, or head tables from `analyze -o`."""
     from qkenergy.report import page as survey_report
@@ -43,7 +49,7 @@ def report_command(
         models=inputs.models,
         settings=inputs.settings,
         title=title,
-        static=not no_static,
+        static=static,
         losses=inputs.losses,
     )
     click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")

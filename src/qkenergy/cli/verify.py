@@ -20,7 +20,7 @@ from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, fits_in_memory
     type=click.IntRange(min=50),
     default=None,
     callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    help="Monte Carlo draws per row.  [default: 100000, verify.DEFAULT_SAMPLES]",
+    help="Monte Carlo draws per row.  [default: 100000]",  # math.verify.DEFAULT_SAMPLES (a test checks)
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of the checks instead of a table.")
@@ -114,18 +114,21 @@ def _print_checks(checks: Sequence[Any]) -> None:
 
 
 def _print_checks_narrow(checks: Sequence[Any], console: Any, caption: str) -> None:
-    """One line per check, setting cut to the console width: readable at 80 columns and in a pipe."""
+    """One line per check: on a terminal the setting is cut to its width, in a pipe or file it is whole."""
     from rich.markup import escape
 
     claim_width = max(len(c.claim) for c in checks)
     deviation_width = max(len(_deviation(c)) for c in checks)
     console.print("qkenergy verify: the claims of the specification, checked numerically")
     console.print(escape(f"{'':4}  {'claim':<{claim_width}}  {'z or error':>{deviation_width}}  setting"))
+    cut = False
     for check in checks:
         line = f"{'pass' if check.passed else 'FAIL'}  {check.claim:<{claim_width}}  "
         line += f"{_deviation(check):>{deviation_width}}  " + " ".join(check.setting.split())
-        if len(line) > console.width:
+        if console.is_terminal and len(line) > console.width:
             line = line[: console.width - 1] + "…"
+            cut = True
         status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         console.print(status + escape(line[4:]), soft_wrap=True)
-    console.print(f"{caption} Settings are shortened to fit the width; --json gives every detail.")
+    shortened = " Settings are shortened to fit the width;" if cut else ""
+    console.print(f"{caption}{shortened} --json gives every detail.")

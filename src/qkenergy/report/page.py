@@ -7,7 +7,8 @@
   page works offline and fetches nothing (no script, font or image from the
   network);
 - ``report_files/``: each figure as ``NAME.png`` and ``NAME.svg`` (rendered by
-  kaleido in a headless Chrome or Chromium), the per-model table as
+  kaleido in a headless Chrome or Chromium where one is found, else drawn from
+  the same plotly figure with matplotlib), the per-model table as
   ``models.csv`` and, with a reference model, ``baseline_difference.csv``.
 
 The set is written atomically: everything is rendered into a temporary
@@ -23,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +51,8 @@ __all__ = [
     "STATIC_FORMATS",
     "Report",
     "ReportInputs",
+    "StaticFigures",
+    "browser_path",
     "build_report",
     "files_directory",
     "read_inputs",
@@ -68,6 +72,17 @@ class Report:
     figures: list[str]
     summary: pd.DataFrame
     comparison: BaselineComparison | None
+    renderer: str | None = None
+    """What drew the PNG / SVG figures: "kaleido", "matplotlib", or None (none drawn)."""
+
+
+@dataclass(frozen=True)
+class StaticFigures:
+    """The PNG / SVG files written, the figures they show, and what drew them."""
+
+    files: list[Path]
+    figures: list[str]
+    renderer: str | None
 
 
 def files_directory(out_html: str | os.PathLike[str]) -> Path:
@@ -85,7 +100,7 @@ def build_report(
     models: pd.DataFrame | None = None,
     settings: dict[str, Any] | None = None,
     title: str | None = None,
-    static: bool = True,
+    static: bool | None = None,
     formats: Sequence[str] = STATIC_FORMATS,
     losses: pd.DataFrame | None = None,
 ) -> Report:
@@ -97,7 +112,12 @@ def build_report(
     with, head by head. ``models``: per-model facts (``model`` plus
     ``architecture`` / ``model_type``, ``n_layers``) when the heads lack
     them. ``settings``: shown in the page (how the survey was run).
-    ``static=False`` skips the PNG / SVG export (no browser needed).
+
+    The page itself needs no browser. ``static``: the PNG / SVG figures.
+    None (the default): every figure that can be drawn, by plotly's kaleido
+    where a Chrome or Chromium is found, else with matplotlib
+    (:mod:`qkenergy.figures.static`), with one warning saying so and naming
+    any figure left out; True: every figure, or QKEnergyError; False: none.
     ``losses``: training loss curves (``run``, ``step``, ``loss``; :func:`training_losses`),
     drawn as one more figure.
     """
@@ -114,15 +134,6 @@ def build_report(
     summary = model_summary(heads, layers, models)
     comparison = baseline_comparison(heads, baseline, models) if baseline is not None else None
     figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
-    page = _page(
-        figures,
-        summary,
-        comparison,
-        title=title or _default_title(summary),
-        settings=settings,
-        files=files_directory(target).name,
-        formats=formats if static else [],
-    )
 
     directory = files_directory(target)
     ensure_directory(target.parent)
@@ -137,8 +148,20 @@ def build_report(
         written = [write_table(summary, staged_dir / "models.csv")]
         if comparison is not None:
             written.append(write_table(comparison.differences, staged_dir / "baseline_difference.csv"))
-        if static and formats:
-            written += _export_static(figures, staged_dir, formats)
+        drawn = StaticFigures([], [], None)
+        if static is not False and formats:
+            drawn = _export_static(figures, staged_dir, formats, required=static is True)
+            written += drawn.files
+        page = _page(
+            figures,
+            summary,
+            comparison,
+            title=title or _default_title(summary),
+            settings=settings,
+            files=directory.name,
+            formats=formats if drawn.figures else [],
+            drawn=set(drawn.figures),
+        )
         staged_html.write_text(page, encoding="utf-8")
         _commit(staged_html, staged_dir, target, directory)
     finally:
@@ -150,6 +173,7 @@ def build_report(
         figures=[f.name for f in figures],
         summary=summary,
         comparison=comparison,
+        renderer=drawn.renderer,
     )
 
 
@@ -316,15 +340,70 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
 # ----------------------------------------------------------------------------- static figures
 
 
-def _export_static(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
+def browser_path() -> str | None:
+    """The Chrome or Chromium kaleido would start (``BROWSER_PATH``, then the usual names and
+    places, as kaleido's choreographer looks), or None when there is none it could run."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return None
+    try:
+        found = Chromium.find_browser(skip_local=False)
+    except Exception:  # its search reads PATH, the registry and typical places: failing there means none
+        return None
+    if not found or not Path(found).is_file() or not os.access(found, os.X_OK):
+        return None
+    return str(found)
+
+
+def _export_static(
+    figures: list[ReportFigure], directory: Path, formats: Sequence[str], *, required: bool
+) -> StaticFigures:
+    """Every figure as PNG / SVG: kaleido with a browser, else matplotlib (one warning line)."""
+    problem = "no Chrome or Chromium found"
+    if browser_path() is not None:
+        try:
+            return StaticFigures(
+                _kaleido_export(figures, directory, formats), [f.name for f in figures], "kaleido"
+            )
+        except QKEnergyError as error:
+            problem = str(error)
+            for leftover in directory.glob("*"):  # a partial kaleido run: start again with matplotlib
+                if leftover.suffix.lstrip(".") in formats:
+                    leftover.unlink()
+    from qkenergy.figures import static as matplotlib_figures
+
+    missing = {f.name: matplotlib_figures.unsupported(f.figure) for f in figures}
+    skipped = [f"{name} ({', '.join(kinds)} traces)" for name, kinds in missing.items() if kinds]
+    if skipped and required:
+        raise QKEnergyError(
+            f"--static: {problem}, and matplotlib cannot draw {', '.join(skipped)}; install Chrome or "
+            "Chromium (e.g. apt-get install chromium, or set BROWSER_PATH), or leave out --static"
+        )
+    paths = []
+    drawn = [f for f in figures if not missing[f.name]]
+    for fig in drawn:
+        for fmt in formats:
+            path = directory / f"{fig.name}.{fmt}"
+            scale = _PNG_SCALE if fmt == "png" else 1
+            paths.append(
+                matplotlib_figures.save(fig.figure, path, fmt, width=WIDTH, height=fig.height, scale=scale)
+            )
+    left_out = f"; left out {', '.join(skipped)}" if skipped else ""
+    warnings.warn(
+        f"{problem}: the PNG / SVG figures were drawn with matplotlib instead of plotly's kaleido{left_out} "
+        "(for kaleido's: apt-get install chromium, or set BROWSER_PATH to Chrome or Chromium)",
+        stacklevel=3,
+    )
+    return StaticFigures(paths, [f.name for f in drawn], "matplotlib")
+
+
+def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
     """Every figure as PNG / SVG through kaleido (one headless Chrome / Chromium for all)."""
     try:
         import kaleido
     except ImportError:
-        raise QKEnergyError(
-            "static figures need the kaleido package (pip install kaleido) and Chrome or Chromium; "
-            "or skip them with --no-static"
-        ) from None
+        raise QKEnergyError("the kaleido package is not installed (pip install kaleido)") from None
     jobs = []
     paths = []
     for fig in figures:
@@ -342,10 +421,7 @@ def _export_static(figures: list[ReportFigure], directory: Path, formats: Sequen
         )
     except Exception as exc:  # kaleido and choreographer raise many types; the user needs one line
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise QKEnergyError(
-            f"cannot render the PNG / SVG figures with kaleido ({message}); they need Chrome or Chromium "
-            "(e.g. apt-get install chromium, or set BROWSER_PATH); or skip them with --no-static"
-        ) from None
+        raise QKEnergyError(f"kaleido could not render the figures ({message})") from None
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise QKEnergyError(f"kaleido did not write {', '.join(missing)}")
@@ -470,6 +546,7 @@ def _comparison_section(comparison: BaselineComparison) -> str:
 
 
 def _figure_section(fig: ReportFigure, files: str, formats: Sequence[str]) -> str:
+    """The figure's div and caption, with links to its PNG / SVG files (none when ``formats`` is empty)."""
     import plotly.io as pio
 
     div = pio.to_html(
@@ -501,6 +578,7 @@ def _page(
     settings: dict[str, Any] | None,
     files: str,
     formats: Sequence[str],
+    drawn: set[str],
 ) -> str:
     from plotly.offline import get_plotlyjs
 
@@ -525,7 +603,7 @@ def _page(
     ]
     if comparison is not None:
         sections.append(_comparison_section(comparison))
-    sections += [_figure_section(f, files, formats) for f in figures]
+    sections += [_figure_section(f, files, formats if f.name in drawn else []) for f in figures]
     if settings:
         sections.append(
             "<details><summary>Settings</summary><pre>"

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkenergy.base.formatting import format_fixed, format_percent, rich_table
+from qkenergy.base.formatting import format_fixed, format_percent, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -88,7 +88,7 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
                 format_percent(r["share_below"]),
                 str(failed_units.get(r["model"], 0)),
             )
-        console.print(table)
+        print_table(console, table)
     console.print(
         f"{run.units} units: {run.computed} computed, {run.skipped} already done, "
         f"{run.unchanged} verified unchanged, {len(run.failed)} failed · {run.elapsed:.1f} s · "
