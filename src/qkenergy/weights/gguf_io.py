@@ -405,7 +405,10 @@ def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = info.shape[:-1]
     try:
-        values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
+        # A block whose float16 scale is inf or NaN decodes to non-finite weights; the analysis
+        # reports such heads as NaN (as for any non-finite weights), so numpy's warnings are not wanted.
+        with np.errstate(all="ignore"):
+            values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
     except NotImplementedError:
         raise QKEnergyError(
             f"{where} is stored as {info.dtype}, which the installed gguf package cannot dequantise "
