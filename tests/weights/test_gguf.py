@@ -17,10 +17,10 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from gguf.constants import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
