@@ -42,7 +42,20 @@ from qkenergy.weights.json_input import open_regular, show_name
 from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
 from qkenergy.weights.source import ModelSource
 
-__all__ = ["GGUF_MAGIC", "GGUFArray", "GGUFFile", "GGUFHeader", "GGUFTensorInfo", "is_gguf", "read_header"]
+__all__ = [
+    "GGUF_MAGIC",
+    "GGUFArray",
+    "GGUFFile",
+    "GGUFHeader",
+    "GGUFTensorInfo",
+    "GGUFTensors",
+    "gguf_files",
+    "is_gguf",
+    "one_gguf",
+    "open_gguf",
+    "read_header",
+    "split_files",
+]
 
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -396,6 +409,15 @@ class GGUFFile(SafetensorsFile):
         return f"GGUFFile({str(self.path)!r}, {len(self)} tensors)"
 
 
+class GGUFTensors(TensorSource):
+    """The tensors of a GGUF model (one file, or the parts of a split one)."""
+
+    def quantization_of(self, name: str) -> str:
+        """How tensor ``name`` is stored, for the heads read from it: "GGUF Q4_1", ...; "" for plain types."""
+        info = self.file_of(name).info(name)
+        return f"GGUF {info.dtype}" if isinstance(info, GGUFTensorInfo) and info.quantized else ""
+
+
 def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray:
     """The float32 values of a block-quantised tensor, by the gguf package's numpy dequantisation."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -468,4 +490,4 @@ def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
 
     files, config, layout, notes = gguf_model(path)
     label = f"{show_path(files[0].path)} (GGUF metadata)"
-    return ModelSource(name, config, TensorSource(files), path.parent, origin, label, layout, notes)
+    return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)
