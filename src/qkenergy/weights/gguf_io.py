@@ -321,12 +321,12 @@ def read_header(path: Path) -> GGUFHeader:
         seen.add(name)
         try:
             qtype = GGMLQuantizationType(code)
-        except ValueError:
+            block, block_bytes = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
             raise QKEnergyError(
                 f"{what} has ggml type {code}, which the installed gguf package does not know "
                 "(pip install -U gguf)"
             ) from None
-        block, block_bytes = GGML_QUANT_SIZES[qtype]
         if any(d <= 0 for d in dims) or dims[0] % block:
             shown = ", ".join(map(str, dims))
             raise QKEnergyError(
