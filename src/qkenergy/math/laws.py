@@ -72,7 +72,8 @@ class Law:
         values.flags.writeable = False
         self.name = name
         self._samples = values
-        self._sorted = np.sort(values[np.isfinite(values)])
+        self._finite = values[np.isfinite(values)]  # in draw order: the moments sum as NullLaw's do
+        self._sorted = np.sort(self._finite)
         self._exact_mean = exact_mean
         self._sampler = sampler
         self.description = description
@@ -100,11 +101,11 @@ class Law:
         """Null mean: exact where known ((N+1)/(2N) for s, Proposition 6), else the Monte Carlo mean."""
         if self._exact_mean is not None:
             return float(self._exact_mean)
-        return float(np.mean(self._sorted)) if self._sorted.size else math.nan
+        return float(np.mean(self._finite)) if self._finite.size else math.nan
 
     def std(self) -> float:
         """Null standard deviation (Monte Carlo, ddof = 1), as the table's ``X_null_sd``."""
-        return float(np.std(self._sorted, ddof=1)) if self._sorted.size > 1 else math.nan
+        return float(np.std(self._finite, ddof=1)) if self._finite.size > 1 else math.nan
 
     def cdf(self, x: ArrayLike) -> Any:
         """Empirical P(X <= x) = #{null <= x} / K; vectorised, NaN in, NaN out."""
