@@ -8,9 +8,9 @@ its settings), exactly.
 
 from __future__ import annotations
 
-import html
 import io
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,6 +177,8 @@ class Analysis:
         print_summary(self._result, console, top=top)
 
     def _repr_html_(self) -> str:
+        import html
+
         from qkenergy.analysis.summary import verdict
 
         spec = self.null
@@ -297,10 +299,9 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
     -------
     Analysis
     """
-    from qkenergy.api.model import Model
-
-    if isinstance(model, Model):
-        return model.analyze(**settings)
+    opened = sys.modules.get("qkenergy.api.model")  # not imported: model cannot be a Model
+    if opened is not None and isinstance(model, opened.Model):
+        return model.analyze(**settings)  # type: ignore[no-any-return]
     # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
     opening = {key: settings[key] for key in _OPENING if key in settings}
     return Analysis(_run(model, dict(settings)), argument=model, options=opening)
