@@ -57,6 +57,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_rotation.py
 	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_rope_offsets.py
+	$(BIN)/python benchmarks/bench_startup.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis
