@@ -142,3 +142,14 @@ def test_write_then_read_is_exact(written, tmp_path, suffix) -> None:
 def test_write_refuses_an_unknown_format(result, tmp_path) -> None:
     with pytest.raises(qk.QKEnergyError, match="^path: expected a file ending in"):
         result.write(tmp_path / "x.xlsx")
+
+
+def test_a_read_analysis_reads_its_layer_table_only_when_used(written, tmp_path) -> None:
+    path = tmp_path / "minilm.csv"
+    written.write(path)
+    (tmp_path / "minilm.layers.csv").write_text('layer,"unterminated\n0,1\n')  # a csv no parser reads
+    back = qk.read(path)  # the heads alone: plotting them needs no layer table
+    files = back.plot(tmp_path / "plots", formats=("png",), null_samples=SAMPLES)
+    assert len(files) == 4 and all(p.suffix == ".png" for p in files)
+    with pytest.raises(qk.QKEnergyError, match="minilm.layers.csv: cannot read as csv"):
+        _ = back.layers

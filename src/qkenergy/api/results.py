@@ -70,8 +70,10 @@ class Analysis:
         model: Model | None = None,
         argument: Any = None,
         options: Mapping[str, Any] | None = None,
+        layers_from: str | os.PathLike[str] | None = None,
     ) -> None:
         self._result = result
+        self._layers_from = layers_from  # a read analysis reads its layer table on first use
         self._model = model
         self._opening: tuple[Any, dict[str, Any]] | None = (
             None if options is None else (argument, dict(options))
@@ -89,7 +91,14 @@ class Analysis:
 
     @property
     def layers(self) -> pd.DataFrame | None:
+        self._load_layers()
         return self._result.layers
+
+    def _load_layers(self) -> None:
+        """A read analysis reads its layer table when first needed (plotting the heads needs none)."""
+        if self._layers_from is not None:
+            path, self._layers_from = self._layers_from, None
+            object.__setattr__(self._result, "layers", _read_layers(path))
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -174,6 +183,7 @@ class Analysis:
         """Print the summary on a rich Console (default: stdout; tables drawn on a terminal, plain off it)."""
         from qkenergy.analysis.summary import print_summary
 
+        self._load_layers()
         print_summary(self._result, console, top=top)
 
     def _repr_html_(self) -> str:
@@ -246,7 +256,18 @@ class Analysis:
             plot_options.setdefault("null_samples", spec.samples)
             plot_options.setdefault("seed", int(self.settings.get("seed", spec.seed)))
             plot_options.setdefault("cache_dir", self.settings.get("cache_dir"))
+        self._load_layers()
         return write_outputs(self._result, output=path, plot_dir=plots, **plot_options)
+
+    def plot(self, outdir: str | os.PathLike[str], **options: Any) -> list[Path]:
+        """Write the figures of ``qkenergy plot`` into ``outdir`` (atomically); returns the files.
+
+        ``options`` as :func:`qkenergy.figures.plots.plot_results`: head, null_samples, seed,
+        cache_dir, formats (its defaults, not this analysis' null settings: see :meth:`write`).
+        """
+        from qkenergy.figures.plots import plot_results
+
+        return plot_results(self.heads, outdir, **options)
 
 
 def _reopen(settings: Mapping[str, Any]) -> Model:
@@ -310,15 +331,29 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
 def read(path: str | os.PathLike[str]) -> Analysis:
     """The analysis a table file holds (``analyze -o`` or :meth:`Analysis.write`): heads, layers, settings.
 
-    The round trip is exact: ``read(p).heads`` equals the written table, column by column.
+    The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
+    ``layers`` (read when first used) the layer table.
+
+    Returns
+    -------
+    Analysis
+        Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
     """
     from qkenergy.formats.columns import Columns
-    from qkenergy.formats.tables import STRING_COLUMNS, layers_path, read_table, text_column
-
-    _LAYER_TEXT_COLUMNS = (*STRING_COLUMNS, "route", "null_route", "null_note")
+    from qkenergy.formats.tables import read_table
 
     heads = read_table(path)
     settings = heads.attrs.get("settings") or {}
+    columns: Columns = {str(name): heads[name].to_numpy() for name in heads.columns}
+    result = Result(columns=columns, layers=None, model=str(settings.get("model", "")), settings=settings)
+    result.__dict__["heads"] = heads  # the table as read (Result.heads is a cached property)
+    return Analysis(result, layers_from=path)
+
+
+def _read_layers(path: str | os.PathLike[str]) -> pd.DataFrame | None:
+    """The layer table written with the head table at ``path`` (the json member, NAME.layers.csv), or None."""
+    from qkenergy.formats.tables import STRING_COLUMNS, layers_path, read_table, text_column
+
     layers: pd.DataFrame | None = None
     if Path(path).suffix.lower() == ".json":
         try:
@@ -329,10 +364,7 @@ def read(path: str | os.PathLike[str]) -> Analysis:
         layers = read_table(layers_path(path), table="layers")
     if layers is not None:
         layers.attrs.pop("settings", None)
-        for name in _LAYER_TEXT_COLUMNS:  # an empty text column reads back from csv as all-NaN floats
-            if name in layers.columns:
+        for name in (*STRING_COLUMNS, "route", "null_route", "null_note"):
+            if name in layers.columns:  # an empty text column reads back from csv as all-NaN floats
                 layers[name] = text_column(layers[name])
-    columns: Columns = {str(name): heads[name].to_numpy() for name in heads.columns}
-    result = Result(columns=columns, layers=layers, model=str(settings.get("model", "")), settings=settings)
-    result.__dict__["heads"] = heads  # the table as read (Result.heads is a cached property)
-    return Analysis(result)
+    return layers
