@@ -30,6 +30,8 @@ def test_empirical_cdf_sf_ppf_pvalue() -> None:
     with pytest.raises(QKEnergyError, match="cannot be drawn"):
         law.rvs(2)
     assert Law("x", [1.0, 2.0], exact_mean=7.0).mean() == 7.0
+    assert Law("x", [1.0, 2.0], exact_mean=7.0).stderr() == 0.0 and law.defined == 4
+    assert law.stderr() == pytest.approx(law.std() / 2)
 
 
 def test_null_law_items_agree_with_the_null_law() -> None:

@@ -103,6 +103,18 @@ class Law:
             return float(self._exact_mean)
         return float(np.mean(self._finite)) if self._finite.size else math.nan
 
+    @property
+    def defined(self) -> int:
+        """The number of finite draws (those the summaries use)."""
+        return int(self._finite.size)
+
+    def stderr(self) -> float:
+        """Standard error of :meth:`mean`: 0 when exact, else std / sqrt(K)."""
+        if self._exact_mean is not None:
+            return 0.0
+        x = self._finite
+        return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+
     def std(self) -> float:
         """Null standard deviation (Monte Carlo, ddof = 1), as the table's ``X_null_sd``."""
         return float(np.std(self._finite, ddof=1)) if self._finite.size > 1 else math.nan
