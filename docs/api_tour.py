@@ -1,5 +1,6 @@
 import numpy as np
 
+import qkenergy as qk
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.math.baselines import gaussian_square_law, qk_product_expectations
 from qkenergy.math.entry_laws import entry_law
@@ -29,3 +30,13 @@ print(law.mean("symmetric_energy"), law.sd("symmetric_energy"), law.p_two_sided(
 # The whole job on the embedded MiniLM checkpoint, as a DataFrame.
 result = analyze_model(None, layers=[2], samples=500)
 print(result.heads[["layer", "head", "symmetric_energy", "symmetric_energy_z", "head_type"]].head(4))
+
+# The notebook API: one object per model, head, null law and analysis.
+model = qk.open()  # None: the embedded all-MiniLM-L6-v2; or a path, hub id, transformers model ...
+head = model.head(2, 3)  # weights, Gram matrix, spectra; the table's statistics by column name
+print(head, head.symmetric_energy, head.head_type, head.singular_values[:2])
+s_law = head.null(samples=500)  # the head's null law of s, a frozen distribution
+print(s_law.mean(), s_law.ppf([0.05, 0.95]), s_law.pvalue(head.symmetric_energy))
+analysis = model.analyze(layers=[2], samples=500)  # the same run as result above, as one object
+print(analysis.top(1)[["layer", "head", "symmetric_energy", "head_type"]])
+fig = analysis.figure("symmetric_profiles")  # a matplotlib Figure; analysis.write("x.parquet"), qk.read

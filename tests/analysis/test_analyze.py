@@ -170,13 +170,13 @@ def test_selection_and_no_null(cache_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"layers": [6]}, "--layers: 6 is out of range; valid layers are 0..5"),
-        ({"layers": [-1]}, "--layers"),
-        ({"layers": []}, "--layers: empty"),
-        ({"heads": [12]}, "--heads: 12 is out of range; valid query heads are 0..11"),
-        ({"heads": ["a"]}, "--heads"),
-        ({"samples": 0, "null": True}, "--samples"),
-        ({"radius": 1.5}, "--radius"),
+        ({"layers": [6]}, "layers: 6 is out of range; valid layers are 0..5"),
+        ({"layers": [-1]}, "layers"),
+        ({"layers": []}, "layers: empty"),
+        ({"heads": [12]}, "heads: 12 is out of range; valid query heads are 0..11"),
+        ({"heads": ["a"]}, "heads"),
+        ({"samples": 0, "null": True}, "samples"),
+        ({"radius": 1.5}, "radius"),
     ],
 )
 def test_selection_errors(kwargs: dict, needle: str) -> None:

@@ -18,6 +18,16 @@ def test_api_tour_runs(capsys) -> None:
     assert namespace["law"].mean("symmetric_energy") == 385 / 768
     assert np.isclose(namespace["est"].expectation_of_ratio.value, 0.766862, atol=1e-6)
     assert len(namespace["result"].heads) == 12
+    # the notebook API's part: the same heads, one object each
+    analysis, head = namespace["analysis"], namespace["head"]
+    row = analysis.heads[(analysis.heads["layer"] == 2) & (analysis.heads["head"] == 3)].iloc[0]
+    assert (
+        head.symmetric_energy
+        == row["symmetric_energy"]
+        == namespace["result"].heads["symmetric_energy"].iloc[3]
+    )
+    assert namespace["s_law"].pvalue(head.symmetric_energy) == row["symmetric_energy_p"] == 2 / 501
+    assert namespace["fig"].axes
 
 
 def test_readme_lists_the_supported_layouts() -> None:

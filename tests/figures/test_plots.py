@@ -70,8 +70,8 @@ def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path)
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"head": (9, 0)}, "--head: layer 9, head 0 is not in the table"),
-        ({"head": "2;3"}, "--head: expected LAYER,HEAD"),
+        ({"head": (9, 0)}, "head: layer 9, head 0 is not in the table"),
+        ({"head": "2;3"}, "head: expected LAYER,HEAD"),
         ({"formats": ("jpg",)}, "plot formats"),
     ],
 )

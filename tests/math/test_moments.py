@@ -119,9 +119,9 @@ def test_type_rules_at_their_boundaries() -> None:
     assert radius == ["II", "I+", "I+", "I-", "I-", ""]
     with pytest.raises(ValueError, match="unknown type rule"):
         head_types(c, d, c_sym, d_sym, type_rule="nope")
-    with pytest.raises(QKEnergyError, match="--type-rule must be one of imbalance, radius"):
+    with pytest.raises(QKEnergyError, match="type_rule must be one of imbalance, radius"):
         check_type_rule("nope")
-    with pytest.raises(QKEnergyError, match=r"--edge-cut must be a number in \[0, 1\)"):
+    with pytest.raises(QKEnergyError, match=r"edge_cut must be a number in \[0, 1\)"):
         check_type_rule("imbalance", edge_cut=1.5)
 
 

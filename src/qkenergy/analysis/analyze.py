@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkenergy.analysis.nullspec import NULL_KINDS, ROTATION_SAMPLES, NullSpec
 from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
@@ -67,13 +68,11 @@ __all__ = [
     "directionality",
     "layer_form_statistics",
     "present_stacks",
+    "rotation_seed",
     "select",
     "stack_settings",
 ]
 
-NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
-ROTATION_SAMPLES = 500
-"""Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
 LAYER_NULL_MAX_FLOPS = 1e12
 """Largest arithmetic (flops) spent on one per-layer null law: about a minute on a 2-core machine."""
 
@@ -90,6 +89,8 @@ class Analysis:
     layers: pd.DataFrame | None
     model: str
     settings: dict[str, Any] = field(default_factory=dict)
+    null_laws: dict[tuple[int, int], NullLaw] = field(default_factory=dict)
+    """The Gaussian null law of each head shape (n, N) the heads were judged against."""
 
     @functools.cached_property
     def heads(self) -> pd.DataFrame:
@@ -127,6 +128,8 @@ def analyze_model(
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
     threads: int | None = None,
     name: str | None = None,
+    revision: str | None = None,
+    null_spec: NullSpec | None = None,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -158,7 +161,9 @@ def analyze_model(
     random, :mod:`qkenergy.math.rotation`; ``rotation_samples`` draws per head)
     or "both". ``null_laws``: Gaussian null laws already drawn with these samples,
     seed and radius, by (n, N) (a survey shares them between its units); other
-    shapes are drawn here.
+    shapes are drawn here. ``null_spec`` (a :class:`~qkenergy.analysis.nullspec.NullSpec`), when
+    given, sets samples, seed, null_kind, radius and rotation_samples together.
+    ``revision``: the snapshot of a hub id or Hugging Face cache folder (as open_model).
     ``threads``: heads and null samples are spread over this many threads with
     BLAS on one thread each (None: every core this process may use; pass 1
     inside Dask workers or other process pools); results do not depend on it.
@@ -206,14 +211,17 @@ def analyze_model(
     threads = resolve_threads(threads, "--threads")
     if name is not None:
         name = _model_name(name)
+    if null_spec is not None:
+        samples, seed, null_kind = null_spec.samples, null_spec.seed, null_spec.kind
+        radius, rotation_samples = null_spec.radius, null_spec.rotation_samples
     if null:
-        samples = check_integer(samples, "--samples", 2)
+        samples = check_integer(samples, "samples", 2)
     if null_kind not in NULL_KINDS:
         raise QKEnergyError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
     gaussian = null and null_kind in ("gaussian", "both")
     rotation = null and null_kind in ("rotation", "both")
     if rotation:
-        rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
+        rotation_samples = check_integer(rotation_samples, "rotation_samples", 2)
     check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
     types: dict[str, Any] = {
         "radius": radius,
@@ -229,7 +237,7 @@ def analyze_model(
 
         given = load_layout(layout_file)
     with (
-        open_model(model, config=config) as source,
+        open_model(model, config=config, revision=revision) as source,
         provenance.ReadRecorder(source.tensors) as tensors,  # notes what is read, for the fingerprints
     ):
         label = source.name if name is None else name
@@ -240,8 +248,8 @@ def analyze_model(
         arch = stacks[0][0]
         plans = plan_stacks(rope_offsets, source.config, [a for a, _ in stacks], source.config_where)
         rope_info = rope_description(source.config, [a for a, _ in stacks], source.config_where)
-        layer_ids = select("--layers", layers, max(a.n_layers for a, _ in stacks), "layers")
-        head_ids = select("--heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
+        layer_ids = select("layers", layers, max(a.n_layers for a, _ in stacks), "layers")
+        head_ids = select("heads", heads, max(a.n_heads for a, _ in stacks), "query heads")
         # One heads list per stack, shared by its layers (a config may claim many layers).
         heads_of = {id(a): [h for h in head_ids if h < a.n_heads] for a, _ in stacks}
         todo = [
@@ -297,6 +305,7 @@ def analyze_model(
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
     offsets_read = next((plan[1] for plan in plans.values() if plan is not None), None)
+    used: dict[tuple[int, int], NullLaw] = {}
     table = _with_null_columns(
         concat(head_parts),
         null=gaussian,
@@ -307,6 +316,7 @@ def analyze_model(
         progress=progress,
         laws=null_laws or {},
         threads=threads,
+        used=used,
     )
     table = _with_rotation_bh(table)
     layer_table = (
@@ -360,7 +370,7 @@ def analyze_model(
     }
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
-    return Analysis(columns=table, layers=layer_table, model=label, settings=settings)
+    return Analysis(columns=table, layers=layer_table, model=label, settings=settings, null_laws=used)
 
 
 MAX_NAME = 200  # characters of a model name given with --name
@@ -369,10 +379,11 @@ MAX_NAME = 200  # characters of a model name given with --name
 def _model_name(name: Any) -> str:
     """A name given with ``--name``: text on one line, not empty, at most MAX_NAME characters."""
     if not isinstance(name, str) or not name.strip():
-        raise ArgumentError(f"--name: expected a non-empty name, got {name!r:.60}")
+        raise ArgumentError(f"name: expected a non-empty name, got {name!r:.60}", parameter="name")
     if len(name) > MAX_NAME or any(not c.isprintable() for c in name):
         raise ArgumentError(
-            f"--name: expected at most {MAX_NAME} printable characters on one line, got {name!r:.60}"
+            f"name: expected at most {MAX_NAME} printable characters on one line, got {name!r:.60}",
+            parameter="name",
         )
     return name.strip()
 
@@ -483,16 +494,16 @@ def select(
             low, high = min(value[0], value[-1]), max(value[0], value[-1])
             if low < 0 or high >= count:
                 shown = str(low) if low == high else f"{low}-{high}"  # `--layers 9` is range(9, 10)
-                raise ArgumentError(f"{option}: {shown} is out of range; {valid}")
+                raise ArgumentError(f"{option}: {shown} is out of range; {valid}", parameter=option)
             picked.update(value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise ArgumentError(f"{option}: {value!r} is not an integer; {valid}")
+            raise ArgumentError(f"{option}: {value!r} is not an integer; {valid}", parameter=option)
         if not 0 <= value < count:
-            raise ArgumentError(f"{option}: {int(value)} is out of range; {valid}")
+            raise ArgumentError(f"{option}: {int(value)} is out of range; {valid}", parameter=option)
         picked.add(int(value))
     if not picked:
-        raise ArgumentError(f"{option}: empty selection; {valid}")
+        raise ArgumentError(f"{option}: empty selection; {valid}", parameter=option)
     return sorted(picked)
 
 
@@ -628,7 +639,7 @@ def _null_columns(kind: str = "") -> list[str]:
     return [f"{x}_{kind}{s}" for x in NULL_STATISTICS for s in ("null_mean", "null_sd", "z", "p")]
 
 
-def _rotation_seed(seed: int, layer: int, head: int) -> int:
+def rotation_seed(seed: int, layer: int, head: int) -> int:
     """The rotation null's seed of one head: its own SeedSequence child of (seed, layer, head)."""
     return int(np.random.SeedSequence([seed, layer, head]).generate_state(1, np.uint32)[0])
 
@@ -658,7 +669,7 @@ def _rotation_rows(
     from qkenergy.math.rotation import rotation_law  # only when the rotation null is drawn
 
     def draw(i: int) -> NullLaw:
-        head_seed = _rotation_seed(seed, layer, int(heads_ids[i]))
+        head_seed = rotation_seed(seed, layer, int(heads_ids[i]))
         return rotation_law(
             grams[i], N, samples=samples, seed=head_seed, radius=radius, names=NULL_STATISTICS
         )
@@ -702,8 +713,12 @@ def _with_null_columns(
     progress: bool,
     laws: Mapping[tuple[int, int], NullLaw],
     threads: int,
+    used: dict[tuple[int, int], NullLaw] | None = None,
 ) -> Columns:
-    """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s."""
+    """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s.
+
+    ``used`` receives the Gaussian null law of each head shape (n, N) judged against.
+    """
     heads = len(table["head"])
     extra = {c: np.full(heads, np.nan) for c in _null_columns()}
     extra["symmetric_energy_p_tail"] = np.full(heads, np.nan)
@@ -723,6 +738,8 @@ def _with_null_columns(
                 names=NULL_STATISTICS,
                 threads=threads,
             )
+            if used is not None:
+                used[(int(n), int(N))] = law
             rows = (table["n"] == n) & (table["N"] == N)
             for x in NULL_STATISTICS:
                 judged = judge(law, x, np.asarray(table[x][rows], dtype=np.float64))

@@ -309,7 +309,7 @@ def layer_null_law(
     if values is not None:
         values.flags.writeable = False
         n = sum(1 for m in group_sizes if m > 0) * head_dim
-        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values, kind="layer")
     law = layer_null.layer_null_law(group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress)
     save_cached(path, law.values, law.names)
     return law

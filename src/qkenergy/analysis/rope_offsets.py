@@ -36,28 +36,39 @@ def plan_offsets(
     ropes = layer_ropes(config, arch, where)
     if isinstance(spec, str):
         if spec.strip().lower() != "log":
-            raise ArgumentError(f"--rope-offsets: expected 'log' or offsets such as 0,1,2,4, got {spec!r}")
+            raise ArgumentError(
+                f"rope_offsets: expected 'log' or offsets such as 0,1,2,4, got {spec!r}",
+                parameter="rope_offsets",
+            )
         context = context_length(config)
         if context is None:
             raise ArgumentError(
-                f"--rope-offsets log: {where} gives no context length (max_position_embeddings); "
-                "pass the offsets, e.g. 0,1,2,4"
+                f"rope_offsets log: {where} gives no context length (max_position_embeddings); "
+                "pass the offsets, e.g. 0,1,2,4",
+                parameter="rope_offsets",
             )
         return ropes, log_offsets(context)
     offsets: set[int] = set()
     for value in [spec] if isinstance(spec, int | np.integer | range) else spec:
         if isinstance(value, range) and value.step > 0 and value.start >= 0:
             if len(offsets) + len(value) > MAX_OFFSETS:
-                raise ArgumentError(f"--rope-offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer")
+                raise ArgumentError(
+                    f"rope_offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer",
+                    parameter="rope_offsets",
+                )
             offsets.update(value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-            raise ArgumentError(f"--rope-offsets: {value!r} is not a non-negative integer offset")
+            raise ArgumentError(
+                f"rope_offsets: {value!r} is not a non-negative integer offset", parameter="rope_offsets"
+            )
         offsets.add(int(value))
     if len(offsets) > MAX_OFFSETS:
-        raise ArgumentError(f"--rope-offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer")
+        raise ArgumentError(
+            f"rope_offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer", parameter="rope_offsets"
+        )
     if not offsets:
-        raise ArgumentError("--rope-offsets: empty list of offsets")
+        raise ArgumentError("rope_offsets: empty list of offsets", parameter="rope_offsets")
     return ropes, sorted(offsets)
 
 

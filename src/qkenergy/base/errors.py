@@ -12,7 +12,15 @@ import os
 
 
 class QKEnergyError(Exception):
-    """An error caused by the user's input; the CLI prints it as one line and exits non-zero."""
+    """An error caused by the user's input; the CLI prints it as one line and exits non-zero.
+
+    ``parameter``: the Python parameter the message starts with (``samples must be ...``),
+    when it is about one; the command line names its own flag for it instead (``--samples``).
+    """
+
+    def __init__(self, *args: object, parameter: str | None = None) -> None:
+        super().__init__(*args)
+        self.parameter = parameter
 
 
 class ArgumentError(QKEnergyError):
@@ -29,7 +37,7 @@ def check_integer(value: object, name: str, minimum: int = 1) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         expected = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
-        raise QKEnergyError(f"{name} must be {expected}, got {value!r}")
+        raise QKEnergyError(f"{name} must be {expected}, got {value!r}", parameter=name)
     return int(value)
 
 
@@ -40,7 +48,7 @@ def check_positive(value: object, name: str) -> float:
         or not isinstance(value, numbers.Real)
         or not (math.isfinite(value) and float(value) > 0)
     ):
-        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}")
+        raise QKEnergyError(f"{name} must be a positive finite number, got {value!r}", parameter=name)
     return float(value)
 
 

@@ -147,22 +147,23 @@ def analyze(
     Every column of the table and every term of the summary is explained in
     docs/columns.md, the mathematics behind them in docs/mathematics.md.
     """
-    from qkenergy.analysis import analyze as analysis
-    from qkenergy.analysis import summary
+    from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
+    from qkenergy.api.results import analyze as run
     from qkenergy.formats import tables
-    from qkenergy.report.outputs import write_outputs
 
     if output is not None and output.suffix.lower() not in tables.FORMATS:
         raise click.BadParameter(
             f"expected a file ending in {', '.join(tables.FORMATS)}, got {str(output)!r}",
             param_hint="'-o' / '--output'",
         )
-    options: dict[str, Any] = {}
-    if samples is not None:
-        options["samples"] = samples
-    if rotation_samples is not None:
-        options["rotation_samples"] = rotation_samples
-    result = analysis.analyze_model(
+    spec = NullSpec(
+        samples=2000 if samples is None else samples,
+        seed=seed,
+        kind=null_kind,
+        radius=radius,
+        rotation_samples=ROTATION_SAMPLES if rotation_samples is None else rotation_samples,
+    )
+    result = run(
         model,
         model_type=model_type,
         layout=layout_file,
@@ -171,27 +172,21 @@ def analyze(
         heads=heads,
         per_layer=per_layer,
         fold_norm=fold_norm,
-        seed=seed,
-        radius=radius,
-        type_rule=type_rule,
-        imbalance_cut=imbalance_cut,
-        edge_cut=edge_cut,
-        null=not no_null,
-        null_kind=null_kind,
+        null=False if no_null else spec,
+        **({"seed": seed, "radius": radius, "null_kind": null_kind} if no_null else {}),
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
         progress=not quiet and sys.stderr.isatty(),
         threads=threads,
+        type_rule=type_rule,
+        imbalance_cut=imbalance_cut,
+        edge_cut=edge_cut,
         name=name,
-        **options,
     )
     if not quiet:
-        summary.print_summary(result, stdout_console(), top=top)
+        result.print_summary(stdout_console(), top=top)
     # the tables, their settings and the figures land together or not at all
-    written = write_outputs(
-        result,
-        output=output,
-        plot_dir=plot_dir,
-        **plot_options(samples=samples, seed=seed, cache_dir=cache_dir),
+    written = result.write(
+        output, plots=plot_dir, **plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
     )
     if not quiet:
         for path in written:

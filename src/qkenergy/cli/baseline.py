@@ -109,6 +109,7 @@ def random_head_baseline(
     """
     from qkenergy.analysis import null_cache
     from qkenergy.math import baselines, entry_laws, montecarlo, nulls
+    from qkenergy.math.laws import Law
 
     law = entry_laws.entry_law(dist)
     ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
@@ -139,22 +140,17 @@ def random_head_baseline(
         "sampler": _sampler_name(law.name, n, N),
     }
     for name in BASELINE_STATISTICS:
-        x = np.asarray(columns[name], dtype=np.float64)
-        x = x[np.isfinite(x)]  # undefined statistics (NaN) are left out, as in nulls.NullLaw
-        sample_mean = float(np.mean(x)) if x.size else math.nan
-        sample_stderr = float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+        # one statistic's law (NaN draws, undefined statistics, left out); the exact mean where known
+        sampled = Law(name, columns[name])
+        summary = Law(name, columns[name], exact_mean=exact.get(name))
+        sample_mean, sample_stderr = sampled.mean(), sampled.stderr()
+        quantiles = summary.ppf(QUANTILE_LEVELS) if summary.defined else [math.nan] * len(QUANTILE_LEVELS)
         row: dict[str, Any] = {
-            "mean": exact.get(name, sample_mean),
-            "stderr": 0.0 if name in exact else sample_stderr,
-            "sd": float(np.std(x, ddof=1)) if x.size > 1 else math.nan,
-            "quantiles": {
-                _quantile_key(q): float(v)
-                for q, v in zip(
-                    QUANTILE_LEVELS,
-                    np.quantile(x, QUANTILE_LEVELS) if x.size else [math.nan] * len(QUANTILE_LEVELS),
-                )
-            },
-            "defined_samples": int(x.size),
+            "mean": summary.mean(),
+            "stderr": summary.stderr(),
+            "sd": summary.std(),
+            "quantiles": {_quantile_key(q): float(v) for q, v in zip(QUANTILE_LEVELS, quantiles)},
+            "defined_samples": summary.defined,
         }
         if name == "symmetric_energy":
             row["ratio_of_expectations"] = ratio_of_expectations

@@ -43,10 +43,8 @@ def plot(
     cache_dir: Path | None,
 ) -> None:
     """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
-    from qkenergy.figures import plots
-    from qkenergy.formats import tables
+    from qkenergy.api.results import read
 
-    table = tables.read_table(results)
     options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
-    for path in plots.plot_results(table, outdir, head=head, **options):
+    for path in read(results).plot(outdir, head=head, **options):
         click.echo(f"wrote {path}")

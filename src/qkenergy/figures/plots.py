@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,31 @@ from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
 from qkenergy.formats.transaction import OutputTransaction, joined
 
-__all__ = ["FORMATS", "accumulation_limit", "choose_head", "moment_scatter", "plot_results", "ternary_xy"]
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+
+    from qkenergy.math.nulls import NullLaw
+
+__all__ = [
+    "FIGURES",
+    "FORMATS",
+    "accumulation_limit",
+    "choose_head",
+    "figure",
+    "moment_scatter",
+    "plot_results",
+    "ternary_xy",
+]
+
+FIGURES = (
+    "symmetric_energy_heatmap",
+    "symmetric_energy_null",
+    "symmetric_profiles",
+    "lobes",
+    "symmetric_energy_offsets",
+    "moments_O_E",
+)
+"""The figures :func:`plot_results` draws (``lobes``: one head's; ``symmetric_energy_offsets``: RoPE offsets only)."""
 
 FORMATS = ("png", "svg", "pdf")
 _SQRT3_2 = math.sqrt(3) / 2
@@ -109,7 +133,15 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(row=pd.Categorical(labels, categories=order, ordered=True))
 
 
-def _heatmap(df: pd.DataFrame) -> Figure:
+def _canvas(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A new figure with one axes, or the figure of the axes given (drawn into in place)."""
+    if ax is None:
+        fig = Figure(figsize=figsize)
+        return fig, fig.add_subplot()
+    return cast(Figure, ax.figure), ax
+
+
+def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     df = _rows(df)
     grid = df.pivot_table(
         index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
@@ -124,8 +156,7 @@ def _heatmap(df: pd.DataFrame) -> Figure:
     norm = TwoSlopeNorm(vcenter=centre, vmin=lo, vmax=hi)
 
     rows, cols = values.shape
-    fig = Figure(figsize=(max(5.0, 0.45 * cols + 2.5), max(3.0, 0.4 * rows + 1.6)))
-    ax = fig.add_subplot()
+    fig, ax = _canvas(ax, (max(5.0, 0.45 * cols + 2.5), max(3.0, 0.4 * rows + 1.6)))
     import matplotlib
 
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")
@@ -187,20 +218,21 @@ def _null_histogram(
     seed: int,
     cache_dir: str | os.PathLike[str] | None,
     population: str = "heads",
+    laws: Mapping[tuple[int, int], NullLaw] | None = None,
+    ax: Axes | None = None,
 ) -> Figure:
     from qkenergy.analysis.null_cache import null_law
     from qkenergy.math.nulls import NULL_STATISTICS
 
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
-    fig = Figure(figsize=(7.0, 4.2))
-    ax = fig.add_subplot()
+    fig, ax = _canvas(ax, (7.0, 4.2))
     axn = ax.twinx()  # the null is much narrower than trained heads: own density axis
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     colours = ["0.25", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     for k, (n, N) in enumerate(shapes):
-        law = null_law(
+        law = (laws or {}).get((int(n), int(N))) or null_law(
             int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
         )
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
@@ -258,9 +290,9 @@ def _simplex(
     population: str = "heads",
     type_rule: str = "radius",
     imbalance_cut: float = 0.2,
+    ax: Axes | None = None,
 ) -> Figure:
-    fig = Figure(figsize=(6.4, 5.6))
-    ax = fig.add_subplot()
+    fig, ax = _canvas(ax, (6.4, 5.6))
     ax.set_aspect("equal")
     ax.axis("off")
     corners = np.array([[0, 0], [1, 0], [0.5, _SQRT3_2], [0, 0]])
@@ -336,14 +368,14 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
             try:
                 layer, h = (int(p) for p in parts)
             except ValueError:
-                raise ArgumentError(f"--head: expected LAYER,HEAD, got {head!r}") from None
+                raise ArgumentError(f"head: expected LAYER,HEAD, got {head!r}", parameter="head") from None
         else:
             try:
                 layer, h = (int(v) for v in head)
             except (TypeError, ValueError):
-                raise ArgumentError(f"--head: expected (layer, head), got {head!r}") from None
+                raise ArgumentError(f"head: expected (layer, head), got {head!r}", parameter="head") from None
         if not ((df["layer"] == layer) & (df["head"] == h)).any():
-            raise ArgumentError(f"--head: layer {layer}, head {h} is not in the table")
+            raise ArgumentError(f"head: layer {layer}, head {h} is not in the table", parameter="head")
         return layer, h
     score = (
         df["symmetric_energy_z"].abs()
@@ -358,7 +390,7 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
     return int(row["layer"]), int(row["head"])
 
 
-def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
+def _lobes(df: pd.DataFrame, layer: int, head: int, axes: Sequence[Axes] | None = None) -> Figure:
     row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
     alpha = np.asarray(row["alpha"], dtype=np.float64)
     beta = np.asarray(row["beta"], dtype=np.float64)
@@ -371,8 +403,14 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
         else (float(np.linalg.norm(beta) / np.linalg.norm(alpha)) if np.any(alpha) else float("nan"))
     )
 
-    fig = Figure(figsize=(10.0, 4.2))
-    ax, ax2 = fig.subplots(1, 2)
+    if axes is None:
+        fig = Figure(figsize=(10.0, 4.2))
+        ax, ax2 = fig.subplots(1, 2)
+    else:
+        if len(axes) != 2:
+            raise QKEnergyError("ax: the lobes figure has two panels, pass a pair of axes", parameter="ax")
+        ax, ax2 = axes
+        fig = cast(Figure, ax.figure)
     top = max(alpha.max(initial=0), beta.max(initial=0)) * 1.05 or 1.0
     ax.plot([0, top], [0, top], color="0.7", ls=":", lw=1, label="β = α")
     if math.isfinite(rho):
@@ -417,10 +455,9 @@ def _lobes(df: pd.DataFrame, layer: int, head: int) -> Figure:
 # ----------------------------------------------------------------------------- 5. RoPE offsets
 
 
-def _offsets(df: pd.DataFrame) -> Figure:
+def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     """Symmetric energy against the RoPE offset d: one line per layer (median over heads, IQR band)."""
-    fig = Figure(figsize=(7.5, 4.4))
-    ax = fig.add_subplot()
+    fig, ax = _canvas(ax, (7.5, 4.4))
     layers = sorted(df["layer"].unique())
     import matplotlib
 
@@ -469,6 +506,7 @@ def moment_scatter(
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     population: str = "heads",
+    ax: Axes | None = None,
 ) -> Figure:
     """moment_E against moment_O per head, coloured by head type, over the null cloud of each shape (n, N).
 
@@ -478,8 +516,7 @@ def moment_scatter(
     from qkenergy.analysis.null_cache import null_law
     from qkenergy.math.nulls import NULL_STATISTICS
 
-    fig = Figure(figsize=(7.0, 5.0))
-    ax = fig.add_subplot()
+    fig, ax = _canvas(ax, (7.0, 5.0))
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
     for k, (n, N) in enumerate(shapes):
@@ -520,6 +557,87 @@ def moment_scatter(
 
 
 # ----------------------------------------------------------------------------- entry point
+
+
+def _type_rule(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The head-type rule a table was made with, as :func:`_simplex` draws it."""
+    recorded = settings or {}
+    # tables written before the imbalance rule record a radius and no rule: theirs was the radius rule
+    rule = str(recorded.get("type_rule", "radius" if "radius" in recorded else "imbalance"))
+    return {
+        "radius": float(recorded.get("radius", 0.02)),
+        "type_rule": rule,
+        "imbalance_cut": float(recorded.get("imbalance_cut", 0.2)),
+    }
+
+
+def figure(
+    df: pd.DataFrame,
+    name: str,
+    *,
+    head: tuple[int, int] | str | None = None,
+    ax: Any = None,
+    null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
+    null_samples: int = 2000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> Figure:
+    """One figure of :func:`plot_results`, drawn and returned, no file written.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One model's head table (as ``analyze`` gives it or ``read_table`` reads it).
+    name : str
+        One of :data:`FIGURES`.
+    head : (layer, head) or str, optional
+        The head of the ``lobes`` figure (default: the most extreme, largest |symmetric_energy_z|).
+    ax : matplotlib Axes, optional
+        Draw into these axes (a pair for ``lobes``) instead of a new figure; their figure is returned.
+    null_laws : mapping (n, N) -> NullLaw, optional
+        The Gaussian null laws to draw in ``symmetric_energy_null`` (an analysis' own); other
+        shapes are drawn with ``null_samples``, ``seed`` and ``cache_dir``.
+    settings : dict, optional
+        The run's settings (default ``df.attrs["settings"]``): they name the heads in legends.
+    """
+    if name not in FIGURES:
+        raise QKEnergyError(f"name must be one of {', '.join(FIGURES)}, got {name!r}", parameter="name")
+    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
+    if len(df) == 0:
+        raise QKEnergyError("cannot draw an empty head table")
+    if name == "symmetric_energy_offsets":
+        if "offset" not in df.columns:
+            raise QKEnergyError("symmetric_energy_offsets needs a table read at several RoPE offsets")
+        return _offsets(df, ax)
+    if "offset" in df.columns:  # the per-head figures show the smallest offset, as plot_results
+        df = df[df["offset"] == df["offset"].min()]
+    if settings is None:
+        settings = df.attrs.get("settings")
+    population = population_label(settings, _model_name(df))
+    if name == "symmetric_energy_heatmap":
+        return _heatmap(df, ax)
+    if name == "symmetric_energy_null":
+        return _null_histogram(
+            df,
+            null_samples=null_samples,
+            seed=seed,
+            cache_dir=cache_dir,
+            population=population,
+            laws=null_laws,
+            ax=ax,
+        )
+    if name == "symmetric_profiles":
+        _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
+        return _simplex(df, population=population, ax=ax, **_type_rule(settings))
+    if name == "moments_O_E":
+        _need(df, MOMENT_COLUMNS, "the O-E figure")
+        return moment_scatter(
+            df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, ax=ax
+        )
+    _need(df, ("alpha", "beta"), "the lobes figure")
+    layer, h = choose_head(df, head)
+    return _lobes(df, layer, h, ax)
 
 
 def plot_results(
@@ -582,15 +700,7 @@ def plot_results(
             ),
             "symmetric_energy_null",
         )
-        recorded = settings or {}
-        radius = float(recorded.get("radius", 0.02))
-        # tables written before the imbalance rule record a radius and no rule: theirs was the radius rule
-        rule = str(recorded.get("type_rule", "radius" if "radius" in recorded else "imbalance"))
-        cut = float(recorded.get("imbalance_cut", 0.2))
-        save(
-            _simplex(df, radius=radius, population=population, type_rule=rule, imbalance_cut=cut),
-            "symmetric_profiles",
-        )
+        save(_simplex(df, population=population, **_type_rule(settings)), "symmetric_profiles")
         if set(MOMENT_COLUMNS) <= set(df.columns):
             save(
                 moment_scatter(

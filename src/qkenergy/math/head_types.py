@@ -55,14 +55,14 @@ def check_type_rule(
 ) -> None:
     """QKEnergyError naming the option unless the rule is known and its tolerances in range."""
     if type_rule not in TYPE_RULES:
-        raise QKEnergyError(f"--type-rule must be one of {', '.join(TYPE_RULES)}, got {type_rule!r}")
-    for option, value, high in (
-        ("--radius", radius, 1),
-        ("--imbalance-cut", imbalance_cut, 1),
-        ("--edge-cut", edge_cut, 1),
-    ):
-        if not (isinstance(value, int | float) and math.isfinite(value) and 0 <= value < high):
-            raise QKEnergyError(f"{option} must be a number in [0, 1), got {value!r}")
+        raise QKEnergyError(
+            f"type_rule must be one of {', '.join(TYPE_RULES)}, got {type_rule!r}", parameter="type_rule"
+        )
+    for parameter, value in (("radius", radius), ("imbalance_cut", imbalance_cut), ("edge_cut", edge_cut)):
+        if isinstance(value, bool) or not (
+            isinstance(value, int | float) and math.isfinite(value) and 0 <= value < 1
+        ):
+            raise QKEnergyError(f"{parameter} must be a number in [0, 1), got {value!r}", parameter=parameter)
 
 
 def head_types(

@@ -150,4 +150,4 @@ def layer_null_law(
         description=f"layer null n={n} N={N}",
     )
     values.flags.writeable = False
-    return NullLaw(n=n, N=N, seed=seed, names=LAYER_NULL_STATISTICS, values=values)
+    return NullLaw(n=n, N=N, seed=seed, names=LAYER_NULL_STATISTICS, values=values, kind="layer")

@@ -29,6 +29,7 @@ from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fi
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math import montecarlo
     from qkenergy.math.entry_laws import EntryLaw
+    from qkenergy.math.laws import Law
 
 __all__ = [
     "NULL_STATISTICS",
@@ -300,6 +301,9 @@ class NullLaw:
     gives it: (N+1)/(2N) for symmetric_energy (Proposition 6, 1 <= n <= N).
     Tail probabilities are empirical, (1 + count)/(1 + K) form, never 0.
     NaN null samples (undefined statistics) are left out of every summary.
+    ``law[name]`` is that statistic's :class:`~qkenergy.math.laws.Law` (mean, std,
+    sf, cdf, ppf, pvalue; ``rvs`` fresh draws for the Gaussian null, ``kind``
+    "gaussian"; the rotation and layer nulls hold their samples only).
     """
 
     n: int
@@ -307,6 +311,29 @@ class NullLaw:
     seed: int
     names: tuple[str, ...]
     values: np.ndarray = field(repr=False)
+    kind: str = "gaussian"
+
+    def __getitem__(self, name: str) -> Law:
+        """The null law of the statistic ``name`` alone (a frozen :class:`~qkenergy.math.laws.Law`)."""
+        from qkenergy.math.laws import Law
+
+        sampler = None
+        if self.kind == "gaussian":
+            draw = null_statistics_sampler(self.n, self.N, (name,))
+
+            def sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+                return draw(rng, size)[:, 0]
+
+        return Law(
+            name,
+            self.samples(name),
+            exact_mean=self.exact_mean(name),
+            sampler=sampler,
+            description=f"{self.kind} null, n={self.n}, N={self.N}, seed {self.seed}",
+        )
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
 
     @property
     def size(self) -> int:

@@ -237,4 +237,4 @@ def rotation_law(
                 transform=_columns(head, names, radius),
             )
     values.flags.writeable = False
-    return NullLaw(n=head.n, N=head.N, seed=seed, names=names, values=values)
+    return NullLaw(n=head.n, N=head.N, seed=seed, names=names, values=values, kind="rotation")

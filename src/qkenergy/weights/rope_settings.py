@@ -154,7 +154,8 @@ def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "co
     """The rotary settings of each layer (ArgumentError if the model has no rotary embedding)."""
     if not has_rope(config, arch):
         raise ArgumentError(
-            f"--rope-offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding"
+            f"rope_offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding",
+            parameter="rope_offsets",
         )
     params = _parameters(config)
     layer_types = config.get("layer_types")

@@ -1,0 +1,255 @@
+"""One attention head of a model: its weights, Gram matrix, spectra, statistics and null laws.
+
+A :class:`Head` is what :meth:`qkenergy.Model.head` returns. Its statistics are
+cached properties named after the head table's columns (``symmetric_energy``,
+``pairing``, ``head_type``, ...; docs/columns.md), computed on the Gram route
+exactly as ``analyze`` computes the table (docs/mathematics.md §4), so a head's
+value equals its row's.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from qkenergy.analysis.analyze import rotation_seed
+from qkenergy.analysis.nullspec import NULL_KINDS, NullSpec
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.math.energies import power_of_two_scale
+from qkenergy.math.gram import head_gram, max_abs
+from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
+from qkenergy.math.rope import rotate, rotated_gram
+from qkenergy.math.spectrum import singular_values
+from qkenergy.math.statistics import STATISTICS, HeadStatistics, gram_statistics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.math.laws import Law
+    from qkenergy.math.rope import Rope
+
+__all__ = ["Head"]
+
+
+class Head:
+    """One head's bilinear form L = W_K^T W_Q, read from a model (see :meth:`qkenergy.Model.head`).
+
+    Parameters
+    ----------
+    w_query, w_key : (n, N) ndarray
+        The head's row blocks of the query and key projections, as stored (n: head
+        dimension, N: residual width), in the checkpoint's dtype.
+    layer, head : int
+        Where the head sits (0-based); ``kv_head`` is its key head (grouped-query attention).
+    stack : str
+        The attention stack ("" for a single-stack model).
+    offset : int
+        RoPE models: the relative offset d of the form L_d = W_K^T R_d W_Q (0: L itself).
+    rope : Rope, optional
+        The layer's rotary settings (needed for ``offset`` > 0).
+    radius : float
+        The type II radius of ``head_type`` (docs/mathematics.md §3).
+
+    Attributes
+    ----------
+    symmetric_energy, a, b, c, d, b_sym, c_sym, d_sym, balance, n_pos, n_neg, n_zero, rho, pairing, \
+pairing_bound, pairing_gap, lobe_departure, trace_ratio, participation_ratio, stable_rank, \
+leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
+        The head table's statistics (docs/columns.md), computed once on first use.
+
+    Examples
+    --------
+    >>> import qkenergy as qk
+    >>> head = qk.open().head(2, 3)
+    >>> head.w_query.shape, head.gram.shape
+    ((32, 384), (64, 64))
+    >>> round(head.symmetric_energy, 6), head.head_type
+    (0.586826, 'I+')
+    >>> alpha, beta = head.lobes
+    >>> len(head.singular_values), head.n_zero
+    (32, 320.0)
+    """
+
+    def __init__(
+        self,
+        w_query: np.ndarray,
+        w_key: np.ndarray,
+        *,
+        layer: int,
+        head: int,
+        kv_head: int | None = None,
+        stack: str = "",
+        offset: int = 0,
+        rope: Rope | None = None,
+        radius: float = 0.02,
+        model: str = "",
+    ) -> None:
+        if w_query.ndim != 2 or w_query.shape != w_key.shape:
+            raise QKEnergyError(
+                f"w_query and w_key must be (n, N) of one shape, got {w_query.shape} and {w_key.shape}"
+            )
+        if offset and rope is None:
+            raise QKEnergyError(f"offset: {offset} needs a RoPE model (this head has no rotary embedding)")
+        self._w_query = w_query
+        self._w_key = w_key
+        self.layer = int(layer)
+        self.head = int(head)
+        self.kv_head = int(head if kv_head is None else kv_head)
+        self.stack = stack
+        self.offset = int(offset)
+        self.rope = rope
+        self.radius = float(radius)
+        self.model = model
+
+    def __repr__(self) -> str:
+        where = f"{self.stack} " if self.stack else ""
+        at = f", offset {self.offset}" if self.offset else ""
+        return f"<Head {where}layer {self.layer} head {self.head}{at}: n={self.n}, N={self.N}>"
+
+    @property
+    def n(self) -> int:
+        """Head dimension n."""
+        return int(self._w_query.shape[0])
+
+    @property
+    def N(self) -> int:
+        """Residual width N."""
+        return int(self._w_query.shape[1])
+
+    @property
+    def w_query(self) -> np.ndarray:
+        """(n, N) W_Q as stored; at a RoPE offset d, R_d W_Q (float)."""
+        if self.offset and self.rope is not None:
+            return rotate(self._w_query, self.rope, self.offset)
+        return self._w_query
+
+    @property
+    def w_key(self) -> np.ndarray:
+        """(n, N) W_K as stored."""
+        return self._w_key
+
+    @functools.cached_property
+    def gram(self) -> np.ndarray:
+        """(2n, 2n) G = C C^T, C = [W_K; W_Q], each block scaled by a power of two (``gram.head_gram``)."""
+        G: np.ndarray = head_gram(self._w_query[None], self._w_key[None])[0]
+        if self.offset and self.rope is not None:
+            G = rotated_gram(G, self.rope, self.offset)
+        G.flags.writeable = False
+        return G
+
+    @functools.cached_property
+    def statistics(self) -> HeadStatistics:
+        """Every statistic of the head (``statistics.gram_statistics``), batch shape (1,)."""
+        return gram_statistics(self.gram[None], self.N, radius=self.radius)
+
+    def _value(self, name: str) -> float:
+        return float(getattr(self.statistics, name)[0])
+
+    @property
+    def head_type(self) -> str:
+        """ "II", "I+", "I-", or "" when undefined (docs/mathematics.md §3)."""
+        return str(self.statistics.head_type[0])
+
+    @property
+    def reason(self) -> str:
+        """ "" for a fine head, else why its statistics are NaN."""
+        return str(self.statistics.reason[0])
+
+    @property
+    def lobes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, beta): the positive and negative eigenvalue magnitudes of S, decreasing, in units of ||L||."""
+        alpha = np.asarray(self.statistics.alpha[0], dtype=np.float64)
+        beta = np.asarray(self.statistics.beta[0], dtype=np.float64)
+        return alpha[alpha > 0], beta[beta > 0]  # without the zero padding, as the table's lists
+
+    @property
+    def profile(self) -> tuple[float, float, float, float]:
+        """(a, b, c, d): the shares of ||L||^2, a + b + c + d = 1 (docs/mathematics.md §3)."""
+        a, b, c, d = (self._value(x) for x in ("a", "b", "c", "d"))
+        return a, b, c, d
+
+    @functools.cached_property
+    def singular_values(self) -> np.ndarray:
+        """(n,) singular values of L = W_K^T W_Q (of L_d at an offset), descending, in the weights' units."""
+        h = singular_values(self.gram[None])[0]
+        scale = (
+            power_of_two_scale(max_abs(self._w_key[None]))[0]
+            + power_of_two_scale(max_abs(self._w_query[None]))[0]
+        )
+        values: np.ndarray = np.ldexp(h, int(scale))
+        return values
+
+    def null_law(
+        self,
+        samples: int = 2000,
+        seed: int = 0,
+        kind: str = "gaussian",
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        statistics: tuple[str, ...] | None = None,
+    ) -> NullLaw:
+        """The null law of this head, every statistic at once (``law["pairing"]`` is one :class:`Law`).
+
+        ``kind`` "gaussian": a Gaussian head of the same shape (n, N), ``samples`` draws
+        (the table's null columns with the same samples and seed; ``cache_dir`` keeps it on
+        disk); "rotation": this head's own W_K, W_Q with the query's input space rotated at
+        random (the table's rotation columns with ``rotation_samples`` = ``samples``).
+        ``statistics``: the statistics drawn (default: those the table judges, for "gaussian"
+        every statistic is also available by passing ``STATISTICS``).
+        """
+        if kind not in NULL_KINDS[:2]:
+            raise QKEnergyError(f"kind must be 'gaussian' or 'rotation', got {kind!r}", parameter="kind")
+        if kind == "gaussian":
+            spec = NullSpec(samples=samples, seed=seed, radius=self.radius)
+            names = NULL_STATISTICS if statistics is None else statistics
+            return spec.null_law(self.n, self.N, names=names, cache_dir=cache_dir)
+        from qkenergy.math.rotation import ROTATION_STATISTICS, rotation_law
+
+        spec = NullSpec(seed=seed, kind="rotation", radius=self.radius, rotation_samples=samples)
+        return rotation_law(
+            self.gram,
+            self.N,
+            samples=spec.rotation_samples,
+            seed=rotation_seed(spec.seed, self.layer, self.head),
+            names=ROTATION_STATISTICS if statistics is None else statistics,
+            radius=spec.radius,
+        )
+
+    def null(
+        self,
+        samples: int = 2000,
+        seed: int = 0,
+        kind: str = "gaussian",
+        *,
+        statistic: str = "symmetric_energy",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> Law:
+        """The null law of one statistic of this head (default the symmetric energy), as a frozen :class:`Law`.
+
+        See :meth:`null_law` for ``samples``, ``seed``, ``kind`` and ``cache_dir``.
+        ``law.pvalue(head.symmetric_energy)`` is the table's ``symmetric_energy_p``.
+
+        Examples
+        --------
+        >>> import qkenergy as qk
+        >>> head = qk.open().head(2, 3)
+        >>> law = head.null(samples=200)
+        >>> law.mean() == 385 / 768  # (N + 1) / (2N), exact
+        True
+        >>> float(law.pvalue(head.symmetric_energy))  # beyond every draw: 2 / (K + 1)
+        0.009950248756218905
+        """
+        names = (statistic,) if statistic not in NULL_STATISTICS else None
+        return self.null_law(samples, seed, kind, cache_dir=cache_dir, statistics=names)[statistic]
+
+
+def _statistic_property(name: str) -> property:
+    def get(self: Head) -> float:
+        return self._value(name)
+
+    return property(get, doc=f"The head table's ``{name}`` (docs/columns.md).")
+
+
+for _name in STATISTICS:
+    setattr(Head, _name, _statistic_property(_name))

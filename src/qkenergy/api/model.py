@@ -1,0 +1,260 @@
+"""A model opened for analysis: its architecture, its heads on demand, and its analysis.
+
+``qk.open(model)`` reads the config and the tensor index only (safetensors
+headers); a layer's weights are read when one of its heads is asked for, and
+the few layers read last are kept.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qkenergy.analysis.analyze import present_stacks, select
+from qkenergy.api.head import Head
+from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.weights.architecture import Architecture, architectures
+from qkenergy.weights.checkpoint import open_model
+from qkenergy.weights.layout import Layout
+from qkenergy.weights.reading import LayerWeights, read_layer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
+    from qkenergy.api.results import Analysis
+    from qkenergy.weights.source import ModelSource
+
+__all__ = ["Model", "open"]
+
+_KEPT_LAYERS = 4  # layers kept in memory for further heads
+
+
+class Model:
+    """A model whose heads carry their spectra and null laws (made by :func:`open`).
+
+    Attributes
+    ----------
+    name : str
+        The model as given (a path or hub id), or its name (the embedded MiniLM).
+    model_type : str
+        config.json's ``model_type`` (or the type it is read as).
+    stacks : tuple of str
+        The attention stacks present ("" for a single-stack model; encoder, decoder, cross, ...).
+    layers, heads : int
+        Layers and query heads of the first stack (see :meth:`architecture` for the others).
+    source : str
+        Where the weights come from: "embedded", "file", "directory", "cache", "hub" or in memory.
+
+    Examples
+    --------
+    >>> import qkenergy as qk
+    >>> model = qk.open()
+    >>> model.name, model.model_type, model.layers, model.heads
+    ('sentence-transformers/all-MiniLM-L6-v2', 'bert', 6, 12)
+    >>> model.head(0, 0)
+    <Head layer 0 head 0: n=32, N=384>
+    """
+
+    def __init__(
+        self,
+        source: ModelSource,
+        stacks: list[tuple[Architecture, str]],
+        *,
+        argument: Any,
+        options: dict[str, Any],
+    ) -> None:
+        self._source = source
+        self._stacks = stacks
+        self._argument = argument
+        self._options = options
+        self._layers: OrderedDict[tuple[str, int, bool], LayerWeights] = OrderedDict()
+
+    def __repr__(self) -> str:
+        stacks = "" if self.stacks == ("",) else f", stacks {', '.join(self.stacks)}"
+        return f"<Model {self.name} ({self.model_type}): {self.layers} layers x {self.heads} heads{stacks}>"
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the tensor source (open files); heads already read stay usable."""
+        self._layers.clear()
+        self._source.close()
+
+    @property
+    def name(self) -> str:
+        return self._source.name
+
+    @property
+    def model_type(self) -> str:
+        return self._stacks[0][0].model_type
+
+    @property
+    def stacks(self) -> tuple[str, ...]:
+        return tuple(arch.stack for arch, _ in self._stacks)
+
+    @property
+    def layers(self) -> int:
+        return self._stacks[0][0].n_layers
+
+    @property
+    def heads(self) -> int:
+        return self._stacks[0][0].n_heads
+
+    @property
+    def source(self) -> str:
+        return self._source.origin
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The parsed config.json."""
+        return self._source.config
+
+    def architecture(self, stack: str | None = None) -> Architecture:
+        """The sizes and layout of one stack (the first one when ``stack`` is None)."""
+        return self._stack(stack)[0]
+
+    def _stack(self, stack: str | None) -> tuple[Architecture, str]:
+        if stack is None:
+            return self._stacks[0]
+        for arch, prefix in self._stacks:
+            if arch.stack == stack:
+                return arch, prefix
+        raise ArgumentError(
+            f"stack: {stack!r} is not a stack of {self.name}; its stacks are {', '.join(map(repr, self.stacks))}",
+            parameter="stack",
+        )
+
+    def _layer(self, arch: Architecture, prefix: str, layer: int, fold_norm: bool) -> LayerWeights:
+        key = (arch.stack, layer, fold_norm)
+        if key in self._layers:
+            self._layers.move_to_end(key)
+            return self._layers[key]
+        weights = read_layer(self._source.tensors, arch, layer, fold_norm=fold_norm, prefix=prefix)
+        self._layers[key] = weights
+        while len(self._layers) > _KEPT_LAYERS:
+            self._layers.popitem(last=False)
+        return weights
+
+    def head(
+        self,
+        layer: int,
+        head: int,
+        *,
+        stack: str | None = None,
+        offset: int = 0,
+        fold_norm: bool = False,
+        radius: float = 0.02,
+    ) -> Head:
+        """One head, read from its layer's weights (the layer is read once and kept).
+
+        Parameters
+        ----------
+        layer, head : int
+            0-based indices as in the checkpoint (query heads).
+        stack : str, optional
+            The attention stack (default: the first; see :attr:`stacks`).
+        offset : int
+            RoPE models: the relative offset d of the form L_d = W_K^T R_d W_Q (docs/models.md).
+        fold_norm : bool
+            Fold the gain of the norm feeding attention into W_Q, W_K (as analyze's option).
+        radius : float
+            The type II radius of the head's ``head_type``.
+        """
+        arch, prefix = self._stack(stack)
+        (layer,) = select("layer", [layer], arch.n_layers, "layers")
+        (head,) = select("head", [head], arch.n_heads, "query heads")
+        rope = None
+        if offset:
+            from qkenergy.analysis.rope_offsets import plan_offsets
+            from qkenergy.weights.rope_settings import has_rope
+
+            if not has_rope(self._source.config, arch):
+                raise ArgumentError(
+                    f"offset: {offset} needs a rotary position embedding; {self.name} has {arch.positional} positions",
+                    parameter="offset",
+                )
+
+            plan = plan_offsets([offset], self._source.config, arch, self._source.config_where)
+            assert plan is not None
+            rope = plan[0][layer]
+        weights = self._layer(arch, prefix, layer, fold_norm)
+        kv = int(weights.kv_head[head])
+        return Head(
+            weights.w_query[head],
+            weights.w_key[kv],
+            layer=layer,
+            head=head,
+            kv_head=kv,
+            stack=arch.stack,
+            offset=offset,
+            rope=rope,
+            radius=radius,
+            model=self.name,
+        )
+
+    def analyze(self, **settings: Any) -> Analysis:
+        """The whole analysis of this model (every head against its null laws): see :func:`qkenergy.analyze`."""
+        from qkenergy.api.results import analyze_opened
+
+        return analyze_opened(self, self._argument, {**self._options, **settings})
+
+
+def open(
+    model: Any = None,
+    *,
+    model_type: str | None = None,
+    layout: Layout | str | os.PathLike[str] | None = None,
+    revision: str | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> Model:
+    """Open MODEL for analysis: everything ``qkenergy analyze`` accepts.
+
+    Parameters
+    ----------
+    model : path, str, object or None
+        None (the embedded all-MiniLM-L6-v2), a .safetensors file, a directory, a GGUF file,
+        a Hugging Face cache folder, a hub id, a transformers or TransformerLens model, or a
+        mapping of tensor names to arrays (with ``config``).
+    model_type : str, optional
+        Read the checkpoint as this supported ``model_type`` (``qkenergy layouts`` lists them).
+    layout : Layout or path, optional
+        A Layout, or a TOML layout file, for an architecture qkenergy does not ship (docs/models.md).
+    revision : str, optional
+        Branch, tag or commit of a hub id or cache folder.
+    config : mapping, optional
+        The config.json dict of a mapping of arrays.
+
+    Returns
+    -------
+    Model
+        Reads config and headers now, weights when a head is asked for. Close it (or use
+        ``with``) to release open files.
+    """
+    if isinstance(model, Model):
+        raise QKEnergyError("model is already an opened Model; use it as it is")
+    given = None
+    if isinstance(layout, Layout):
+        given = layout
+    elif layout is not None:
+        from qkenergy.weights.layout_toml import load_layout
+
+        given = load_layout(layout)
+    source = open_model(model, config=config, revision=revision)
+    try:
+        found = architectures(
+            source.config, source.config_where, model_type=model_type, layout=given or source.layout
+        )
+        stacks = present_stacks(source.tensors, found)
+    except BaseException:
+        source.close()
+        raise
+    options: dict[str, Any] = {"model_type": model_type, "revision": revision, "config": config}
+    if layout is not None:
+        options["layout"] = layout if isinstance(layout, Layout) else Path(os.fspath(layout))
+    return Model(source, stacks, argument=model, options=options)

@@ -1,0 +1,370 @@
+"""An analysis as one object: its tables, settings and null laws; it summarises, draws, writes and reads back.
+
+:func:`analyze` (and :meth:`qkenergy.Model.analyze`) runs ``qkenergy analyze``'s
+analysis and returns an :class:`Analysis`; :func:`read` reads one back from the
+table ``analyze -o`` or :meth:`Analysis.write` wrote (csv, parquet or json with
+its settings), exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qkenergy.analysis.analyze import Analysis as Result
+from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from qkenergy.api.head import Head
+    from qkenergy.api.model import Model
+
+__all__ = ["Analysis", "analyze", "read"]
+
+
+class Analysis:
+    """The per-head analysis of one model: tables, settings, null laws; summary, figures, files.
+
+    Attributes
+    ----------
+    heads : DataFrame
+        One row per head (per stack and RoPE offset); the columns of docs/columns.md.
+    layers : DataFrame or None
+        One row per layer's whole form (``per_layer=True``), else None.
+    settings : dict
+        How the run was made (version, command, model source and fingerprints, null settings, ...).
+    model : str
+        The model's name.
+    null : NullSpec or None
+        The null laws' settings (None when the run drew none).
+
+    Examples
+    --------
+    >>> import qkenergy as qk
+    >>> result = qk.analyze(None, layers=[2], samples=200)
+    >>> len(result.heads), result.null.samples
+    (12, 200)
+    >>> result.top(2)[["layer", "head", "symmetric_energy"]].round(6)
+       layer  head  symmetric_energy
+    0      2     9          0.867132
+    1      2     7          0.695529
+    2      2     5          0.512516
+    3      2     4          0.521524
+    >>> "12 of 12 heads (100%) are significantly more symmetric" in result.summary()
+    True
+    """
+
+    def __init__(
+        self,
+        result: Result,
+        *,
+        model: Model | None = None,
+        argument: Any = None,
+        options: Mapping[str, Any] | None = None,
+        layers_from: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._result = result
+        self._layers_from = layers_from  # a read analysis reads its layer table on first use
+        self._model = model
+        self._opening: tuple[Any, dict[str, Any]] | None = (
+            None if options is None else (argument, dict(options))
+        )
+        self._laws: dict[tuple[int, int], NullLaw] = dict(result.null_laws)
+
+    def __repr__(self) -> str:
+        layers = "" if self.layers is None else f", {len(self.layers)} layer forms"
+        return f"<Analysis of {self.model}: {len(self.heads)} heads{layers}>"
+
+    # ---------------------------------------------------------------- the tables
+    @property
+    def heads(self) -> pd.DataFrame:
+        return self._result.heads
+
+    @property
+    def layers(self) -> pd.DataFrame | None:
+        self._load_layers()
+        return self._result.layers
+
+    def _load_layers(self) -> None:
+        """A read analysis reads its layer table when first needed (plotting the heads needs none)."""
+        if self._layers_from is not None:
+            path, self._layers_from = self._layers_from, None
+            object.__setattr__(self._result, "layers", _read_layers(path))
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self._result.settings
+
+    @property
+    def model(self) -> str:
+        return self._result.model
+
+    @property
+    def null(self) -> NullSpec | None:
+        return NullSpec.from_settings(self.settings)
+
+    @property
+    def null_laws(self) -> Mapping[tuple[int, int], NullLaw]:
+        """The Gaussian null law of each head shape (n, N) the heads were judged against.
+
+        An analysis read from a file draws them again from its settings (same samples,
+        seed and radius: the same draws, bitwise).
+        """
+        spec = self.null
+        if spec is not None and spec.gaussian:
+            shapes = self.heads[["n", "N"]].drop_duplicates().itertuples(index=False)
+            for n, N in shapes:
+                if (int(n), int(N)) not in self._laws:
+                    self._laws[(int(n), int(N))] = spec.null_law(int(n), int(N), names=NULL_STATISTICS)
+        return dict(self._laws)
+
+    def head(self, layer: int, head: int, *, stack: str | None = None, offset: int = 0) -> Head:
+        """One head of the analysed model, with its weights (see :meth:`qkenergy.Model.head`).
+
+        The model is the one analysed (an analysis read from a file reopens the model its
+        settings name: a path, hub id or the embedded default). Its statistics equal the
+        head's row of :attr:`heads`.
+        """
+        if self._model is None:
+            if self._opening is not None:  # the model this analysis was given
+                from qkenergy.api.model import open
+
+                argument, options = self._opening
+                self._model = open(argument, **options)
+            else:
+                self._model = _reopen(self.settings)
+        return self._model.head(
+            layer,
+            head,
+            stack=stack,
+            offset=offset,
+            fold_norm=bool(self.settings.get("fold_norm", False)),
+            radius=float(self.settings.get("radius", 0.02)),
+        )
+
+    def top(self, k: int = 5) -> pd.DataFrame:
+        """The ``k`` most symmetric heads (largest s, first) and then the ``k`` most skew (smallest s)."""
+        import pandas as pd
+
+        from qkenergy.analysis.summary import notable_heads
+        from qkenergy.base.errors import check_integer
+
+        k = check_integer(k, "k")
+        symmetric, skew = notable_heads(self._table(), k)
+        return pd.concat([pd.DataFrame(symmetric), pd.DataFrame(skew)], ignore_index=True)
+
+    def _table(self) -> pd.DataFrame:
+        table = self.heads
+        if "offset" in table.columns:  # as the summary: the smallest offset
+            table = table[table["offset"] == table["offset"].min()]
+        return table
+
+    # ---------------------------------------------------------------- text
+    def summary(self, *, top: int = 5, width: int = 80) -> str:
+        """The terminal summary ``qkenergy analyze`` prints (plain text, ``width`` columns)."""
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        self.print_summary(
+            Console(file=buffer, width=width, force_terminal=False, color_system=None), top=top
+        )
+        return buffer.getvalue()
+
+    def print_summary(self, console: Any = None, *, top: int = 5) -> None:
+        """Print the summary on a rich Console (default: stdout; tables drawn on a terminal, plain off it)."""
+        from qkenergy.analysis.summary import print_summary
+
+        self._load_layers()
+        print_summary(self._result, console, top=top)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        from qkenergy.analysis.summary import verdict
+
+        spec = self.null
+        null = (
+            "no null laws" if spec is None else f"{spec.kind} null, {spec.samples} samples, seed {spec.seed}"
+        )
+        top = self.top(3)
+        shown = [
+            c
+            for c in ("stack", "layer", "head", "symmetric_energy", "symmetric_energy_z", "head_type")
+            if c in top
+        ]
+        return (
+            f"<div><strong>{html.escape(self.model)}</strong> · {len(self.heads)} heads · {html.escape(null)}"
+            f"<p>{html.escape(verdict(self._table(), null=spec is not None))}</p>"
+            f"<p>Most symmetric, then most skew heads:</p>{top[shown].to_html(index=False)}</div>"
+        )
+
+    # ---------------------------------------------------------------- figures and files
+    def figure(self, name: str, ax: Any = None, *, head: tuple[int, int] | None = None) -> Figure:
+        """One figure that ``qkenergy plot`` draws, as a matplotlib Figure (no file written).
+
+        ``name``: symmetric_energy_heatmap, symmetric_energy_null, symmetric_profiles, lobes
+        (of ``head``, default the most extreme) or symmetric_energy_offsets (RoPE offsets).
+        ``ax``: draw into these axes (a pair of axes for lobes). The null histogram shows the
+        null laws this analysis used.
+        """
+        from qkenergy.figures.plots import figure
+
+        spec = self.null or NullSpec()
+        laws = self.null_laws if name == "symmetric_energy_null" else {}
+        return figure(
+            self.heads,
+            name,
+            head=head,
+            ax=ax,
+            null_laws=laws,
+            null_samples=spec.samples,
+            seed=spec.seed,
+            settings=self.settings,
+        )
+
+    def write(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        plots: str | os.PathLike[str] | None = None,
+        **plot_options: Any,
+    ) -> list[Path]:
+        """Write the tables with their settings (and the figures), all in one transaction; returns the files.
+
+        ``path``: ``.csv`` (with ``.meta.json`` sidecars and ``NAME.layers.csv``), ``.parquet`` or
+        ``.json`` (one file holding both tables): what ``qkenergy analyze -o`` writes; :func:`read`
+        reads it back. ``plots``: a directory for the figures of ``qkenergy analyze --plot``
+        (``plot_options``: head, formats, null_samples, seed, cache_dir; default: this analysis'
+        null settings). Every file lands, or none does.
+        """
+        from qkenergy.formats.tables import FORMATS
+        from qkenergy.report.outputs import write_outputs
+
+        if path is not None and Path(path).suffix.lower() not in FORMATS:
+            raise QKEnergyError(f"path: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
+        if plots is not None:
+            spec = self.null or NullSpec()
+            plot_options.setdefault("null_samples", spec.samples)
+            plot_options.setdefault("seed", int(self.settings.get("seed", spec.seed)))
+            plot_options.setdefault("cache_dir", self.settings.get("cache_dir"))
+        self._load_layers()
+        return write_outputs(self._result, output=path, plot_dir=plots, **plot_options)
+
+    def plot(self, outdir: str | os.PathLike[str], **options: Any) -> list[Path]:
+        """Write the figures of ``qkenergy plot`` into ``outdir`` (atomically); returns the files.
+
+        ``options`` as :func:`qkenergy.figures.plots.plot_results`: head, null_samples, seed,
+        cache_dir, formats (its defaults, not this analysis' null settings: see :meth:`write`).
+        """
+        from qkenergy.figures.plots import plot_results
+
+        return plot_results(self.heads, outdir, **options)
+
+
+def _reopen(settings: Mapping[str, Any]) -> Model:
+    from qkenergy.api.model import open
+
+    source = settings.get("model_source") or {}
+    origin = source.get("origin")
+    if origin == "embedded":
+        return open(None)
+    target = source.get("path") if origin in ("file", "directory", "cache") else source.get("hub_id")
+    if not target:
+        raise QKEnergyError(
+            f"the analysis of {settings.get('model', 'this model')} does not say where its weights are "
+            f"(origin {origin!r}); open the model with qk.open and analyze it"
+        )
+    return open(target, revision=source.get("revision"))
+
+
+_OPENING = ("model_type", "layout", "revision", "config")
+
+
+def _run(argument: Any, settings: dict[str, Any]) -> Result:
+    null = settings.pop("null", True)
+    if isinstance(null, NullSpec):
+        settings["null_spec"] = null
+        null = True
+    return analyze_model(argument, null=bool(null), **settings)
+
+
+def analyze_opened(model: Model, argument: Any, settings: dict[str, Any]) -> Analysis:
+    """:meth:`Model.analyze`: analyze_model on the model's own argument and options."""
+    return Analysis(_run(argument, settings), model=model)
+
+
+def analyze(model: Any = None, **settings: Any) -> Analysis:
+    """Analyze every selected head of MODEL against its null laws, as ``qkenergy analyze`` does.
+
+    Parameters
+    ----------
+    model : Model, path, str, object or None
+        An opened :class:`~qkenergy.api.model.Model`, or anything :func:`qkenergy.open` takes.
+    **settings
+        ``model_type``, ``layout``, ``revision``, ``config`` (when ``model`` is not opened yet),
+        and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
+        ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
+        ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
+        ``progress`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
+
+    Returns
+    -------
+    Analysis
+    """
+    opened = sys.modules.get("qkenergy.api.model")  # not imported: model cannot be a Model
+    if opened is not None and isinstance(model, opened.Model):
+        return model.analyze(**settings)  # type: ignore[no-any-return]
+    # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
+    opening = {key: settings[key] for key in _OPENING if key in settings}
+    return Analysis(_run(model, dict(settings)), argument=model, options=opening)
+
+
+def read(path: str | os.PathLike[str]) -> Analysis:
+    """The analysis a table file holds (``analyze -o`` or :meth:`Analysis.write`): heads, layers, settings.
+
+    The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
+    ``layers`` (read when first used) the layer table.
+
+    Returns
+    -------
+    Analysis
+        Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
+    """
+    from qkenergy.formats.columns import Columns
+    from qkenergy.formats.tables import read_table
+
+    heads = read_table(path)
+    settings = heads.attrs.get("settings") or {}
+    columns: Columns = {str(name): heads[name].to_numpy() for name in heads.columns}
+    result = Result(columns=columns, layers=None, model=str(settings.get("model", "")), settings=settings)
+    result.__dict__["heads"] = heads  # the table as read (Result.heads is a cached property)
+    return Analysis(result, layers_from=path)
+
+
+def _read_layers(path: str | os.PathLike[str]) -> pd.DataFrame | None:
+    """The layer table written with the head table at ``path`` (the json member, NAME.layers.csv), or None."""
+    from qkenergy.formats.tables import STRING_COLUMNS, layers_path, read_table, text_column
+
+    layers: pd.DataFrame | None = None
+    if Path(path).suffix.lower() == ".json":
+        try:
+            layers = read_table(path, table="layers")
+        except QKEnergyError:
+            layers = None
+    elif layers_path(path).is_file():
+        layers = read_table(layers_path(path), table="layers")
+    if layers is not None:
+        layers.attrs.pop("settings", None)
+        for name in (*STRING_COLUMNS, "route", "null_route", "null_note"):
+            if name in layers.columns:  # an empty text column reads back from csv as all-NaN floats
+                layers[name] = text_column(layers[name])
+    return layers

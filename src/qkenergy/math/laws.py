@@ -1,0 +1,177 @@
+"""One statistic's null law as a frozen distribution: mean, std, sf, cdf, ppf, pvalue, rvs.
+
+A :class:`Law` holds the null samples of one statistic (K draws, NaN left out)
+and answers in the vocabulary of frozen ``scipy.stats`` distributions. Its
+mean is exact where the mathematics gives it ((N+1)/(2N) for the symmetric
+energy of a Gaussian head, Proposition 6, docs/mathematics.md §6), else the
+Monte Carlo mean. Tail probabilities are empirical: the two-sided
+:meth:`Law.pvalue` is the table's, min(1, 2 min(1 + #{null <= x},
+1 + #{null >= x}) / (1 + K)), never 0 (docs/mathematics.md §7). A law that
+knows how to draw (the Gaussian null of a head shape) also gives fresh draws,
+:meth:`Law.rvs`; the others (the rotation null, a law read from a cache)
+hold their samples only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from qkenergy.base.errors import QKEnergyError, check_integer
+
+__all__ = ["Law", "Sampler"]
+
+Sampler = Callable[[np.random.Generator, int], np.ndarray]
+"""``sampler(rng, size) -> (size,)`` fresh draws of a law's statistic."""
+
+
+def _scalar_or_array(values: np.ndarray) -> Any:
+    return float(values) if values.ndim == 0 else values
+
+
+class Law:
+    """The null law of one statistic, frozen: its samples, exact mean when known, a sampler when drawable.
+
+    Parameters
+    ----------
+    name : str
+        The statistic, a column name of the head table (``"symmetric_energy"``, ``"pairing"``, ...).
+    samples : (K,) array_like
+        The null draws (NaN, an undefined statistic, is kept here and left out of every summary).
+    exact_mean : float, optional
+        The exact null mean where the mathematics gives it (Proposition 6), else None.
+    sampler : callable, optional
+        ``sampler(rng, size) -> (size,)`` fresh draws; None when the law cannot be drawn.
+    description : str
+        How the law came about, for ``repr`` (e.g. ``"Gaussian head n=32, N=384"``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> law = Law("x", np.arange(1.0, 100.0))
+    >>> law.mean(), law.ppf(0.5)
+    (50.0, 50.0)
+    >>> law.pvalue(1.0)  # the smallest draw: 2 (1 + 1) / (1 + 99)
+    0.04
+    """
+
+    def __init__(
+        self,
+        name: str,
+        samples: ArrayLike,
+        *,
+        exact_mean: float | None = None,
+        sampler: Sampler | None = None,
+        description: str = "",
+    ) -> None:
+        values = np.array(samples, dtype=np.float64).reshape(-1)
+        values.flags.writeable = False
+        self.name = name
+        self._samples = values
+        self._finite = values[np.isfinite(values)]  # in draw order: the moments sum as NullLaw's do
+        self._sorted = np.sort(self._finite)
+        self._exact_mean = exact_mean
+        self._sampler = sampler
+        self.description = description
+
+    def __repr__(self) -> str:
+        about = f", {self.description}" if self.description else ""
+        return f"Law({self.name!r}, {self.size} samples{about})"
+
+    @property
+    def samples(self) -> np.ndarray:
+        """(K,) the null draws, read-only, NaN included."""
+        return self._samples
+
+    @property
+    def size(self) -> int:
+        """K, the number of draws (NaN included)."""
+        return int(self._samples.size)
+
+    @property
+    def drawable(self) -> bool:
+        """Whether :meth:`rvs` can draw fresh samples (a Gaussian null law can; a rotation null cannot)."""
+        return self._sampler is not None
+
+    def mean(self) -> float:
+        """Null mean: exact where known ((N+1)/(2N) for s, Proposition 6), else the Monte Carlo mean."""
+        if self._exact_mean is not None:
+            return float(self._exact_mean)
+        return float(np.mean(self._finite)) if self._finite.size else math.nan
+
+    @property
+    def defined(self) -> int:
+        """The number of finite draws (those the summaries use)."""
+        return int(self._finite.size)
+
+    def stderr(self) -> float:
+        """Standard error of :meth:`mean`: 0 when exact, else std / sqrt(K)."""
+        if self._exact_mean is not None:
+            return 0.0
+        x = self._finite
+        return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+
+    def std(self) -> float:
+        """Null standard deviation (Monte Carlo, ddof = 1), as the table's ``X_null_sd``."""
+        return float(np.std(self._finite, ddof=1)) if self._finite.size > 1 else math.nan
+
+    def cdf(self, x: ArrayLike) -> Any:
+        """Empirical P(X <= x) = #{null <= x} / K; vectorised, NaN in, NaN out."""
+        xs = np.asarray(x, dtype=np.float64)
+        k = max(self._sorted.size, 1)
+        p = np.searchsorted(self._sorted, xs, side="right") / k
+        return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
+
+    def sf(self, x: ArrayLike) -> Any:
+        """Empirical P(X > x) = 1 - cdf(x); vectorised, NaN in, NaN out."""
+        xs = np.asarray(x, dtype=np.float64)
+        k = max(self._sorted.size, 1)
+        p = (self._sorted.size - np.searchsorted(self._sorted, xs, side="right")) / k
+        return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
+
+    def ppf(self, q: ArrayLike) -> Any:
+        """Empirical quantile at probability q in [0, 1] (linear interpolation between draws)."""
+        qs = np.asarray(q, dtype=np.float64)
+        if np.any(~((qs >= 0) & (qs <= 1))):
+            raise QKEnergyError(f"q must lie in [0, 1], got {q!r}")
+        if self._sorted.size == 0:
+            return _scalar_or_array(np.full(qs.shape, np.nan))
+        return _scalar_or_array(np.asarray(np.quantile(self._sorted, qs)))
+
+    def pvalue(self, x: ArrayLike) -> Any:
+        """Two-sided empirical p of x, the table's ``X_p``: min(1, 2 min(1 + #below, 1 + #above)/(1 + K)).
+
+        Never 0: the smallest p that K draws can give is 2/(K + 1).
+        """
+        xs = np.asarray(x, dtype=np.float64)
+        k = self._sorted.size
+        below = np.searchsorted(self._sorted, xs, side="right")
+        above = k - np.searchsorted(self._sorted, xs, side="left")
+        p = np.minimum(1.0, 2.0 * np.minimum(1 + below, 1 + above) / (1 + k))
+        return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
+
+    def z(self, x: ArrayLike) -> Any:
+        """(x - mean) / std, the table's ``X_z``."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _scalar_or_array((np.asarray(x, dtype=np.float64) - self.mean()) / self.std())
+
+    def rvs(self, size: int = 1, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """``size`` fresh draws of the statistic (seeded by ``random_state``), where the law can be drawn.
+
+        Raises QKEnergyError for a law that holds its samples only (:attr:`drawable` is False).
+        """
+        if self._sampler is None:
+            raise QKEnergyError(
+                f"the law of {self.name!r} ({self.description or 'samples only'}) cannot be drawn"
+            )
+        size = check_integer(size, "size")
+        rng = (
+            random_state
+            if isinstance(random_state, np.random.Generator)
+            else np.random.default_rng(random_state)
+        )
+        return np.asarray(self._sampler(rng, size), dtype=np.float64).reshape(size)
