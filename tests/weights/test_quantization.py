@@ -636,3 +636,108 @@ def test_packed_words_must_be_32_bit(tmp_path: Path) -> None:
     save_numpy(arrays, str(root / "model.safetensors"))
     with pytest.raises(QKEnergyError, match=r"qweight' has dtype I64; expected I32 \(packed words\)"):
         analyze_model(str(root), null=False)
+
+
+# ----------------------------------------------------------------------------- mutated checkpoints
+
+RAW_CODES = {"I32": 4, "I64": 8, "F16": 2, "BF16": 2, "F32": 4, "F8_E4M3": 1, "U8": 1, "I8": 1}
+
+
+def raw_parts(
+    method: str, rng: np.random.Generator
+) -> tuple[dict[str, tuple[str, list[int]]], dict[str, Any]]:
+    """A valid quantised layout as (dtype code, shape) per tensor, and its quantization_config."""
+    parts: dict[str, tuple[str, list[int]]] = {}
+    for layer in range(LAYERS):
+        for proj, (rows, cols) in SHAPES.items():
+            m = module(layer, proj)
+            if method == "gptq":
+                parts |= {m + ".qweight": ("I32", [cols // 8, rows]), m + ".qzeros": ("I32", [4, rows // 8])}
+                parts |= {m + ".scales": ("F16", [4, rows]), m + ".g_idx": ("I32", [cols])}
+            elif method == "awq":
+                parts |= {m + ".qweight": ("I32", [cols, rows // 8]), m + ".qzeros": ("I32", [4, rows // 8])}
+                parts |= {m + ".scales": ("F16", [4, rows])}
+            elif method == "fp8":
+                parts |= {m + ".weight": ("F8_E4M3", [rows, cols]), m + ".weight_scale_inv": ("F32", [2, 2])}
+            else:
+                parts |= {m + ".weight_packed": ("I32", [rows, cols // 8]), m + ".weight_shape": ("I64", [2])}
+                parts |= {
+                    m + ".weight_scale": ("BF16", [rows, 4]),
+                    m + ".weight_zero_point": ("I32", [rows // 8, 4]),
+                }
+    weights = {"num_bits": 4, "strategy": "group", "group_size": 16, "symmetric": False}
+    configs = {
+        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": True},
+        "awq": {"quant_method": "awq", "bits": 4, "group_size": 16, "version": "gemm"},
+        "fp8": {"quant_method": "fp8", "weight_block_size": [32, 32]},
+        "ct": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+        },
+    }
+    return parts, configs[method]
+
+
+def write_raw(
+    root: Path, parts: dict[str, tuple[str, list[int]]], config: dict[str, Any], rng: np.random.Generator
+) -> None:
+    """A safetensors file of random bytes in the given dtypes and shapes (weight_shape and g_idx kept sane)."""
+    root.mkdir(parents=True, exist_ok=True)
+    header, blobs, offset = {}, [], 0
+    for name, (code, shape) in parts.items():
+        size = RAW_CODES[code] * math.prod(shape)
+        blob = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        if name.endswith(".weight_shape") and code == "I64" and shape == [2]:
+            rows = H * n if ".q_proj" in name else HKV * n
+            blob = np.array([rows, N], dtype="<i8").tobytes()
+        if name.endswith(".g_idx") and code == "I32":
+            blob = (np.arange(math.prod(shape)) % 4).astype("<i4").tobytes()
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + size]}
+        blobs.append(blob)
+        offset += size
+    raw = json.dumps(header).encode()
+    (root / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"".join(blobs))
+    llama = {"model_type": "llama", "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": HKV}
+    llama |= {"head_dim": n, "num_hidden_layers": LAYERS, "quantization_config": config}
+    (root / "config.json").write_text(json.dumps(llama))
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+
+@hypothesis.settings(max_examples=60, suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(st.sampled_from(["gptq", "awq", "fp8", "ct"]), st.data())
+def test_mutated_checkpoints_read_or_fail_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory, method: str, data: Any
+) -> None:
+    """A part dropped, retyped or reshaped, a config field replaced: a table or one QKEnergyError line."""
+    rng = np.random.default_rng(11)
+    parts, config = raw_parts(method, rng)
+    name = data.draw(st.sampled_from(sorted(parts)))
+    mutation = data.draw(st.sampled_from(["drop", "dtype", "shape", "config", "none"]))
+    if mutation == "drop":
+        del parts[name]
+    elif mutation == "dtype":
+        parts[name] = (data.draw(st.sampled_from(sorted(RAW_CODES))), parts[name][1])
+    elif mutation == "shape":
+        shape = data.draw(st.lists(st.integers(0, 70), min_size=0, max_size=3))
+        parts[name] = (parts[name][0], shape)
+    elif mutation == "config":
+        key = data.draw(st.sampled_from(sorted(config)))
+        config[key] = data.draw(
+            st.none()
+            | st.booleans()
+            | st.integers(-2, 200)
+            | st.text(max_size=6)
+            | st.lists(st.integers(-1, 64), max_size=3)
+        )
+    root = tmp_path_factory.mktemp("mutated")
+    write_raw(root, parts, config, rng)
+    try:
+        result = analyze_model(str(root), null=False, threads=1)
+    except QKEnergyError as error:
+        assert "\n" not in str(error)
+    else:
+        assert len(result.columns["symmetric_energy"]) == LAYERS * H

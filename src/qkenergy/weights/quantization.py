@@ -160,6 +160,17 @@ def dequantize_grid(
     a = rows if rows_per_scale is None or s.shape[0] == 1 else rows_per_scale
     b = cols if columns_per_scale is None or s.shape[1] == 1 else columns_per_scale
     out = _values(values, dtype)
+    # NaN or infinite values and scales, or products beyond float32, make non-finite weights:
+    # the statistics say so per head ("non-finite weights"), so numpy's warnings would only be noise
+    with np.errstate(all="ignore"):
+        return _scaled(out, s, z, a, b, column_group)
+
+
+def _scaled(
+    out: np.ndarray, s: np.ndarray, z: np.ndarray | None, a: int, b: int, column_group: np.ndarray | None
+) -> np.ndarray:
+    """dequantize_grid's arithmetic, in place on ``out`` (float32 or float64), returned as float32."""
+    rows, cols = out.shape
     if column_group is None and rows % a == 0 and cols % b == 0:
         # whole blocks: each scale broadcast over its block, no grid of the weight's size
         blocks = out.reshape(rows // a, a, cols // b, b)
@@ -173,7 +184,7 @@ def dequantize_grid(
         if z is not None:
             out -= np.take(z[row_index], col_index, axis=1)
         out *= np.take(s[row_index], col_index, axis=1)
-    return out if dtype == np.float32 else out.astype(np.float32)
+    return out if out.dtype == np.float32 else out.astype(np.float32)
 
 
 def dequantize_gptq(
