@@ -741,3 +741,66 @@ def test_mutated_checkpoints_read_or_fail_in_one_line(
         assert "\n" not in str(error)
     else:
         assert len(result.columns["symmetric_energy"]) == LAYERS * H
+
+
+def test_a_survey_unit_fingerprints_the_parts_analyze_read(tmp_path: Path) -> None:
+    """The survey's skip-if-unchanged check sees the same stored parts as analyze's fingerprint."""
+    from qkenergy.surveys.units import files_fingerprint, layer_fingerprint
+
+    root = gptq_checkpoint(tmp_path, GPTQ_CONFIG)
+    files = analyze_model(str(root), null=False, threads=1, layers=[1]).settings["model_source"]["files"]
+    assert layer_fingerprint(str(root), 1, fold_norm=False) == files_fingerprint(files)
+
+
+def test_deepseek_v3_fp8_latent_attention_reads_as_its_dequantised_weights(tmp_path: Path) -> None:
+    """DeepSeek-V3's own layout: every projection of latent attention in FP8 with 8 x 16 blocks."""
+    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    rng = np.random.default_rng(12)
+    heads, rank_q, rank_kv, nope, rope, value = 4, 16, 8, 8, 4, 8
+    shapes = {
+        "q_a_proj": (rank_q, N),
+        "q_b_proj": (heads * (nope + rope), rank_q),
+        "kv_a_proj_with_mqa": (rank_kv + rope, N),
+        "kv_b_proj": (heads * (nope + value), rank_kv),
+    }
+    block = [8, 16]
+    stored, plain = {}, {}
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}.self_attn."
+        for proj, (rows, cols) in shapes.items():
+            weight = float8_values(rng, (rows, cols))
+            grid = (math.ceil(rows / block[0]), math.ceil(cols / block[1]))
+            scale = torch.from_numpy(spread_scales(rng, grid).astype(np.float32))
+            stored[prefix + proj + ".weight"], stored[prefix + proj + ".weight_scale_inv"] = weight, scale
+            dequantised = fp8._dequantize_fp8_weight(weight, scale.double(), block, torch.float64)
+            plain[prefix + proj + ".weight"] = dequantised.float()  # exact: fp8 x f32 rounded once
+        for norm, size in (("q_a_layernorm", rank_q), ("kv_a_layernorm", rank_kv)):
+            gain = torch.from_numpy(rng.uniform(0.5, 2, size).astype(np.float32))
+            stored[prefix + norm + ".weight"] = plain[prefix + norm + ".weight"] = gain
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": N,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": LAYERS,
+        "q_lora_rank": rank_q,
+        "kv_lora_rank": rank_kv,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": value,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 128,
+    }
+    quantized = tmp_path / "fp8"
+    with_quantization = {**config, "quantization_config": {"quant_method": "fp8", "weight_block_size": block}}
+    quantized.mkdir()
+    (quantized / "config.json").write_text(json.dumps(with_quantization))
+    save_file(stored, str(quantized / "model.safetensors"))
+    reference = tmp_path / "dequantised"
+    reference.mkdir()
+    (reference / "config.json").write_text(json.dumps(config))
+    save_file(plain, str(reference / "model.safetensors"))
+    got = analyze_model(str(quantized), null=False, threads=1)
+    expected = analyze_model(str(reference), null=False, threads=1)
+    np.testing.assert_array_equal(got.columns["symmetric_energy"], expected.columns["symmetric_energy"])
+    assert set(got.columns["quantization"]) == {"fp8 e4m3 block 8x16"}
