@@ -74,7 +74,7 @@ _REFUSED: dict[str, str] = {
     "eetq": "int8 weights laid out for its own kernels",
 }
 _FP8_FORMATS = {"F8_E4M3": "e4m3", "F8_E5M2": "e5m2"}
-_CT_FORMATS = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized", "dense")
+_CT_FORMATS = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized")
 _CT_STRATEGIES = ("tensor", "channel", "group", "block")
 _PACKED_BITS = (2, 4, 8)  # fields never straddle a byte, so every packer agrees on where they lie
 # AutoAWQ's GEMM packing puts output column ORDER[k] of each group of 8 in the k-th nibble.
@@ -795,7 +795,7 @@ class _Weight:
                 raise QKEnergyError(
                     f"{self.where}: compressed-tensors strategy {scheme.strategy!r} is not read"
                 )
-            if scheme.format not in _CT_FORMATS or scheme.format == "dense":
+            if scheme.format not in _CT_FORMATS:
                 raise QKEnergyError(f"{self.where}: compressed-tensors format {scheme.format!r} is not read")
             if scheme.format == "pack-quantized" and (
                 scheme.type != "int" or scheme.bits not in _PACKED_BITS
