@@ -534,15 +534,18 @@ def test_unpack_fields_reads_low_bits_first() -> None:
 
 
 def test_products_are_exact_or_rounded_once() -> None:
-    """16-bit scales: exact in float32; float32 scales: the float64 product rounded once."""
+    """16-bit scales: exact in float32; float32 scales: the exact (float64) product rounded once."""
     rng = np.random.default_rng(10)
-    values = rng.integers(-8, 8, (8, 8))
-    scale32 = spread_scales(rng, (1, 1)).astype(np.float32) * np.float32(1 + 2**-20)
-    got = quantization.dequantize_grid(values, scale32, value_bits=4)
+    values = rng.integers(-8, 8, (64, 64))
+    scale32 = spread_scales(rng, (1, 64)).astype(np.float32) * np.float32(1 + 2**-20)
+    got = quantization.dequantize_grid(values, scale32, columns_per_scale=1)
     assert np.array_equal(got, (values * scale32.astype(np.float64)).astype(np.float32))
     scale16 = scale32.astype(np.float16)
-    got = quantization.dequantize_grid(values, scale16, value_bits=4)
+    got = quantization.dequantize_grid(values, scale16, columns_per_scale=1)
     assert np.array_equal(got.astype(np.float64), values * scale16.astype(np.float64))
+    scale64 = spread_scales(rng, (1, 64)) * (1 + 2**-40)
+    got = quantization.dequantize_grid(values, scale64, columns_per_scale=1)
+    assert np.array_equal(got, (values * scale64).astype(np.float32))
 
 
 def test_old_gptq_exports_keep_their_settings_beside_config_json(tmp_path: Path) -> None:
