@@ -245,20 +245,24 @@ def analyze_model(
                 plan = plans[id(stack)]
                 rope = None if plan is None else plan[0][layer]
                 offsets = None if plan is None else plan[1]
-                rows = _head_rows(
-                    source.name,
-                    stack,
-                    weights,
-                    stack_heads,
-                    radius,
-                    rotation_samples=rotation_samples if rotation else 0,
-                    seed=seed,
-                    threads=threads,
-                    rope=rope,
-                    offsets=offsets,
+                head_parts.append(
+                    _head_rows(
+                        source.name,
+                        stack,
+                        weights,
+                        stack_heads,
+                        radius,
+                        rotation_samples=rotation_samples if rotation else 0,
+                        seed=seed,
+                        threads=threads,
+                        rope=rope,
+                        offsets=offsets,
+                    )
                 )
                 read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
-                head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
+                head_parts[-1] = _with_quantization(
+                    head_parts[-1], stored_quantization(source.tensors, read_as)
+                )
                 if per_layer:
                     layer_rows.extend(_layer_rows(source.name, stack, weights, radius, rope, offsets))
                 del weights  # release this layer before the one after next is read
@@ -298,15 +302,7 @@ def analyze_model(
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
         "stacks": [stack_settings(a) for a, _ in stacks],
-        "notes": [
-            note
-            for note in (
-                family_note,
-                *_notes((a for a, _ in stacks), offsets_read),
-                _quantization_note(table),
-            )
-            if note
-        ],
+        "notes": [note for note in (family_note, *_notes((a for a, _ in stacks), offsets_read)) if note],
         "layers": list(layer_ids),
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
@@ -328,6 +324,8 @@ def analyze_model(
         "threads": threads,
         "qkenergy_version": __version__,
     }
+    if quantized := _quantization_note(table):
+        settings["notes"].append(quantized)
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
     return Analysis(columns=table, layers=layer_table, model=name, settings=settings)
