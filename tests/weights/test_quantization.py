@@ -346,9 +346,7 @@ def test_gptq_against_a_packer_from_the_format(tmp_path: Path, case: str) -> Non
         "damp_percent": 0.01,
     }
     group = "channel" if group_size == -1 else f"group {group_size}"
-    label = (
-        f"gptq {fmt} int{bits} {group}" + (" act-order" if act_order else "") + ("" if symmetric else " asym")
-    )
+    label = f"{fmt} int{bits} {group}" + (" act-order" if act_order else "") + ("" if symmetric else " asym")
     check(write_checkpoint(tmp_path, tensors, config), dequantised, unscaled, label)
 
 
@@ -807,3 +805,16 @@ def test_deepseek_v3_fp8_latent_attention_reads_as_its_dequantised_weights(tmp_p
     expected = analyze_model(str(reference), null=False, threads=1)
     np.testing.assert_array_equal(got.columns["symmetric_energy"], expected.columns["symmetric_energy"])
     assert set(got.columns["quantization"]) == {"fp8 e4m3 block 8x16"}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
+def test_the_column_and_settings_survive_a_written_table(tmp_path: Path, suffix: str) -> None:
+    from qkenergy.formats.tables import read_table, write_table
+
+    result = analyze_model(
+        str(gptq_checkpoint(tmp_path / "m", GPTQ_CONFIG)), null=False, threads=1, layers=[0]
+    )
+    path = write_table(result.heads, tmp_path / f"heads{suffix}", settings=result.settings)
+    back = read_table(path)
+    assert list(back["quantization"]) == ["gptq int4 group 16"] * H
+    assert back.attrs["settings"]["quantization"]["method"] == "gptq"

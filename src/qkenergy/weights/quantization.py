@@ -297,7 +297,9 @@ class Quantization:
             group = "channel" if self.group_size == -1 else f"group {self.group_size}"
             extra = " act-order" if self.desc_act else ""
             extra += "" if self.symmetric is None or self.symmetric else " asym"
-            return f"{self.method} {self.format} int{self.bits} {group}{extra}"
+            # gptq's format (gptq or gptq_v2) names the method too; awq's is the packing (gemm)
+            name = self.format if self.method == "gptq" else f"awq {self.format}"
+            return f"{name} int{self.bits} {group}{extra}"
         return " / ".join(s.label() for s in self.schemes) or "compressed-tensors"
 
     def settings(self) -> dict[str, Any]:
