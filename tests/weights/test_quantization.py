@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
@@ -406,8 +408,8 @@ GPTQ_CONFIG = {"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": 
 
 def test_settings_and_fingerprints_name_the_stored_parts(tmp_path: Path) -> None:
     result = analyze_model(str(gptq_checkpoint(tmp_path, GPTQ_CONFIG)), null=False, threads=1, layers=[1])
-    settings = result.settings["quantization"]
-    assert {k: settings[k] for k in ("method", "format", "bits", "group_size", "block_size")} == {
+    recorded = result.settings["quantization"]
+    assert {k: recorded[k] for k in ("method", "format", "bits", "group_size", "block_size")} == {
         "method": "gptq",
         "format": "gptq",
         "bits": 4,
@@ -704,12 +706,8 @@ def write_raw(
     (root / "config.json").write_text(json.dumps(llama))
 
 
-hypothesis = pytest.importorskip("hypothesis")
-st = hypothesis.strategies
-
-
-@hypothesis.settings(max_examples=60, suppress_health_check=list(hypothesis.HealthCheck))
-@hypothesis.given(st.sampled_from(["gptq", "awq", "fp8", "ct"]), st.data())
+@settings(max_examples=60, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["gptq", "awq", "fp8", "ct"]), st.data())
 def test_mutated_checkpoints_read_or_fail_in_one_line(
     tmp_path_factory: pytest.TempPathFactory, method: str, data: Any
 ) -> None:
