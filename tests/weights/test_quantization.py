@@ -816,3 +816,16 @@ def test_the_column_and_settings_survive_a_written_table(tmp_path: Path, suffix:
     back = read_table(path)
     assert list(back["quantization"]) == ["gptq int4 group 16"] * H
     assert back.attrs["settings"]["quantization"]["method"] == "gptq"
+
+
+def test_gptq_format_all_ones_zero_field_reads_as_two_to_the_bits() -> None:
+    """checkpoint_format gptq stores z - 1: a stored 15 (4 bits) is z = 16, as ExLlama and vLLM read it."""
+    q = np.arange(16).reshape(16, 1).repeat(8, axis=1)  # (in = 16, out = 8)
+    qweight = pack_words(q, 4, axis=0)
+    qzeros = pack_words(np.full((1, 8), 15), 4, axis=1)
+    scales = np.ones((1, 8), np.float16)
+    v1 = quantization.dequantize_gptq(qweight, qzeros, scales, None, bits=4, group_size=-1, zero_offset=1)
+    v2 = quantization.dequantize_gptq(qweight, qzeros, scales, None, bits=4, group_size=-1, zero_offset=0)
+    assert np.array_equal(v1, (q - 16).T.astype(np.float32)) and np.array_equal(
+        v2, (q - 15).T.astype(np.float32)
+    )
