@@ -3,8 +3,8 @@
 The contract checked on every input: the parser accepts the bytes or raises QKEnergyError with a
 one-line message; any other exception (or a hang, or a crash) is a finding. The first input byte
 picks the target: even = a safetensors file (8-byte length + header + data, the length taken from
-the input or made consistent with it), odd = a config.json read through the architecture layouts.
-See fuzz/README.md for how to run it.
+the input or made consistent with it), odd = a config.json read through its quantization_config
+and the architecture layouts. See fuzz/README.md for how to run it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ with atheris.instrument_imports(include=["qkenergy"]):
     from qkenergy.base.errors import QKEnergyError
     from qkenergy.weights.architecture import architecture
     from qkenergy.weights.json_input import parse_object
+    from qkenergy.weights.quantization import parse_quantization
     from qkenergy.weights.safetensors_io import SafetensorsFile
 
 _DIR = tempfile.mkdtemp(prefix="qk-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
@@ -46,7 +47,9 @@ def test_one_input(data: bytes) -> None:
                 for name in f.names[:4]:
                     f.tensor(name)
         else:
-            architecture(parse_object(body, "config.json", "the config"), "config.json")
+            config = parse_object(body, "config.json", "the config")
+            parse_quantization(config, "config.json")  # its quantization_config, if any
+            architecture(config, "config.json")
     except QKEnergyError as error:
         _check(error)
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
@@ -346,9 +348,7 @@ def test_gptq_against_a_packer_from_the_format(tmp_path: Path, case: str) -> Non
         "damp_percent": 0.01,
     }
     group = "channel" if group_size == -1 else f"group {group_size}"
-    label = (
-        f"gptq {fmt} int{bits} {group}" + (" act-order" if act_order else "") + ("" if symmetric else " asym")
-    )
+    label = f"{fmt} int{bits} {group}" + (" act-order" if act_order else "") + ("" if symmetric else " asym")
     check(write_checkpoint(tmp_path, tensors, config), dequantised, unscaled, label)
 
 
@@ -408,8 +408,8 @@ GPTQ_CONFIG = {"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": 
 
 def test_settings_and_fingerprints_name_the_stored_parts(tmp_path: Path) -> None:
     result = analyze_model(str(gptq_checkpoint(tmp_path, GPTQ_CONFIG)), null=False, threads=1, layers=[1])
-    settings = result.settings["quantization"]
-    assert {k: settings[k] for k in ("method", "format", "bits", "group_size", "block_size")} == {
+    recorded = result.settings["quantization"]
+    assert {k: recorded[k] for k in ("method", "format", "bits", "group_size", "block_size")} == {
         "method": "gptq",
         "format": "gptq",
         "bits": 4,
@@ -534,15 +534,18 @@ def test_unpack_fields_reads_low_bits_first() -> None:
 
 
 def test_products_are_exact_or_rounded_once() -> None:
-    """16-bit scales: exact in float32; float32 scales: the float64 product rounded once."""
+    """16-bit scales: exact in float32; float32 scales: the exact (float64) product rounded once."""
     rng = np.random.default_rng(10)
-    values = rng.integers(-8, 8, (8, 8))
-    scale32 = spread_scales(rng, (1, 1)).astype(np.float32) * np.float32(1 + 2**-20)
-    got = quantization.dequantize_grid(values, scale32, value_bits=4)
+    values = rng.integers(-8, 8, (64, 64))
+    scale32 = spread_scales(rng, (1, 64)).astype(np.float32) * np.float32(1 + 2**-20)
+    got = quantization.dequantize_grid(values, scale32, columns_per_scale=1)
     assert np.array_equal(got, (values * scale32.astype(np.float64)).astype(np.float32))
     scale16 = scale32.astype(np.float16)
-    got = quantization.dequantize_grid(values, scale16, value_bits=4)
+    got = quantization.dequantize_grid(values, scale16, columns_per_scale=1)
     assert np.array_equal(got.astype(np.float64), values * scale16.astype(np.float64))
+    scale64 = spread_scales(rng, (1, 64)) * (1 + 2**-40)
+    got = quantization.dequantize_grid(values, scale64, columns_per_scale=1)
+    assert np.array_equal(got, (values * scale64).astype(np.float32))
 
 
 def test_old_gptq_exports_keep_their_settings_beside_config_json(tmp_path: Path) -> None:
@@ -636,3 +639,193 @@ def test_packed_words_must_be_32_bit(tmp_path: Path) -> None:
     save_numpy(arrays, str(root / "model.safetensors"))
     with pytest.raises(QKEnergyError, match=r"qweight' has dtype I64; expected I32 \(packed words\)"):
         analyze_model(str(root), null=False)
+
+
+# ----------------------------------------------------------------------------- mutated checkpoints
+
+RAW_CODES = {"I32": 4, "I64": 8, "F16": 2, "BF16": 2, "F32": 4, "F8_E4M3": 1, "U8": 1, "I8": 1}
+
+
+def raw_parts(
+    method: str, rng: np.random.Generator
+) -> tuple[dict[str, tuple[str, list[int]]], dict[str, Any]]:
+    """A valid quantised layout as (dtype code, shape) per tensor, and its quantization_config."""
+    parts: dict[str, tuple[str, list[int]]] = {}
+    for layer in range(LAYERS):
+        for proj, (rows, cols) in SHAPES.items():
+            m = module(layer, proj)
+            if method == "gptq":
+                parts |= {m + ".qweight": ("I32", [cols // 8, rows]), m + ".qzeros": ("I32", [4, rows // 8])}
+                parts |= {m + ".scales": ("F16", [4, rows]), m + ".g_idx": ("I32", [cols])}
+            elif method == "awq":
+                parts |= {m + ".qweight": ("I32", [cols, rows // 8]), m + ".qzeros": ("I32", [4, rows // 8])}
+                parts |= {m + ".scales": ("F16", [4, rows])}
+            elif method == "fp8":
+                parts |= {m + ".weight": ("F8_E4M3", [rows, cols]), m + ".weight_scale_inv": ("F32", [2, 2])}
+            else:
+                parts |= {m + ".weight_packed": ("I32", [rows, cols // 8]), m + ".weight_shape": ("I64", [2])}
+                parts |= {
+                    m + ".weight_scale": ("BF16", [rows, 4]),
+                    m + ".weight_zero_point": ("I32", [rows // 8, 4]),
+                }
+    weights = {"num_bits": 4, "strategy": "group", "group_size": 16, "symmetric": False}
+    configs = {
+        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": True},
+        "awq": {"quant_method": "awq", "bits": 4, "group_size": 16, "version": "gemm"},
+        "fp8": {"quant_method": "fp8", "weight_block_size": [32, 32]},
+        "ct": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+        },
+    }
+    return parts, configs[method]
+
+
+def write_raw(
+    root: Path, parts: dict[str, tuple[str, list[int]]], config: dict[str, Any], rng: np.random.Generator
+) -> None:
+    """A safetensors file of random bytes in the given dtypes and shapes (weight_shape and g_idx kept sane)."""
+    root.mkdir(parents=True, exist_ok=True)
+    header, blobs, offset = {}, [], 0
+    for name, (code, shape) in parts.items():
+        size = RAW_CODES[code] * math.prod(shape)
+        blob = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        if name.endswith(".weight_shape") and code == "I64" and shape == [2]:
+            rows = H * n if ".q_proj" in name else HKV * n
+            blob = np.array([rows, N], dtype="<i8").tobytes()
+        if name.endswith(".g_idx") and code == "I32":
+            blob = (np.arange(math.prod(shape)) % 4).astype("<i4").tobytes()
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + size]}
+        blobs.append(blob)
+        offset += size
+    raw = json.dumps(header).encode()
+    (root / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"".join(blobs))
+    llama = {"model_type": "llama", "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": HKV}
+    llama |= {"head_dim": n, "num_hidden_layers": LAYERS, "quantization_config": config}
+    (root / "config.json").write_text(json.dumps(llama))
+
+
+@settings(max_examples=60, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["gptq", "awq", "fp8", "ct"]), st.data())
+def test_mutated_checkpoints_read_or_fail_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory, method: str, data: Any
+) -> None:
+    """A part dropped, retyped or reshaped, a config field replaced: a table or one QKEnergyError line."""
+    rng = np.random.default_rng(11)
+    parts, config = raw_parts(method, rng)
+    name = data.draw(st.sampled_from(sorted(parts)))
+    mutation = data.draw(st.sampled_from(["drop", "dtype", "shape", "config", "none"]))
+    if mutation == "drop":
+        del parts[name]
+    elif mutation == "dtype":
+        parts[name] = (data.draw(st.sampled_from(sorted(RAW_CODES))), parts[name][1])
+    elif mutation == "shape":
+        shape = data.draw(st.lists(st.integers(0, 70), min_size=0, max_size=3))
+        parts[name] = (parts[name][0], shape)
+    elif mutation == "config":
+        key = data.draw(st.sampled_from(sorted(config)))
+        config[key] = data.draw(
+            st.none()
+            | st.booleans()
+            | st.integers(-2, 200)
+            | st.text(max_size=6)
+            | st.lists(st.integers(-1, 64), max_size=3)
+        )
+    root = tmp_path_factory.mktemp("mutated")
+    write_raw(root, parts, config, rng)
+    try:
+        result = analyze_model(str(root), null=False, threads=1)
+    except QKEnergyError as error:
+        assert "\n" not in str(error)
+    else:
+        assert len(result.columns["symmetric_energy"]) == LAYERS * H
+
+
+def test_a_survey_unit_fingerprints_the_parts_analyze_read(tmp_path: Path) -> None:
+    """The survey's skip-if-unchanged check sees the same stored parts as analyze's fingerprint."""
+    from qkenergy.surveys.units import files_fingerprint, layer_fingerprint
+
+    root = gptq_checkpoint(tmp_path, GPTQ_CONFIG)
+    files = analyze_model(str(root), null=False, threads=1, layers=[1]).settings["model_source"]["files"]
+    assert layer_fingerprint(str(root), 1, fold_norm=False) == files_fingerprint(files)
+
+
+def test_deepseek_v3_fp8_latent_attention_reads_as_its_dequantised_weights(tmp_path: Path) -> None:
+    """DeepSeek-V3's own layout: every projection of latent attention in FP8 with 8 x 16 blocks."""
+    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    rng = np.random.default_rng(12)
+    heads, rank_q, rank_kv, nope, rope, value = 4, 16, 8, 8, 4, 8
+    shapes = {
+        "q_a_proj": (rank_q, N),
+        "q_b_proj": (heads * (nope + rope), rank_q),
+        "kv_a_proj_with_mqa": (rank_kv + rope, N),
+        "kv_b_proj": (heads * (nope + value), rank_kv),
+    }
+    block = [8, 16]
+    stored, plain = {}, {}
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}.self_attn."
+        for proj, (rows, cols) in shapes.items():
+            weight = float8_values(rng, (rows, cols))
+            grid = (math.ceil(rows / block[0]), math.ceil(cols / block[1]))
+            scale = torch.from_numpy(spread_scales(rng, grid).astype(np.float32))
+            stored[prefix + proj + ".weight"], stored[prefix + proj + ".weight_scale_inv"] = weight, scale
+            dequantised = fp8._dequantize_fp8_weight(weight, scale.double(), block, torch.float64)
+            plain[prefix + proj + ".weight"] = dequantised.float()  # exact: fp8 x f32 rounded once
+        for norm, size in (("q_a_layernorm", rank_q), ("kv_a_layernorm", rank_kv)):
+            gain = torch.from_numpy(rng.uniform(0.5, 2, size).astype(np.float32))
+            stored[prefix + norm + ".weight"] = plain[prefix + norm + ".weight"] = gain
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": N,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": LAYERS,
+        "q_lora_rank": rank_q,
+        "kv_lora_rank": rank_kv,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": value,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 128,
+    }
+    quantized = tmp_path / "fp8"
+    with_quantization = {**config, "quantization_config": {"quant_method": "fp8", "weight_block_size": block}}
+    quantized.mkdir()
+    (quantized / "config.json").write_text(json.dumps(with_quantization))
+    save_file(stored, str(quantized / "model.safetensors"))
+    reference = tmp_path / "dequantised"
+    reference.mkdir()
+    (reference / "config.json").write_text(json.dumps(config))
+    save_file(plain, str(reference / "model.safetensors"))
+    got = analyze_model(str(quantized), null=False, threads=1)
+    expected = analyze_model(str(reference), null=False, threads=1)
+    np.testing.assert_array_equal(got.columns["symmetric_energy"], expected.columns["symmetric_energy"])
+    assert set(got.columns["quantization"]) == {"fp8 e4m3 block 8x16"}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
+def test_the_column_and_settings_survive_a_written_table(tmp_path: Path, suffix: str) -> None:
+    from qkenergy.formats.tables import read_table, write_table
+
+    result = analyze_model(
+        str(gptq_checkpoint(tmp_path / "m", GPTQ_CONFIG)), null=False, threads=1, layers=[0]
+    )
+    path = write_table(result.heads, tmp_path / f"heads{suffix}", settings=result.settings)
+    back = read_table(path)
+    assert list(back["quantization"]) == ["gptq int4 group 16"] * H
+    assert back.attrs["settings"]["quantization"]["method"] == "gptq"
+
+
+def test_gptq_format_all_ones_zero_field_reads_as_two_to_the_bits() -> None:
+    """checkpoint_format gptq stores z - 1: a stored 15 (4 bits) is z = 16, as ExLlama and vLLM read it."""
+    q = np.arange(16).reshape(16, 1).repeat(8, axis=1)  # (in = 16, out = 8)
+    qweight = pack_words(q, 4, axis=0)
+    qzeros = pack_words(np.full((1, 8), 15), 4, axis=1)
+    scales = np.ones((1, 8), np.float16)
+    v1 = quantization.dequantize_gptq(qweight, qzeros, scales, None, bits=4, group_size=-1, zero_offset=1)
+    v2 = quantization.dequantize_gptq(qweight, qzeros, scales, None, bits=4, group_size=-1, zero_offset=0)
+    assert np.array_equal(v1, (q - 16).T.astype(np.float32)) and np.array_equal(
+        v2, (q - 15).T.astype(np.float32)
+    )

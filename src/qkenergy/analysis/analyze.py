@@ -335,15 +335,7 @@ def analyze_model(
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
         "stacks": [stack_settings(a) for a, _ in stacks],
-        "notes": [
-            note
-            for note in (
-                family_note,
-                *_notes((a for a, _ in stacks), offsets_read),
-                _quantization_note(table),
-            )
-            if note
-        ],
+        "notes": [note for note in (family_note, *_notes((a for a, _ in stacks), offsets_read)) if note],
         "layers": list(layer_ids),
         "heads": list(head_ids),
         "per_layer": bool(per_layer),
@@ -368,6 +360,8 @@ def analyze_model(
         "threads": threads,
         "qkenergy_version": __version__,
     }
+    if quantized := _quantization_note(table):
+        settings["notes"].append(quantized)
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
     return Analysis(columns=table, layers=layer_table, model=label, settings=settings, null_laws=used)

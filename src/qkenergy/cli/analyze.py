@@ -146,6 +146,9 @@ def analyze(
 
     Every column of the table and every term of the summary is explained in
     docs/columns.md, the mathematics behind them in docs/mathematics.md.
+
+    Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
+    as they are read; other methods are refused (docs/models.md).
     """
     from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
     from qkenergy.api.results import analyze as run

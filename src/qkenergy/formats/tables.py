@@ -59,7 +59,7 @@ FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
 CSV_LIST_ENCODING = "JSON array text, e.g. [0.41, 0.12]; [] for an undefined head"
 
 
-STRING_COLUMNS = ("model", "stack", "positional", "head_type", "reason")
+STRING_COLUMNS = ("model", "stack", "positional", "quantization", "head_type", "reason")
 
 
 REQUIRED_COLUMNS = ("model", "layer", "head", "n", "N", "symmetric_energy")
