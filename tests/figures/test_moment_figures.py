@@ -37,3 +37,18 @@ def test_o_e_figures(tmp_path: Path) -> None:
         "Type I-",
     ]
     assert len(moments_figure.data[0].x) == 500 and sum(len(t.x) for t in moments_figure.data[1:]) == 72
+
+
+def test_a_csv_table_of_all_the_columns_is_not_fragmented(tmp_path: Path) -> None:
+    """Over 100 columns from read_csv are one block each: assign (plot, report) then warned on every call."""
+    import warnings
+
+    from qkenergy.formats.tables import read_table, write_table
+
+    result = analyze_model(layers=[0], null=False)
+    path = write_table(result.head_table(), tmp_path / "heads.csv", settings=result.settings)
+    df = read_table(path)
+    assert len(df.columns) > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df.assign(row=df["layer"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,3 +165,35 @@ def test_default_run_passes() -> None:
     """The full default run (as `qkenergy verify`), once."""
     checks = verify.run_checks()
     assert all(check.passed for check in checks), [c for c in checks if not c.passed]
+
+
+def test_broken_moments_fail_the_spectrum_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkenergy.math import statistics
+
+    real = statistics.lobe_moments
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        values = real(*args, **kwargs)
+        # a factor slip in O and a lobe overlap off by a little
+        return {
+            **values,
+            "moment_O": values["moment_O"] * (1 + 1e-6),
+            "lobe_overlap": values["lobe_overlap"] + 1e-6,
+        }
+
+    monkeypatch.setattr(statistics, "lobe_moments", broken)
+    for check in (verify.check_lemma7, verify.check_lemma9, verify.check_lemma10):
+        assert not all(row.passed for row in check(100, 0)), check.__name__
+
+
+def test_a_profile_off_its_face_fails_theorem4(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkenergy.math import statistics
+
+    real = statistics.lobes
+
+    def shifted(eigs: np.ndarray, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        alpha, beta = real(eigs, **kwargs)
+        return alpha * (1 + 1e-3), beta  # the positive lobe a little too large: c > 0 where it is 0
+
+    monkeypatch.setattr(statistics, "lobes", shifted)
+    assert not all(row.passed for row in verify.check_theorem4(100, 0))

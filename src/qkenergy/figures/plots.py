@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
@@ -551,7 +552,10 @@ def moment_scatter(
         )
     ax.set_xlabel("O = Σ λ/(1 − λ²)  (odd in λ: > 0 when the positive lobe reaches further)")
     ax.set_ylabel("E = Σ λ²/(1 − λ²)  (even in λ, >= 1)")
-    ax.legend(fontsize=7, loc="best")
+    legend = ax.legend(fontsize=7, loc="best")
+    for handle in legend.legend_handles:  # the cloud's 3-point dots would be invisible in the legend
+        if isinstance(handle, PathCollection):
+            handle.set_sizes([max(float(np.max(handle.get_sizes())), 12.0)])
     ax.set_title(f"{_title(df)}: moment statistics of the normalised spectrum of S", fontsize=10)
     return fig
 

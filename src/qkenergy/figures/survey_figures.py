@@ -702,8 +702,7 @@ def report_figures(
     """
     info = model_info(heads, models)
     order = list(info.index)
-    # copy(): a table read column by column is fragmented, and pandas warns when one is assigned to
-    heads = heads.copy().assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
+    heads = heads.assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
     colours = _colours(order)
     figures = [
         _by_model(heads, order, colours),

@@ -241,7 +241,9 @@ def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.Data
         if fmt == "csv":
             import pandas as pd
 
-            df = pd.read_csv(source)
+            # read_csv leaves one block per column; copy() joins them, else every later
+            # assign on a table of over 100 columns warns that the frame is fragmented
+            df = pd.read_csv(source).copy()
             settings = read_settings(source)
         elif fmt == "parquet":
             import pyarrow.parquet as pq

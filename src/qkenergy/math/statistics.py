@@ -252,7 +252,8 @@ def _statistics_from_spectra(
     head_type = head_types(
         c, d, c_sym, d_sym, type_rule=type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut
     )
-    # Lemmas 7-10: the normalised spectrum lambda (eigenvalues of the 2n x 2n core / ||S||).
+    # Lemmas 7-10: the normalised spectrum lambda (eigenvalues of S over their norm; on the Gram
+    # route those of the 2n x 2n core, never of the N x N S).
     spectrum_shape = lobe_moments(eigs, alpha, beta, zero_tol=zero_tol)
 
     values = {
