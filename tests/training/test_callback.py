@@ -204,3 +204,17 @@ def test_the_report_figures_take_a_survey_of_many_checkpoints(trained: tuple[Pat
     many = pd.concat([heads.assign(model=f"run-step-{i:03d}", step=i) for i in range(52)], ignore_index=True)
     names = [f.name for f in report_figures(many, pd.DataFrame())]
     assert "symmetric_profiles" in names and "training_steps" in names
+
+
+def test_every_k_steps_makes_those_steps_log(tmp_path: Path) -> None:
+    trainer = _train(tmp_path, QKEnergyCallback(every=3, samples=SAMPLES, out=tmp_path / "table"))
+    steps = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    assert sorted(steps) == [2, 3, 4]  # logging_steps=2, and step 3 tracked
+    assert [s for s, e in steps.items() if PREFIX + "share_above" in e] == [3]
+    assert sorted(read_tracking(tmp_path / "table")["step"].unique()) == [3]
+
+
+def test_tracker_is_exported_lazily() -> None:
+    import qkenergy
+
+    assert qkenergy.Tracker is Tracker
