@@ -1,6 +1,6 @@
 """Encoder against decoder, trained from scratch on CPU: does masked training make heads symmetric?
 
-    python examples/encoder_vs_decoder.py --steps 1000 --out runs/evd [--symmetric-init] [--seed 0]
+    python examples/encoder_vs_decoder.py --steps 1000 --out runs/evd [--symmetric-init] [--seed 0] [--learning-rate 1e-3]
 
 Trains, with transformers' Trainer on the CPU, a BERT-style masked-language-model
 encoder and a GPT-2-style causal decoder of the same size (2 layers, d = 128,
@@ -65,6 +65,7 @@ class Run:
     steps: int
     seed: int
     out: str
+    learning_rate: float = LEARNING_RATE
 
     @property
     def name(self) -> str:
@@ -179,7 +180,7 @@ def _train(run: Run) -> dict[str, Any]:
         output_dir=str(out),
         max_steps=run.steps,
         per_device_train_batch_size=BATCH,
-        learning_rate=LEARNING_RATE,
+        learning_rate=run.learning_rate,
         warmup_steps=min(100, run.steps // 10),
         weight_decay=0.01,
         logging_steps=LOG_EVERY,
@@ -437,13 +438,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output folder DIR")
     parser.add_argument("--symmetric-init", action="store_true", help="also train from W_Q = W_K")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights, the data order, the masks")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=LEARNING_RATE,
+        help=f"AdamW's peak rate (default {LEARNING_RATE})",
+    )
     options = parser.parse_args(argv)
     if options.steps < 2:
         parser.error("--steps must be at least 2")
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     inits = ["default", "symmetric"] if options.symmetric_init else ["default"]
-    runs = [Run(m, i, options.steps, options.seed, str(out)) for i in inits for m in MODELS]
+    runs = [
+        Run(m, i, options.steps, options.seed, str(out), options.learning_rate) for i in inits for m in MODELS
+    ]
     todo = [r for r in runs if not _done(r)]
     _, text = corpus()
     print(f"corpus: {text['files']} files, {text['bytes']:,} bytes, sha256 {text['sha256'][:16]}...")
@@ -474,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         "models": {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "context": CONTEXT, "batch": BATCH},
         "steps": options.steps,
         "seed": options.seed,
+        "learning_rate": options.learning_rate,
         "run_seconds": seconds,  # each run's Trainer.train(), two runs at a time on the two cores
         "training_seconds_this_call": trained,
         "total_seconds_this_call": time.perf_counter() - start,

@@ -195,17 +195,6 @@ def test_the_report_draws_the_loss_curves_of_trainer_checkpoints(trained: tuple[
     assert "training_loss" not in [f.name for f in report_figures(heads.assign(model="tiny"), pd.DataFrame())]
 
 
-def test_the_report_figures_take_a_survey_of_many_checkpoints(trained: tuple[Path, Any]) -> None:
-    from qkenergy.figures.survey_figures import report_figures
-
-    out, _ = trained
-    heads = read_tracking(out / "qkenergy" / "heads.parquet")
-    # 52 checkpoints, as in the experiment's survey: 18 rows of simplex panels
-    many = pd.concat([heads.assign(model=f"run-step-{i:03d}", step=i) for i in range(52)], ignore_index=True)
-    names = [f.name for f in report_figures(many, pd.DataFrame())]
-    assert "symmetric_profiles" in names and "training_steps" in names
-
-
 def test_every_k_steps_makes_those_steps_log(tmp_path: Path) -> None:
     trainer = _train(tmp_path, QKEnergyCallback(every=3, samples=SAMPLES, out=tmp_path / "table"))
     steps = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
