@@ -57,13 +57,20 @@ def test_symmetric_init_makes_every_head_symmetric(kind: str) -> None:
     np.testing.assert_allclose(after, 1.0, rtol=0, atol=1e-12)  # L = W_Q^T W_Q is symmetric
 
 
-def test_the_docs_quote_the_recorded_result() -> None:
-    """docs/training.md's result table is the one the recorded run's summary gives."""
+@pytest.mark.parametrize(
+    ("record", "marker", "inits"),
+    [
+        ("encoder_vs_decoder.json", "encoder_vs_decoder", {"default", "symmetric"}),
+        ("encoder_vs_decoder_lr3e-3.json", "encoder_vs_decoder lr3e-3", {"default"}),
+    ],
+)
+def test_the_docs_quote_the_recorded_results(record: str, marker: str, inits: set[str]) -> None:
+    """docs/training.md's result tables are the ones the recorded runs' summaries give."""
     experiment = _experiment()
-    summary = json.loads((ROOT / "docs" / "encoder_vs_decoder.json").read_text(encoding="utf-8"))
+    summary = json.loads((ROOT / "docs" / record).read_text(encoding="utf-8"))
     text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
-    start, end = "<!-- encoder_vs_decoder: start -->\n", "<!-- encoder_vs_decoder: end -->"
+    start, end = f"<!-- {marker}: start -->\n", f"<!-- {marker}: end -->"
     assert start in text and end in text
     assert text.split(start, 1)[1].split(end, 1)[0] == experiment.results_markdown(summary)
-    assert summary["steps"] == 1000 and set(summary["split"]) == {"default", "symmetric"}
+    assert summary["steps"] == 1000 and set(summary["split"]) == inits
     assert max(summary["tracked_equals_survey"]["max_abs_difference"].values()) <= 1e-9

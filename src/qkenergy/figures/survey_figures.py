@@ -289,7 +289,8 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
         specs=[[{"type": "ternary"}] * cols for _ in range(rows)],
         subplot_titles=models,
         horizontal_spacing=0.14,
-        vertical_spacing=0.12 / rows + 0.06,
+        # plotly refuses a spacing above 1 / (rows - 1): many models (a survey of checkpoints) reach it
+        vertical_spacing=min(0.12 / rows + 0.06, 0.5 / max(rows - 1, 1)),
     )
     theta = np.linspace(0, np.pi / 2, 200)
     limit = np.vstack([accumulation_limit(np.tan(theta[:-1])), [0.0, 0.0, 1.0]])

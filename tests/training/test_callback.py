@@ -30,7 +30,7 @@ def _gpt2(seed: int = 0) -> Any:
     return transformers.GPT2LMHeadModel(config)
 
 
-class _Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
+class _Tokens(torch.utils.data.Dataset):
     def __init__(self) -> None:
         self.ids = torch.randint(0, VOCAB, (32, T), generator=torch.Generator().manual_seed(1))
 
@@ -39,6 +39,16 @@ class _Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class _Integration(transformers.TrainerCallback):
+    """Stands for a report_to integration (TensorBoard, W&B): what its on_log is handed."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        self.seen.append(dict(logs))
 
 
 def _train(out: Path, callback: QKEnergyCallback) -> Any:
@@ -58,6 +68,8 @@ def _train(out: Path, callback: QKEnergyCallback) -> Any:
         data_seed=0,
     )
     trainer = transformers.Trainer(model=_gpt2(), args=args, train_dataset=_Tokens())
+    trainer.integration = _Integration()
+    trainer.callback_handler.callbacks.insert(1, trainer.integration)  # where report_to puts them
     callback.attach(trainer)
     trainer.train()
     return trainer
@@ -101,6 +113,9 @@ def test_scalars_reach_the_trainer_log_history(trained: tuple[Path, Any]) -> Non
         for key in ("symmetric_energy_median", "share_above", "share_below", "symmetric_energy_z_median"):
             assert np.isfinite(entry[PREFIX + key]), key
         assert {f"{PREFIX}symmetric_energy_median/layer_{i}" for i in (0, 1)} <= set(entry)
+    # attach() ran the callback before the integrations: they were handed the keys with the loss
+    handed = [entry for entry in trainer.integration.seen if "loss" in entry]
+    assert [PREFIX + "share_above" in entry for entry in handed] == [True, True]
     # the trainer's own log entries are left alone
     assert all(not any(k.startswith(PREFIX) for k in e) for e in trainer.state.log_history if "loss" not in e)
 
@@ -193,3 +208,17 @@ def test_the_report_draws_the_loss_curves_of_trainer_checkpoints(trained: tuple[
     names = [f.name for f in report_figures(heads.assign(model="tiny"), pd.DataFrame(), losses=losses)]
     assert "training_loss" in names
     assert "training_loss" not in [f.name for f in report_figures(heads.assign(model="tiny"), pd.DataFrame())]
+
+
+def test_every_k_steps_makes_those_steps_log(tmp_path: Path) -> None:
+    trainer = _train(tmp_path, QKEnergyCallback(every=3, samples=SAMPLES, out=tmp_path / "table"))
+    steps = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    assert sorted(steps) == [2, 3, 4]  # logging_steps=2, and step 3 tracked
+    assert [s for s, e in steps.items() if PREFIX + "share_above" in e] == [3]
+    assert sorted(read_tracking(tmp_path / "table")["step"].unique()) == [3]
+
+
+def test_tracker_is_exported_lazily() -> None:
+    import qkenergy
+
+    assert qkenergy.Tracker is Tracker
