@@ -61,6 +61,8 @@ class Tiny:
     unfed_first_call: bool = False
     # The model scales its queries per position (llama4's NoPE layers: attention temperature).
     scaled_queries: bool = False
+    # Attention modules the model runs that no layout reads (class names), with the reason in the docs.
+    unread: tuple[str, ...] = ()
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -206,4 +208,81 @@ CASES: dict[str, Tiny] = {
         "CLIPConfig", "CLIPModel", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
     ),
     "deepseek_v3": Tiny("DeepseekV3Config", "DeepseekV3ForCausalLM", _LATENT),
+    # ----------------------------------------------------------------- families of 2025-2026
+    "gpt_oss": Tiny("GptOssConfig", "GptOssForCausalLM"),
+    "smollm3": Tiny("SmolLM3Config", "SmolLM3ForCausalLM", dict(no_rope_layers=[1, 0])),
+    "cohere": Tiny("CohereConfig", "CohereForCausalLM"),
+    "cohere-qk-norm": Tiny("CohereConfig", "CohereForCausalLM", dict(use_qk_norm=True)),
+    "cohere2": Tiny(
+        "Cohere2Config", "Cohere2ForCausalLM", dict(layer_types=["sliding_attention", "full_attention"])
+    ),
+    "glm": Tiny("GlmConfig", "GlmForCausalLM"),
+    "glm4": Tiny("Glm4Config", "Glm4ForCausalLM"),
+    "glm4_moe": Tiny("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(use_qk_norm=True, first_k_dense_replace=1)),
+    "seed_oss": Tiny("SeedOssConfig", "SeedOssForCausalLM"),
+    "ernie4_5": Tiny("Ernie4_5Config", "Ernie4_5ForCausalLM"),
+    "ernie4_5_moe": Tiny("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
+    "hunyuan_v1_dense": Tiny("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM"),
+    "hunyuan_v1_moe": Tiny("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM"),
+    "granite": Tiny("GraniteConfig", "GraniteForCausalLM"),
+    "granitemoe": Tiny("GraniteMoeConfig", "GraniteMoeForCausalLM"),
+    "granitemoeshared": Tiny("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM"),
+    "olmo3": Tiny("Olmo3Config", "Olmo3ForCausalLM"),
+    "flex_olmo": Tiny("FlexOlmoConfig", "FlexOlmoForCausalLM"),
+    "olmoe": Tiny("OlmoeConfig", "OlmoeForCausalLM"),
+    "minimax_m2": Tiny("MiniMaxM2Config", "MiniMaxM2ForCausalLM"),
+    "exaone4": Tiny("Exaone4Config", "Exaone4ForCausalLM"),
+    "exaone4-sliding": Tiny(
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "exaone_moe": Tiny("ExaoneMoeConfig", "ExaoneMoeForCausalLM"),
+    "helium": Tiny("HeliumConfig", "HeliumForCausalLM"),
+    "arcee": Tiny("ArceeConfig", "ArceeForCausalLM"),
+    "ministral": Tiny("MinistralConfig", "MinistralForCausalLM"),
+    "ministral3": Tiny("Ministral3Config", "Ministral3ForCausalLM"),
+    "qwen2_moe": Tiny("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "phimoe": Tiny("PhimoeConfig", "PhimoeForCausalLM"),
+    "olmo": Tiny("OlmoConfig", "OlmoForCausalLM"),
+    "nemotron": Tiny("NemotronConfig", "NemotronForCausalLM"),
+    "cwm": Tiny("CwmConfig", "CwmForCausalLM"),
+    "vaultgemma": Tiny("VaultGemmaConfig", "VaultGemmaForCausalLM"),
+    "solar_open": Tiny("SolarOpenConfig", "SolarOpenForCausalLM"),
+    "hy_v3": Tiny("HYV3Config", "HYV3ForCausalLM"),
+    "apertus": Tiny("ApertusConfig", "ApertusForCausalLM"),
+    "afmoe": Tiny("AfmoeConfig", "AfmoeForCausalLM"),
+    "laguna": Tiny("LagunaConfig", "LagunaForCausalLM"),
+    "deepseek_v2": Tiny("DeepseekV2Config", "DeepseekV2ForCausalLM", _LATENT),
+    "deepseek_v32": Tiny("DeepseekV32Config", "DeepseekV32ForCausalLM", _LATENT),
+    "glm4_moe_lite": Tiny("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM", _LATENT),
+    "youtu": Tiny("YoutuConfig", "YoutuForCausalLM", _LATENT),
+    # hybrids: the first layer has no softmax attention, the second has
+    "qwen3_next": Tiny(
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=8,
+            linear_value_head_dim=8,
+        ),
+    ),
+    "lfm2": Tiny("Lfm2Config", "Lfm2ForCausalLM", dict(layer_types=["conv", "full_attention"])),
+    "falcon_h1": Tiny(
+        "FalconH1Config", "FalconH1ForCausalLM", dict(key_multiplier=1.0, attention_in_multiplier=1.0)
+    ),
+    "jamba": Tiny("JambaConfig", "JambaForCausalLM", dict(attn_layer_period=2, attn_layer_offset=1)),
+    "nemotron_h": Tiny(
+        "NemotronHConfig", "NemotronHForCausalLM", dict(layers_block_type=["mamba", "attention"])
+    ),
+    "minimax": Tiny(
+        "MiniMaxConfig", "MiniMaxForCausalLM", dict(layer_types=["linear_attention", "full_attention"])
+    ),
+    "kimi_linear": Tiny(
+        "KimiLinearConfig",
+        "KimiLinearForCausalLM",
+        dict(_LATENT, q_lora_rank=None, layer_types=["linear_attention", "full_attention"]),
+    ),
 }

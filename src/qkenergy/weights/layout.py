@@ -94,8 +94,9 @@ class QKNorm:
     query: str | None  # gain of the query norm; "{h}" in the name: each head has its own norm
     key: str | None  # None (both): a norm without learned gains, nothing to fold
     # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
-    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,)).
-    scope: Literal["head", "projection"] = "head"
+    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,));
+    # "head_rows": each head on its own, with its own gains stored as one (H, n) tensor (cohere).
+    scope: Literal["head", "projection", "head_rows"] = "head"
     offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
     centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
     # The norm acts after the rotary embedding (hunyuan): its gains do not commute with the
