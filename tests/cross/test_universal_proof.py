@@ -202,6 +202,18 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         return dict(pixel_values=pixels)
     if kind == "audio":
         return dict(input_values=torch.randn((1, 400), generator=gen))
+    if kind == "siglip2":  # patches already cut: (batch, patches, 3 p^2), a 3 x 3 grid
+        patches = torch.randn((1, 9, 3 * 4 * 4), generator=gen)
+        mask = torch.ones((1, 9), dtype=torch.long)
+        return dict(
+            input_ids=ids,
+            pixel_values=patches,
+            pixel_attention_mask=mask,
+            spatial_shapes=torch.tensor([[3, 3]]),
+        )
+    if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
+        ids[0, 1] = config.image_token_index
+        return dict(input_ids=ids, pixel_values=pixels)
     assert kind == "clip", kind
     return dict(input_ids=ids, pixel_values=pixels)
 
@@ -260,6 +272,13 @@ def _gain_free(module: Any, offset: float, h: Any) -> np.ndarray:
         params["bias"] = torch.zeros_like(module.bias)
     with torch.no_grad():
         return torch.func.functional_call(module, params, (h,)).double().numpy()
+
+
+def _identity_rotation(module: Any, args: Any, out: Any) -> Any:
+    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0."""
+    if isinstance(out, tuple) and len(out) == 2:
+        return torch.ones_like(out[0]), torch.zeros_like(out[1])
+    return torch.zeros_like(out)
 
 
 def _per_vector(rope: Rope) -> Rope:
@@ -438,6 +457,12 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     rec, calls = Recorder(), Calls()
     stages = _plan(model, tensors, archs, calls, rec)
     mode = _watch_score_products(model, stages, tensors, calls, rec) if case.scores_in_module else None
+    if case.identity_rope:
+        calls.hooks += [
+            m.register_forward_hook(_identity_rotation)
+            for m in model.modules()
+            if "Rope" in type(m).__name__ or "Rotary" in type(m).__name__
+        ]
     inputs = _inputs(case.inputs, config)
     # A qk-norm after the rotary embedding: the form read is the one at position 0.
     at_zero = any(a.layout.qk_norm is not None and a.layout.qk_norm.after_rope for a in archs)

@@ -63,6 +63,9 @@ class Tiny:
     scaled_queries: bool = False
     # Attention modules the model runs that no layout reads (class names), with the reason in the docs.
     unread: tuple[str, ...] = ()
+    # A 2-D rotary embedding (rope_2d vision towers) is replaced by the identity (cos 1, sin 0):
+    # the form read is the one at offset (0, 0).
+    identity_rope: bool = False
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +119,19 @@ _LATENT = dict(
     first_k_dense_replace=1,
     n_group=1,
     topk_group=1,
+)
+
+# The sizes of a tower whose config class the parent's sub_configs leave open (AutoConfig).
+_TOWER = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+
+# A tiny convolutional feature encoder: 400 samples become a few frames.
+_AUDIO = dict(
+    conv_dim=(16, 16),
+    conv_stride=(5, 4),
+    conv_kernel=(10, 4),
+    num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2,
+    apply_spec_augment=False,
 )
 
 # case id -> tiny model; the model_type is the config class's.
@@ -284,5 +300,39 @@ CASES: dict[str, Tiny] = {
         "KimiLinearConfig",
         "KimiLinearForCausalLM",
         dict(_LATENT, q_lora_rank=None, layer_types=["linear_attention", "full_attention"]),
+    ),
+    # ----------------------------------------------------------------- towers, vision, audio
+    "siglip": Tiny(
+        "SiglipConfig", "SiglipModel", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
+    ),
+    "siglip2": Tiny(
+        "Siglip2Config",
+        "Siglip2Model",
+        dict(text_config=_ENCODER, vision_config=dict(num_patches=16)),
+        inputs="siglip2",
+    ),
+    "gemma3": Tiny(
+        "Gemma3Config",
+        "Gemma3ForConditionalGeneration",
+        dict(
+            text_config=dict(_TOWER, num_key_value_heads=2, head_dim=16, vocab_size=VOCAB),
+            vision_config=dict(_TOWER, image_size=12, patch_size=4),
+            mm_tokens_per_image=1,
+            image_token_index=5,
+        ),
+        inputs="gemma3",
+    ),
+    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=True),
+    "modernbert-decoder": Tiny("ModernBertDecoderConfig", "ModernBertDecoderForCausalLM"),
+    "wav2vec2": Tiny("Wav2Vec2Config", "Wav2Vec2Model", _AUDIO, inputs="audio"),
+    "wav2vec2-stable": Tiny(
+        "Wav2Vec2Config", "Wav2Vec2Model", dict(_AUDIO, do_stable_layer_norm=True), inputs="audio"
+    ),
+    "hubert": Tiny("HubertConfig", "HubertModel", _AUDIO, inputs="audio"),
+    "llama4_text": Tiny(
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        dict(no_rope_layers=[1, 0], floor_scale=2, attn_temperature_tuning=True),
+        scaled_queries=True,
     ),
 }

@@ -259,6 +259,34 @@ def _mla(**kw: Any) -> Layout:
     return Layout(**{**fields, **kw})
 
 
+def _speech_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """The stable-layer-norm variant (do_stable_layer_norm: large models) is pre-norm."""
+    if config.get("do_stable_layer_norm"):
+        return dataclasses.replace(
+            layout, norm="encoder.layers.{i}.layer_norm.weight", post_norm=False, first_norm=None
+        )
+    return layout
+
+
+def _speech_encoder() -> Layout:
+    """wav2vec 2.0 / HuBERT: post-norm encoder layers after the encoder's own norm."""
+    return Layout(
+        query="encoder.layers.{i}.attention.q_proj.weight",
+        key="encoder.layers.{i}.attention.k_proj.weight",
+        norm="encoder.layers.{i}.final_layer_norm.weight",
+        post_norm=True,
+        first_norm="encoder.layer_norm.weight",
+        adjust=_speech_adjust,
+    )
+
+
+_SPEECH_NOTE = (
+    "positions enter as a convolutional embedding added to the input of the layers (absolute); "
+    "the convolutional feature encoder has no attention"
+)
+_SPEECH_VARIANTS = "pre-norm with do_stable_layer_norm"
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -623,6 +651,79 @@ FAMILIES: dict[str, Family] = {
     ),
     "youtu": _family(
         _mla(), "YoutuForCausalLM", "Youtu-LLM", "latent attention, as deepseek_v3 (docs/families.md)"
+    ),
+    # ------------------------------------------------------------------ towers, vision, audio
+    "siglip": Family(
+        (_clip_tower("text"), _clip_tower("vision")),
+        models="SigLIP",
+        proof="SiglipModel",
+        note="the vision tower's attention-pooling head (one learned probe) is not read",
+    ),
+    "siglip2": Family(
+        (_clip_tower("text"), _clip_tower("vision")),
+        models="SigLIP 2",
+        proof="Siglip2Model",
+        note="the vision tower's attention-pooling head (one learned probe) is not read",
+    ),
+    "gemma3": Family(
+        (
+            _llama_like(
+                norm_offset=1.0,
+                qk_norm=_qk_norm(offset=1.0),
+                stack="text",
+                config_section="text_config",
+                within="language_model",
+            ),
+            Layout(
+                query="encoder.layers.{i}.self_attn.q_proj.weight",
+                key="encoder.layers.{i}.self_attn.k_proj.weight",
+                norm="encoder.layers.{i}.layer_norm1.weight",
+                stack="vision",
+                config_section="vision_config",
+                within="vision_tower",
+            ),
+        ),
+        models="Gemma 3 (multimodal: 4B, 12B, 27B), MedGemma",
+        proof="Gemma3ForConditionalGeneration",
+        note="two towers: the Gemma 3 text decoder and the SigLIP vision encoder (the projector has no attention)",
+    ),
+    "dinov3_vit": _family(
+        Layout(
+            query="layer.{i}.attention.q_proj.weight",
+            key="layer.{i}.attention.k_proj.weight",
+            norm="layer.{i}.norm1.weight",
+            positional="rope_2d",
+        ),
+        "DINOv3ViTModel",
+        "DINOv3 (ViT)",
+        "2-D RoPE over patch rows and columns: the form read is the one at offset (0, 0); the class and "
+        "register tokens are not rotated",
+    ),
+    "modernbert-decoder": _family(
+        Layout(
+            query="layers.{i}.attn.q_proj.weight",
+            key="layers.{i}.attn.k_proj.weight",
+            norm="layers.{i}.attn_norm.weight",
+            first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
+            positional="rope",
+        ),
+        "ModernBertDecoderForCausalLM",
+        "ModernBERT decoder (Ettin)",
+    ),
+    "wav2vec2": _family(
+        _speech_encoder(), "Wav2Vec2Model", "wav2vec 2.0, XLS-R, MMS", _SPEECH_NOTE, _SPEECH_VARIANTS
+    ),
+    "hubert": _family(_speech_encoder(), "HubertModel", "HuBERT", _SPEECH_NOTE, _SPEECH_VARIANTS),
+    "llama4_text": _family(
+        _llama_like(
+            rope_pairs="interleaved",
+            rope_layers=(LayerPattern("no_rope_layers"),),
+            qk_norm=QKNorm(None, None),
+        ),
+        "Llama4ForCausalLM",
+        "Llama 4 (text)",
+        "every fourth layer has no positions (NoPE) and scales its queries by a per-position temperature; "
+        "the other layers L2-normalise q and k without gains (a per-token factor: the form is unchanged)",
     ),
     # ----------------------------------------------------------------------------- hybrids
     "qwen3_next": _family(

@@ -36,10 +36,10 @@ __all__ = [
 Storage = Literal["separate", "stacked", "conv1d", "interleaved", "grouped", "latent"]
 
 
-Positional = Literal["absolute", "rope", "alibi", "relative_bias", "none"]
+Positional = Literal["absolute", "rope", "rope_2d", "alibi", "relative_bias", "none"]
 
 
-POSITIONAL: tuple[str, ...] = ("absolute", "rope", "alibi", "relative_bias", "none")
+POSITIONAL: tuple[str, ...] = ("absolute", "rope", "rope_2d", "alibi", "relative_bias", "none")
 
 
 STACKS: tuple[str, ...] = ("", "encoder", "decoder", "cross", "text", "vision")
