@@ -471,7 +471,7 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     _ACTIVE.append(rec)
     try:
         with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
-            model(**inputs)
+            (getattr(model, case.run) if case.run else model)(**inputs)
     finally:
         _ACTIVE.pop()
         calls.remove()

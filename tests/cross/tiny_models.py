@@ -66,6 +66,8 @@ class Tiny:
     # A 2-D rotary embedding (rope_2d vision towers) is replaced by the identity (cos 1, sin 0):
     # the form read is the one at offset (0, 0).
     identity_rope: bool = False
+    # The forward runs on this submodule of the model ("" for the model itself).
+    run: str = ""
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +125,21 @@ _LATENT = dict(
 
 # The sizes of a tower whose config class the parent's sub_configs leave open (AutoConfig).
 _TOWER = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+
+_MROPE = dict(rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2])
+_QWEN_VL_TEXT = dict(_TOWER, num_key_value_heads=2, head_dim=8, vocab_size=VOCAB, rope_parameters=_MROPE)
+_QWEN3_5_TEXT = dict(
+    _TOWER,
+    num_key_value_heads=2,
+    head_dim=8,
+    vocab_size=VOCAB,
+    layer_types=["linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    rope_parameters=dict(_MROPE, partial_rotary_factor=0.5),
+)
 
 # A tiny convolutional feature encoder: 400 samples become a few frames.
 _AUDIO = dict(
@@ -334,5 +351,84 @@ CASES: dict[str, Tiny] = {
         "Llama4ForCausalLM",
         dict(no_rope_layers=[1, 0], floor_scale=2, attn_temperature_tuning=True),
         scaled_queries=True,
+    ),
+    # multimodal decoders, text stack (text-only inputs)
+    "qwen2_5_vl": Tiny(
+        "Qwen2_5_VLConfig",
+        "Qwen2_5_VLForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen2_5_vl_text": Tiny("Qwen2_5_VLTextConfig", "Qwen2_5_VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl": Tiny(
+        "Qwen3VLConfig",
+        "Qwen3VLForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_vl_text": Tiny("Qwen3VLTextConfig", "Qwen3VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_5": Tiny(
+        "Qwen3_5Config",
+        "Qwen3_5ForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN3_5_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_5_text": Tiny("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", _QWEN3_5_TEXT),
+    "qwen3_5_moe": Tiny(
+        "Qwen3_5MoeConfig",
+        "Qwen3_5MoeForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _QWEN3_5_TEXT,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=16,
+                shared_expert_intermediate_size=16,
+            ),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_5_moe_text": Tiny("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", _QWEN3_5_TEXT),
+    "mistral3": Tiny(
+        "Mistral3Config",
+        "Mistral3ForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _TOWER, model_type="mistral", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB
+            ),
+            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=12, patch_size=4),
+        ),
+    ),
+    "llama4": Tiny(
+        "Llama4Config",
+        "Llama4ForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _TOWER,
+                num_key_value_heads=2,
+                head_dim=8,
+                vocab_size=VOCAB,
+                no_rope_layers=[1, 0],
+                floor_scale=2,
+                intermediate_size_mlp=64,
+                num_local_experts=2,
+            ),
+            vision_config=dict(
+                _TOWER,
+                image_size=12,
+                patch_size=4,
+                vision_output_dim=32,
+                projector_input_dim=32,
+                projector_output_dim=32,
+            ),
+        ),
+        scaled_queries=True,
+        run="language_model",  # transformers 5.24's Llama4ForConditionalGeneration fails on text-only inputs
     ),
 }

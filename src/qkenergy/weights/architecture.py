@@ -189,7 +189,9 @@ def pattern_layers(
 
 
 def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
-    if layout.config_section is not None:
+    if layout.config_section is not None and not (
+        layout.section_optional and layout.config_section not in config
+    ):
         section = config.get(layout.config_section)
         if not isinstance(section, Mapping):
             raise QKEnergyError(

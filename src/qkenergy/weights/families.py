@@ -287,6 +287,44 @@ _SPEECH_NOTE = (
 _SPEECH_VARIANTS = "pre-norm with do_stable_layer_norm"
 
 
+def _llama4_text(**kw: Any) -> Layout:
+    """Llama 4's decoder: interleaved RoPE, NoPE layers, gain-free L2 qk-norm on the RoPE layers."""
+    return _llama_like(
+        rope_pairs="interleaved",
+        rope_layers=(LayerPattern("no_rope_layers"),),
+        qk_norm=QKNorm(None, None),
+        **kw,
+    )
+
+
+_LLAMA4_NOTE = (
+    "every fourth layer has no positions (NoPE) and scales its queries by a per-position temperature; "
+    "the other layers L2-normalise q and k without gains (a per-token factor: the form is unchanged)"
+)
+
+
+def _qwen3_5_text(**kw: Any) -> Layout:
+    """Qwen3.5's decoder, as Qwen3-Next's: gated queries, full attention every few layers."""
+    return _llama_like(
+        norm_offset=1.0,
+        query_gate=True,
+        qk_norm=_qk_norm(offset=1.0),
+        attention_layers=(_FULL_ATTENTION,),
+        section_optional=True,
+        **kw,
+    )
+
+
+_QWEN3_5_NOTE = (
+    "hybrid: rows for the full-attention layers only (the Gated DeltaNet layers are linear attention); "
+    "the query projection also holds each head's output gate; the vision tower is not yet read"
+)
+_MROPE_NOTE = (
+    "M-RoPE: a text token's three position components are equal, so its rotation is 1-D RoPE (the form "
+    "at offset 0 is the same); the vision tower is not yet read"
+)
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -714,16 +752,53 @@ FAMILIES: dict[str, Family] = {
         _speech_encoder(), "Wav2Vec2Model", "wav2vec 2.0, XLS-R, MMS", _SPEECH_NOTE, _SPEECH_VARIANTS
     ),
     "hubert": _family(_speech_encoder(), "HubertModel", "HuBERT", _SPEECH_NOTE, _SPEECH_VARIANTS),
-    "llama4_text": _family(
-        _llama_like(
-            rope_pairs="interleaved",
-            rope_layers=(LayerPattern("no_rope_layers"),),
-            qk_norm=QKNorm(None, None),
-        ),
-        "Llama4ForCausalLM",
-        "Llama 4 (text)",
-        "every fourth layer has no positions (NoPE) and scales its queries by a per-position temperature; "
-        "the other layers L2-normalise q and k without gains (a per-token factor: the form is unchanged)",
+    "llama4_text": _family(_llama4_text(), "Llama4ForCausalLM", "Llama 4 (text)", _LLAMA4_NOTE),
+    # multimodal decoders read for their text stack (the vision tower: docs/families.md)
+    "qwen2_5_vl": _family(
+        _llama_like(config_section="text_config", section_optional=True),
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2.5-VL",
+        _MROPE_NOTE,
+    ),
+    "qwen2_5_vl_text": _family(
+        _llama_like(), "Qwen2_5_VLTextModel", "Qwen2.5-VL (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_vl": _family(
+        _llama_like(qk_norm=_qk_norm(), config_section="text_config", section_optional=True),
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3-VL",
+        _MROPE_NOTE,
+    ),
+    "qwen3_vl_text": _family(
+        _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_5": _family(
+        _qwen3_5_text(config_section="text_config"),
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3.5",
+        _QWEN3_5_NOTE,
+    ),
+    "qwen3_5_text": _family(_qwen3_5_text(), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE),
+    "qwen3_5_moe": _family(
+        _qwen3_5_text(config_section="text_config"),
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3.5 MoE",
+        _QWEN3_5_NOTE,
+    ),
+    "qwen3_5_moe_text": _family(
+        _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
+    ),
+    "mistral3": _family(
+        _llama_like(config_section="text_config", within="language_model"),
+        "Mistral3ForConditionalGeneration",
+        "Mistral Small 3.1 / 3.2, Magistral Small",
+        "the text decoder is read; the Pixtral vision tower (2-D RoPE) is not yet read",
+    ),
+    "llama4": _family(
+        _llama4_text(config_section="text_config", within="language_model"),
+        "Llama4ForConditionalGeneration",
+        "Llama 4 Scout, Maverick",
+        _LLAMA4_NOTE + "; the vision tower (2-D RoPE) is not yet read",
     ),
     # ----------------------------------------------------------------------------- hybrids
     "qwen3_next": _family(

@@ -159,6 +159,8 @@ class Layout:
     qk_norm: QKNorm | None = None
     latent: LatentAttention | None = None
     config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)
+    # A config without that section keeps the sizes at its top level (older multimodal configs).
+    section_optional: bool = False
     # Cross-attention: keys read the output of this stack (its final norm, ``final_norm``, or for
     # a post-norm stack its last layer's norm, feeds them).
     key_stack: str | None = None
