@@ -526,3 +526,64 @@ def test_a_wrong_layout_fails_the_proof(
     monkeypatch.setitem(families.FAMILIES, model_type, wrong)
     with pytest.raises(AssertionError):
         prove(CASES[case], tmp_path)
+
+
+# Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
+_ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
+
+
+def _module_energies(
+    model: Any, owner_of: dict[int, Key], config_of: dict[str, Any]
+) -> dict[tuple[str, int, int], float]:
+    """s = ||S||^2 / ||L||^2 per (stack, layer, head), from the attention modules' own parameters."""
+    out = {}
+    for module in model.modules():
+        q_proj, k_proj = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
+        if q_proj is None or k_proj is None or id(q_proj) not in owner_of:
+            continue
+        stack, layer = owner_of[id(q_proj)]
+        heads, kv_heads, n = config_of[stack]
+        N = q_proj.weight.shape[1]
+        wq = (
+            q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
+        )  # a gated head: its query rows
+        wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
+        for side, name in (("q", "q_norm"), ("k", "k_norm")):
+            norm = getattr(module, name, None)
+            offset = None if norm is None else _gain_offset(norm)
+            if offset is not None:
+                g = norm.weight.detach().double().numpy() + offset
+                if side == "q":
+                    wq = wq * g[:, None]
+                else:
+                    wk = wk * g[:, None]
+        for h in range(heads):
+            L = wk[h // (heads // kv_heads)].T @ wq[h]
+            out[(stack, layer, h)] = float(np.sum(((L + L.T) / 2) ** 2) / np.sum(L**2))
+    return out
+
+
+@pytest.mark.parametrize("case", _ENERGY_CASES)
+def test_symmetric_energy_equals_the_modules_own(case: str, tmp_path: Path) -> None:
+    """analyze's per-head symmetric energy equals the one of the model's own q/k modules (norm gains in)."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    tiny = CASES[case]
+    config = tiny_config(tiny)
+    _set_implementation(config, "eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, tiny.model)(config).float().eval()
+    _randomise(model)
+    model.save_pretrained(tmp_path)
+    source = open_model(tmp_path)
+    archs = architectures(source.config)
+    rec, calls = Recorder(), Calls()
+    _plan(model, source.tensors, archs, calls, rec)
+    calls.remove()
+    sizes = {a.stack: (a.n_heads, a.n_kv_heads, a.head_dim) for a in archs}
+    want = _module_energies(model, rec.owners, sizes)
+    heads = analyze_model(tmp_path, null=False).heads
+    got = {(str(r.stack), int(r.layer), int(r.head)): float(r.symmetric_energy) for r in heads.itertuples()}
+    assert set(got) == set(want) and want
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key

@@ -190,7 +190,7 @@ class Family:
     stacks: tuple[Layout, ...]
     models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`
     note: str = ""  # what a user must know about the rows (printed with the analysis)
-    proof: str = ""  # the transformers class tests/cross/test_layouts_reference.py proves it against
+    proof: str = ""  # the transformers class tests/cross/test_universal_proof.py proves it against
     # Config-dependent variants, for `qkenergy layouts` (e.g. "alibi if alibi: true").
     variants: str = ""
 
