@@ -587,3 +587,49 @@ def test_symmetric_energy_equals_the_modules_own(case: str, tmp_path: Path) -> N
     assert set(got) == set(want) and want
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+def _saved(case: Tiny, tmp_path: Path) -> Path:
+    config = tiny_config(case)
+    _set_implementation(config, "eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, case.model)(config).float().eval()
+    _randomise(model)
+    model.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_a_hybrid_has_rows_for_its_attention_layers_only(tmp_path: Path) -> None:
+    """qwen3_next with attention in layers 1 and 3 of 4: rows there, model's own index, a note, --layers checked."""
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.base.errors import ArgumentError
+
+    kwargs = dict(
+        CASES["qwen3_next"].kwargs,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "full_attention"] * 2,
+    )
+    path = _saved(dataclasses.replace(CASES["qwen3_next"], kwargs=kwargs), tmp_path)
+    result = analyze_model(path, null=False, per_layer=True)
+    assert sorted(set(result.heads["layer"])) == [1, 3]
+    assert list(result.layers["layer"]) == [1, 3]
+    assert result.settings["stacks"][0]["attention_layers"] == [1, 3]
+    assert any(
+        "2 of its 4 layers have softmax attention (layers 1, 3)" in n for n in result.settings["notes"]
+    )
+    assert set(analyze_model(path, null=False, layers=[2, 3]).heads["layer"]) == {3}
+    with pytest.raises(ArgumentError, match="none of the layers chosen has softmax attention"):
+        analyze_model(path, null=False, layers=[0, 2])
+
+
+def test_nope_layers_are_positional_none_at_every_offset(tmp_path: Path) -> None:
+    """smollm3 with layer 1 NoPE: positional none there; with offsets its rows repeat the unrotated form."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    path = _saved(CASES["smollm3"], tmp_path)
+    heads = analyze_model(path, null=False, rope_offsets=[0, 3]).heads
+    positional = heads.groupby("layer")["positional"].first().to_dict()
+    assert positional == {0: "rope", 1: "none"}
+    s = heads.pivot_table(index=["layer", "head"], columns="offset", values="symmetric_energy")
+    assert (s.loc[1][0] == s.loc[1][3]).all()  # NoPE: the same form at every offset
+    assert not np.allclose(s.loc[0][0], s.loc[0][3])  # RoPE: the form turns with the offset
