@@ -431,4 +431,23 @@ CASES: dict[str, Tiny] = {
         scaled_queries=True,
         run="language_model",  # transformers 5.24's Llama4ForConditionalGeneration fails on text-only inputs
     ),
+    "unispeech": Tiny("UniSpeechConfig", "UniSpeechModel", _AUDIO, inputs="audio"),
+    "unispeech-sat": Tiny("UniSpeechSatConfig", "UniSpeechSatModel", _AUDIO, inputs="audio"),
+    "data2vec-audio": Tiny(
+        "Data2VecAudioConfig", "Data2VecAudioModel", dict(_AUDIO, num_conv_pos_embeddings=2), inputs="audio"
+    ),
+    "camembert": Tiny("CamembertConfig", "CamembertModel", dict(_ENCODER, pad_token_id=1)),
+    "data2vec-text": Tiny("Data2VecTextConfig", "Data2VecTextModel", dict(_ENCODER, pad_token_id=1)),
+    "ernie": Tiny("ErnieConfig", "ErnieModel", _ENCODER),
+    "roberta-prelayernorm": Tiny(
+        "RobertaPreLayerNormConfig", "RobertaPreLayerNormModel", dict(_ENCODER, pad_token_id=1)
+    ),
+    "megatron-bert": Tiny("MegatronBertConfig", "MegatronBertModel", _ENCODER, scores_in_module=True),
+    "deit": Tiny("DeiTConfig", "DeiTModel", _ENCODER, inputs="image"),
+    "vit_mae": Tiny("ViTMAEConfig", "ViTMAEModel", dict(_ENCODER, mask_ratio=0.0), inputs="image"),
+    "vit_msn": Tiny("ViTMSNConfig", "ViTMSNModel", _ENCODER, inputs="image"),
+    "ijepa": Tiny("IJepaConfig", "IJepaModel", _ENCODER, inputs="image"),
+    "dinov2_with_registers": Tiny(
+        "Dinov2WithRegistersConfig", "Dinov2WithRegistersModel", dict(mlp_ratio=2), inputs="image"
+    ),
 }

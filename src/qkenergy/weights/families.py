@@ -24,14 +24,14 @@ __all__ = [
 
 
 def _bert_like(root: str, **kw: Any) -> Layout:
-    return Layout(
+    fields: dict[str, Any] = dict(
         query=f"{root}.layer.{{i}}.attention.self.query.weight",
         key=f"{root}.layer.{{i}}.attention.self.key.weight",
         norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
         post_norm=True,
         first_norm="embeddings.LayerNorm.weight",
-        **kw,
     )
+    return Layout(**{**fields, **kw})
 
 
 def _llama_like(**kw: Any) -> Layout:
@@ -753,6 +753,32 @@ FAMILIES: dict[str, Family] = {
     ),
     "hubert": _family(_speech_encoder(), "HubertModel", "HuBERT", _SPEECH_NOTE, _SPEECH_VARIANTS),
     "llama4_text": _family(_llama4_text(), "Llama4ForCausalLM", "Llama 4 (text)", _LLAMA4_NOTE),
+    "unispeech": _family(_speech_encoder(), "UniSpeechModel", "UniSpeech", _SPEECH_NOTE, _SPEECH_VARIANTS),
+    "unispeech-sat": _family(
+        _speech_encoder(), "UniSpeechSatModel", "UniSpeech-SAT", _SPEECH_NOTE, _SPEECH_VARIANTS
+    ),
+    "data2vec-audio": _family(_speech_encoder(), "Data2VecAudioModel", "data2vec (audio)", _SPEECH_NOTE),
+    # encoders laid out as BERT, ViT and DINOv2
+    "camembert": _family(_bert_like("encoder"), "CamembertModel", "CamemBERT"),
+    "data2vec-text": _family(_bert_like("encoder"), "Data2VecTextModel", "data2vec (text)"),
+    "ernie": _family(_bert_like("encoder"), "ErnieModel", "ERNIE 1.0-3.0"),
+    "roberta-prelayernorm": _family(
+        _bert_like(
+            "encoder", norm="encoder.layer.{i}.attention.LayerNorm.weight", post_norm=False, first_norm=None
+        ),
+        "RobertaPreLayerNormModel",
+        "RoBERTa-PreLayerNorm",
+    ),
+    "megatron-bert": _family(
+        _bert_like("encoder", norm="encoder.layer.{i}.attention.ln.weight", post_norm=False, first_norm=None),
+        "MegatronBertModel",
+        "Megatron-BERT",
+    ),
+    "deit": _family(_vit_like("layernorm_before"), "DeiTModel", "DeiT"),
+    "vit_mae": _family(_vit_like("layernorm_before"), "ViTMAEModel", "ViT-MAE"),
+    "vit_msn": _family(_vit_like("layernorm_before"), "ViTMSNModel", "ViT-MSN"),
+    "ijepa": _family(_vit_like("layernorm_before"), "IJepaModel", "I-JEPA"),
+    "dinov2_with_registers": _family(_vit_like("norm1"), "Dinov2WithRegistersModel", "DINOv2 with registers"),
     # multimodal decoders read for their text stack (the vision tower: docs/families.md)
     "qwen2_5_vl": _family(
         _llama_like(config_section="text_config", section_optional=True),
