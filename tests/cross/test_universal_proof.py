@@ -70,6 +70,7 @@ class Recorder:
     def __init__(self) -> None:
         self.owners: dict[int, Key] = {}  # id(query projection module) -> (stack, layer)
         self.states: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.unread: list[str] = []  # attention modules called that no layout reads
 
     def key_of(self, module: Any) -> Key | None:
         for sub in module.modules():
@@ -99,6 +100,8 @@ def _capture(
         found = _ACTIVE[-1].key_of(module)
         if found is not None:
             _ACTIVE[-1].add(found, query, key)
+        else:
+            _ACTIVE[-1].unread.append(type(module).__name__)
     own = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if own is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward as own
@@ -157,8 +160,11 @@ def _gain_offset(module: Any) -> float | None:
     if not isinstance(w, torch.nn.Parameter) or w.dim() != 1:
         return None
     x = torch.randn(3, w.shape[0], generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        out = torch.func.functional_call(module, {"weight": torch.zeros_like(w)}, (x,))
+    try:
+        with torch.no_grad():
+            out = torch.func.functional_call(module, {"weight": torch.zeros_like(w)}, (x,))
+    except (TypeError, AttributeError):  # a norm that needs more than its input (a gated norm)
+        return None
     return 0.0 if float(out.abs().max()) < 1e-6 else 1.0
 
 
@@ -196,6 +202,18 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         return dict(pixel_values=pixels)
     if kind == "audio":
         return dict(input_values=torch.randn((1, 400), generator=gen))
+    if kind == "siglip2":  # patches already cut: (batch, patches, 3 p^2), a 3 x 3 grid
+        patches = torch.randn((1, 9, 3 * 4 * 4), generator=gen)
+        mask = torch.ones((1, 9), dtype=torch.long)
+        return dict(
+            input_ids=ids,
+            pixel_values=patches,
+            pixel_attention_mask=mask,
+            spatial_shapes=torch.tensor([[3, 3]]),
+        )
+    if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
+        ids[0, 1] = config.image_token_index
+        return dict(input_ids=ids, pixel_values=pixels)
     assert kind == "clip", kind
     return dict(input_ids=ids, pixel_values=pixels)
 
@@ -254,6 +272,13 @@ def _gain_free(module: Any, offset: float, h: Any) -> np.ndarray:
         params["bias"] = torch.zeros_like(module.bias)
     with torch.no_grad():
         return torch.func.functional_call(module, params, (h,)).double().numpy()
+
+
+def _identity_rotation(module: Any, args: Any, out: Any) -> Any:
+    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0."""
+    if isinstance(out, tuple) and len(out) == 2:
+        return torch.ones_like(out[0]), torch.zeros_like(out[1])
+    return torch.zeros_like(out)
 
 
 def _per_vector(rope: Rope) -> Rope:
@@ -432,6 +457,12 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     rec, calls = Recorder(), Calls()
     stages = _plan(model, tensors, archs, calls, rec)
     mode = _watch_score_products(model, stages, tensors, calls, rec) if case.scores_in_module else None
+    if case.identity_rope:
+        calls.hooks += [
+            m.register_forward_hook(_identity_rotation)
+            for m in model.modules()
+            if "Rope" in type(m).__name__ or "Rotary" in type(m).__name__
+        ]
     inputs = _inputs(case.inputs, config)
     # A qk-norm after the rotary embedding: the form read is the one at position 0.
     at_zero = any(a.layout.qk_norm is not None and a.layout.qk_norm.after_rope for a in archs)
@@ -440,10 +471,12 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     _ACTIVE.append(rec)
     try:
         with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
-            model(**inputs)
+            (getattr(model, case.run) if case.run else model)(**inputs)
     finally:
         _ACTIVE.pop()
         calls.remove()
+    # Every softmax attention the model ran is one the layouts read (a hybrid's pattern misses none).
+    assert set(rec.unread) <= set(case.unread), f"attention modules not read: {sorted(set(rec.unread))}"
     compared, spread = 0, 0.0
     for stage in stages:
         states = rec.states.get((stage.arch.stack, stage.layer), [])
@@ -493,3 +526,110 @@ def test_a_wrong_layout_fails_the_proof(
     monkeypatch.setitem(families.FAMILIES, model_type, wrong)
     with pytest.raises(AssertionError):
         prove(CASES[case], tmp_path)
+
+
+# Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
+_ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
+
+
+def _module_energies(
+    model: Any, owner_of: dict[int, Key], config_of: dict[str, Any]
+) -> dict[tuple[str, int, int], float]:
+    """s = ||S||^2 / ||L||^2 per (stack, layer, head), from the attention modules' own parameters."""
+    out = {}
+    for module in model.modules():
+        q_proj, k_proj = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
+        if q_proj is None or k_proj is None or id(q_proj) not in owner_of:
+            continue
+        stack, layer = owner_of[id(q_proj)]
+        heads, kv_heads, n = config_of[stack]
+        N = q_proj.weight.shape[1]
+        wq = (
+            q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
+        )  # a gated head: its query rows
+        wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
+        for side, name in (("q", "q_norm"), ("k", "k_norm")):
+            norm = getattr(module, name, None)
+            offset = None if norm is None else _gain_offset(norm)
+            if offset is not None:
+                g = norm.weight.detach().double().numpy() + offset
+                if side == "q":
+                    wq = wq * g[:, None]
+                else:
+                    wk = wk * g[:, None]
+        for h in range(heads):
+            L = wk[h // (heads // kv_heads)].T @ wq[h]
+            out[(stack, layer, h)] = float(np.sum(((L + L.T) / 2) ** 2) / np.sum(L**2))
+    return out
+
+
+@pytest.mark.parametrize("case", _ENERGY_CASES)
+def test_symmetric_energy_equals_the_modules_own(case: str, tmp_path: Path) -> None:
+    """analyze's per-head symmetric energy equals the one of the model's own q/k modules (norm gains in)."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    tiny = CASES[case]
+    config = tiny_config(tiny)
+    _set_implementation(config, "eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, tiny.model)(config).float().eval()
+    _randomise(model)
+    model.save_pretrained(tmp_path)
+    source = open_model(tmp_path)
+    archs = architectures(source.config)
+    rec, calls = Recorder(), Calls()
+    _plan(model, source.tensors, archs, calls, rec)
+    calls.remove()
+    sizes = {a.stack: (a.n_heads, a.n_kv_heads, a.head_dim) for a in archs}
+    want = _module_energies(model, rec.owners, sizes)
+    heads = analyze_model(tmp_path, null=False).heads
+    got = {(str(r.stack), int(r.layer), int(r.head)): float(r.symmetric_energy) for r in heads.itertuples()}
+    assert set(got) == set(want) and want
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+def _saved(case: Tiny, tmp_path: Path) -> Path:
+    config = tiny_config(case)
+    _set_implementation(config, "eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, case.model)(config).float().eval()
+    _randomise(model)
+    model.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_a_hybrid_has_rows_for_its_attention_layers_only(tmp_path: Path) -> None:
+    """qwen3_next with attention in layers 1 and 3 of 4: rows there, model's own index, a note, --layers checked."""
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.base.errors import ArgumentError
+
+    kwargs = dict(
+        CASES["qwen3_next"].kwargs,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "full_attention"] * 2,
+    )
+    path = _saved(dataclasses.replace(CASES["qwen3_next"], kwargs=kwargs), tmp_path)
+    result = analyze_model(path, null=False, per_layer=True)
+    assert sorted(set(result.heads["layer"])) == [1, 3]
+    assert list(result.layers["layer"]) == [1, 3]
+    assert result.settings["stacks"][0]["attention_layers"] == [1, 3]
+    assert any(
+        "2 of its 4 layers have softmax attention (layers 1, 3)" in n for n in result.settings["notes"]
+    )
+    assert set(analyze_model(path, null=False, layers=[2, 3]).heads["layer"]) == {3}
+    with pytest.raises(ArgumentError, match="none of the layers chosen has softmax attention"):
+        analyze_model(path, null=False, layers=[0, 2])
+
+
+def test_nope_layers_are_positional_none_at_every_offset(tmp_path: Path) -> None:
+    """smollm3 with layer 1 NoPE: positional none there; with offsets its rows repeat the unrotated form."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    path = _saved(CASES["smollm3"], tmp_path)
+    heads = analyze_model(path, null=False, rope_offsets=[0, 3]).heads
+    positional = heads.groupby("layer")["positional"].first().to_dict()
+    assert positional == {0: "rope", 1: "none"}
+    s = heads.pivot_table(index=["layer", "head"], columns="offset", values="symmetric_energy")
+    assert (s.loc[1][0] == s.loc[1][3]).all()  # NoPE: the same form at every offset
+    assert not np.allclose(s.loc[0][0], s.loc[0][3])  # RoPE: the form turns with the offset

@@ -61,6 +61,13 @@ class Tiny:
     unfed_first_call: bool = False
     # The model scales its queries per position (llama4's NoPE layers: attention temperature).
     scaled_queries: bool = False
+    # Attention modules the model runs that no layout reads (class names), with the reason in the docs.
+    unread: tuple[str, ...] = ()
+    # A 2-D rotary embedding (rope_2d vision towers) is replaced by the identity (cos 1, sin 0):
+    # the form read is the one at offset (0, 0).
+    identity_rope: bool = False
+    # The forward runs on this submodule of the model ("" for the model itself).
+    run: str = ""
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +121,34 @@ _LATENT = dict(
     first_k_dense_replace=1,
     n_group=1,
     topk_group=1,
+)
+
+# The sizes of a tower whose config class the parent's sub_configs leave open (AutoConfig).
+_TOWER = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+
+_MROPE = dict(rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2])
+_QWEN_VL_TEXT = dict(_TOWER, num_key_value_heads=2, head_dim=8, vocab_size=VOCAB, rope_parameters=_MROPE)
+_QWEN3_5_TEXT = dict(
+    _TOWER,
+    num_key_value_heads=2,
+    head_dim=8,
+    vocab_size=VOCAB,
+    layer_types=["linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    rope_parameters=dict(_MROPE, partial_rotary_factor=0.5),
+)
+
+# A tiny convolutional feature encoder: 400 samples become a few frames.
+_AUDIO = dict(
+    conv_dim=(16, 16),
+    conv_stride=(5, 4),
+    conv_kernel=(10, 4),
+    num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2,
+    apply_spec_augment=False,
 )
 
 # case id -> tiny model; the model_type is the config class's.
@@ -206,4 +241,213 @@ CASES: dict[str, Tiny] = {
         "CLIPConfig", "CLIPModel", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
     ),
     "deepseek_v3": Tiny("DeepseekV3Config", "DeepseekV3ForCausalLM", _LATENT),
+    # ----------------------------------------------------------------- families of 2025-2026
+    "gpt_oss": Tiny("GptOssConfig", "GptOssForCausalLM"),
+    "smollm3": Tiny("SmolLM3Config", "SmolLM3ForCausalLM", dict(no_rope_layers=[1, 0])),
+    "cohere": Tiny("CohereConfig", "CohereForCausalLM"),
+    "cohere-qk-norm": Tiny("CohereConfig", "CohereForCausalLM", dict(use_qk_norm=True)),
+    "cohere2": Tiny(
+        "Cohere2Config", "Cohere2ForCausalLM", dict(layer_types=["sliding_attention", "full_attention"])
+    ),
+    "glm": Tiny("GlmConfig", "GlmForCausalLM"),
+    "glm4": Tiny("Glm4Config", "Glm4ForCausalLM"),
+    "glm4_moe": Tiny("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(use_qk_norm=True, first_k_dense_replace=1)),
+    "seed_oss": Tiny("SeedOssConfig", "SeedOssForCausalLM"),
+    "ernie4_5": Tiny("Ernie4_5Config", "Ernie4_5ForCausalLM"),
+    "ernie4_5_moe": Tiny("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
+    "hunyuan_v1_dense": Tiny("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM"),
+    "hunyuan_v1_moe": Tiny("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM"),
+    "granite": Tiny("GraniteConfig", "GraniteForCausalLM"),
+    "granitemoe": Tiny("GraniteMoeConfig", "GraniteMoeForCausalLM"),
+    "granitemoeshared": Tiny("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM"),
+    "olmo3": Tiny("Olmo3Config", "Olmo3ForCausalLM"),
+    "flex_olmo": Tiny("FlexOlmoConfig", "FlexOlmoForCausalLM"),
+    "olmoe": Tiny("OlmoeConfig", "OlmoeForCausalLM"),
+    "minimax_m2": Tiny("MiniMaxM2Config", "MiniMaxM2ForCausalLM"),
+    "exaone4": Tiny("Exaone4Config", "Exaone4ForCausalLM"),
+    "exaone4-sliding": Tiny(
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "exaone_moe": Tiny("ExaoneMoeConfig", "ExaoneMoeForCausalLM"),
+    "helium": Tiny("HeliumConfig", "HeliumForCausalLM"),
+    "arcee": Tiny("ArceeConfig", "ArceeForCausalLM"),
+    "ministral": Tiny("MinistralConfig", "MinistralForCausalLM"),
+    "ministral3": Tiny("Ministral3Config", "Ministral3ForCausalLM"),
+    "qwen2_moe": Tiny("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "phimoe": Tiny("PhimoeConfig", "PhimoeForCausalLM"),
+    "olmo": Tiny("OlmoConfig", "OlmoForCausalLM"),
+    "nemotron": Tiny("NemotronConfig", "NemotronForCausalLM"),
+    "cwm": Tiny("CwmConfig", "CwmForCausalLM"),
+    "vaultgemma": Tiny("VaultGemmaConfig", "VaultGemmaForCausalLM"),
+    "solar_open": Tiny("SolarOpenConfig", "SolarOpenForCausalLM"),
+    "hy_v3": Tiny("HYV3Config", "HYV3ForCausalLM"),
+    "apertus": Tiny("ApertusConfig", "ApertusForCausalLM"),
+    "afmoe": Tiny("AfmoeConfig", "AfmoeForCausalLM"),
+    "laguna": Tiny("LagunaConfig", "LagunaForCausalLM"),
+    "deepseek_v2": Tiny("DeepseekV2Config", "DeepseekV2ForCausalLM", _LATENT),
+    "deepseek_v32": Tiny("DeepseekV32Config", "DeepseekV32ForCausalLM", _LATENT),
+    "glm4_moe_lite": Tiny("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM", _LATENT),
+    "youtu": Tiny("YoutuConfig", "YoutuForCausalLM", _LATENT),
+    # hybrids: the first layer has no softmax attention, the second has
+    "qwen3_next": Tiny(
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=8,
+            linear_value_head_dim=8,
+        ),
+    ),
+    "lfm2": Tiny("Lfm2Config", "Lfm2ForCausalLM", dict(layer_types=["conv", "full_attention"])),
+    "falcon_h1": Tiny(
+        "FalconH1Config", "FalconH1ForCausalLM", dict(key_multiplier=1.0, attention_in_multiplier=1.0)
+    ),
+    "jamba": Tiny("JambaConfig", "JambaForCausalLM", dict(attn_layer_period=2, attn_layer_offset=1)),
+    "nemotron_h": Tiny(
+        "NemotronHConfig", "NemotronHForCausalLM", dict(layers_block_type=["mamba", "attention"])
+    ),
+    "minimax": Tiny(
+        "MiniMaxConfig", "MiniMaxForCausalLM", dict(layer_types=["linear_attention", "full_attention"])
+    ),
+    "kimi_linear": Tiny(
+        "KimiLinearConfig",
+        "KimiLinearForCausalLM",
+        dict(_LATENT, q_lora_rank=None, layer_types=["linear_attention", "full_attention"]),
+    ),
+    # ----------------------------------------------------------------- towers, vision, audio
+    "siglip": Tiny(
+        "SiglipConfig", "SiglipModel", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
+    ),
+    "siglip2": Tiny(
+        "Siglip2Config",
+        "Siglip2Model",
+        dict(text_config=_ENCODER, vision_config=dict(num_patches=16)),
+        inputs="siglip2",
+    ),
+    "gemma3": Tiny(
+        "Gemma3Config",
+        "Gemma3ForConditionalGeneration",
+        dict(
+            text_config=dict(_TOWER, num_key_value_heads=2, head_dim=16, vocab_size=VOCAB),
+            vision_config=dict(_TOWER, image_size=12, patch_size=4),
+            mm_tokens_per_image=1,
+            image_token_index=5,
+        ),
+        inputs="gemma3",
+    ),
+    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=True),
+    "modernbert-decoder": Tiny("ModernBertDecoderConfig", "ModernBertDecoderForCausalLM"),
+    "wav2vec2": Tiny("Wav2Vec2Config", "Wav2Vec2Model", _AUDIO, inputs="audio"),
+    "wav2vec2-stable": Tiny(
+        "Wav2Vec2Config", "Wav2Vec2Model", dict(_AUDIO, do_stable_layer_norm=True), inputs="audio"
+    ),
+    "hubert": Tiny("HubertConfig", "HubertModel", _AUDIO, inputs="audio"),
+    "llama4_text": Tiny(
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        dict(no_rope_layers=[1, 0], floor_scale=2, attn_temperature_tuning=True),
+        scaled_queries=True,
+    ),
+    # multimodal decoders, text stack (text-only inputs)
+    "qwen2_5_vl": Tiny(
+        "Qwen2_5_VLConfig",
+        "Qwen2_5_VLForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen2_5_vl_text": Tiny("Qwen2_5_VLTextConfig", "Qwen2_5_VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl": Tiny(
+        "Qwen3VLConfig",
+        "Qwen3VLForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_vl_text": Tiny("Qwen3VLTextConfig", "Qwen3VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_5": Tiny(
+        "Qwen3_5Config",
+        "Qwen3_5ForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN3_5_TEXT),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_5_text": Tiny("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", _QWEN3_5_TEXT),
+    "qwen3_5_moe": Tiny(
+        "Qwen3_5MoeConfig",
+        "Qwen3_5MoeForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _QWEN3_5_TEXT,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=16,
+                shared_expert_intermediate_size=16,
+            ),
+            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+        ),
+    ),
+    "qwen3_5_moe_text": Tiny("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", _QWEN3_5_TEXT),
+    "mistral3": Tiny(
+        "Mistral3Config",
+        "Mistral3ForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _TOWER, model_type="mistral", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB
+            ),
+            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=12, patch_size=4),
+        ),
+    ),
+    "llama4": Tiny(
+        "Llama4Config",
+        "Llama4ForConditionalGeneration",
+        dict(
+            text_config=dict(
+                _TOWER,
+                num_key_value_heads=2,
+                head_dim=8,
+                vocab_size=VOCAB,
+                no_rope_layers=[1, 0],
+                floor_scale=2,
+                intermediate_size_mlp=64,
+                num_local_experts=2,
+            ),
+            vision_config=dict(
+                _TOWER,
+                image_size=12,
+                patch_size=4,
+                vision_output_dim=32,
+                projector_input_dim=32,
+                projector_output_dim=32,
+            ),
+        ),
+        scaled_queries=True,
+        run="language_model",  # transformers 5.24's Llama4ForConditionalGeneration fails on text-only inputs
+    ),
+    "unispeech": Tiny("UniSpeechConfig", "UniSpeechModel", _AUDIO, inputs="audio"),
+    "unispeech-sat": Tiny("UniSpeechSatConfig", "UniSpeechSatModel", _AUDIO, inputs="audio"),
+    "data2vec-audio": Tiny(
+        "Data2VecAudioConfig", "Data2VecAudioModel", dict(_AUDIO, num_conv_pos_embeddings=2), inputs="audio"
+    ),
+    "camembert": Tiny("CamembertConfig", "CamembertModel", dict(_ENCODER, pad_token_id=1)),
+    "data2vec-text": Tiny("Data2VecTextConfig", "Data2VecTextModel", dict(_ENCODER, pad_token_id=1)),
+    "ernie": Tiny("ErnieConfig", "ErnieModel", _ENCODER),
+    "roberta-prelayernorm": Tiny(
+        "RobertaPreLayerNormConfig", "RobertaPreLayerNormModel", dict(_ENCODER, pad_token_id=1)
+    ),
+    "megatron-bert": Tiny("MegatronBertConfig", "MegatronBertModel", _ENCODER, scores_in_module=True),
+    "deit": Tiny("DeiTConfig", "DeiTModel", _ENCODER, inputs="image"),
+    "vit_mae": Tiny("ViTMAEConfig", "ViTMAEModel", dict(_ENCODER, mask_ratio=0.0), inputs="image"),
+    "vit_msn": Tiny("ViTMSNConfig", "ViTMSNModel", _ENCODER, inputs="image"),
+    "ijepa": Tiny("IJepaConfig", "IJepaModel", _ENCODER, inputs="image"),
+    "dinov2_with_registers": Tiny(
+        "Dinov2WithRegistersConfig", "Dinov2WithRegistersModel", dict(mlp_ratio=2), inputs="image"
+    ),
 }

@@ -131,7 +131,7 @@ def test_config_parsing(model_type: str) -> None:
 
 
 def test_config_parsing_covers_known_types() -> None:
-    # Every type is proven against transformers in test_layouts_reference.py; these are the
+    # Every type is proven against transformers in test_universal_proof.py; these are the
     # synthetic checkpoints of the single-stack, plainly stored ones.
     assert set(CONFIGS) <= set(supported_model_types())
 

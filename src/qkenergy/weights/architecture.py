@@ -189,7 +189,9 @@ def pattern_layers(
 
 
 def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
-    if layout.config_section is not None:
+    if layout.config_section is not None and not (
+        layout.section_optional and layout.config_section not in config
+    ):
         section = config.get(layout.config_section)
         if not isinstance(section, Mapping):
             raise QKEnergyError(
@@ -204,7 +206,14 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
         layout = layout.adjust(config, layout)
     n_heads = _config_int(config, layout.heads_keys, mt, source)
     hidden = _config_int(config, layout.hidden_keys, mt, source)
-    n_layers = _config_int(config, layout.layers_keys, mt, source)
+    # A layers key may hold one entry per layer (nemotron_h's layers_block_type): its length counts.
+    listed = next((config[k] for k in layout.layers_keys if isinstance(config.get(k), list)), None)
+    if listed is not None and not any(isinstance(config.get(k), int) for k in layout.layers_keys):
+        n_layers = len(listed)
+        if not 0 < n_layers <= MAX_CONFIG_SIZE:
+            raise QKEnergyError(f"{source}: {layout.layers_keys[-1]!r} lists no layers")
+    else:
+        n_layers = _config_int(config, layout.layers_keys, mt, source)
     n_kv = n_heads
     kv_key = layout.kv_heads_key
     if layout.kv_heads is not None:

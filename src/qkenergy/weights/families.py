@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.layout import Family, LatentAttention, Layout, Positional, QKNorm
+from qkenergy.weights.layout import Family, LatentAttention, LayerPattern, Layout, Positional, QKNorm
 
 __all__ = [
     "FAMILIES",
@@ -24,14 +24,14 @@ __all__ = [
 
 
 def _bert_like(root: str, **kw: Any) -> Layout:
-    return Layout(
+    fields: dict[str, Any] = dict(
         query=f"{root}.layer.{{i}}.attention.self.query.weight",
         key=f"{root}.layer.{{i}}.attention.self.key.weight",
         norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
         post_norm=True,
         first_norm="embeddings.LayerNorm.weight",
-        **kw,
     )
+    return Layout(**{**fields, **kw})
 
 
 def _llama_like(**kw: Any) -> Layout:
@@ -212,6 +212,117 @@ def _vit_like(norm: str) -> Layout:
         key="encoder.layer.{i}.attention.attention.key.weight",
         norm=f"encoder.layer.{{i}}.{norm}.weight",
     )
+
+
+# ----------------------------------------------------------------------------- families of 2025-2026
+
+
+def _with_qk_norm(qk: QKNorm, flag: str) -> Callable[[Mapping[str, Any], Layout], Layout]:
+    """The layout with ``qk`` when the config sets ``flag`` (glm4_moe's use_qk_norm, cohere's)."""
+
+    def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+        return dataclasses.replace(layout, qk_norm=qk) if config.get(flag) else layout
+
+    return adjust
+
+
+def _exaone4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """With a sliding window only the sliding layers rotate; the global layers are NoPE."""
+    if config.get("sliding_window") is None:
+        return layout
+    return dataclasses.replace(
+        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
+    )
+
+
+# Layers with softmax attention in hybrid models, by their config's layer types.
+_FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
+_MLA_LATENT = LatentAttention(
+    query_norm="layers.{i}.self_attn.q_a_layernorm.weight",
+    query_up="layers.{i}.self_attn.q_b_proj.weight",
+    key_norm="layers.{i}.self_attn.kv_a_layernorm.weight",
+    key_up="layers.{i}.self_attn.kv_b_proj.weight",
+)
+
+
+def _mla(**kw: Any) -> Layout:
+    """Multi-head latent attention laid out as DeepSeek-V3's (q_proj without a query latent)."""
+    fields: dict[str, Any] = dict(
+        query="layers.{i}.self_attn.q_a_proj.weight",
+        key="layers.{i}.self_attn.kv_a_proj_with_mqa.weight",
+        storage="latent",
+        norm="layers.{i}.input_layernorm.weight",
+        positional="rope",
+        latent=_MLA_LATENT,
+        adjust=_deepseek_adjust,
+    )
+    return Layout(**{**fields, **kw})
+
+
+def _speech_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """The stable-layer-norm variant (do_stable_layer_norm: large models) is pre-norm."""
+    if config.get("do_stable_layer_norm"):
+        return dataclasses.replace(
+            layout, norm="encoder.layers.{i}.layer_norm.weight", post_norm=False, first_norm=None
+        )
+    return layout
+
+
+def _speech_encoder() -> Layout:
+    """wav2vec 2.0 / HuBERT: post-norm encoder layers after the encoder's own norm."""
+    return Layout(
+        query="encoder.layers.{i}.attention.q_proj.weight",
+        key="encoder.layers.{i}.attention.k_proj.weight",
+        norm="encoder.layers.{i}.final_layer_norm.weight",
+        post_norm=True,
+        first_norm="encoder.layer_norm.weight",
+        adjust=_speech_adjust,
+    )
+
+
+_SPEECH_NOTE = (
+    "positions enter as a convolutional embedding added to the input of the layers (absolute); "
+    "the convolutional feature encoder has no attention"
+)
+_SPEECH_VARIANTS = "pre-norm with do_stable_layer_norm"
+
+
+def _llama4_text(**kw: Any) -> Layout:
+    """Llama 4's decoder: interleaved RoPE, NoPE layers, gain-free L2 qk-norm on the RoPE layers."""
+    return _llama_like(
+        rope_pairs="interleaved",
+        rope_layers=(LayerPattern("no_rope_layers"),),
+        qk_norm=QKNorm(None, None),
+        **kw,
+    )
+
+
+_LLAMA4_NOTE = (
+    "every fourth layer has no positions (NoPE) and scales its queries by a per-position temperature; "
+    "the other layers L2-normalise q and k without gains (a per-token factor: the form is unchanged)"
+)
+
+
+def _qwen3_5_text(**kw: Any) -> Layout:
+    """Qwen3.5's decoder, as Qwen3-Next's: gated queries, full attention every few layers."""
+    return _llama_like(
+        norm_offset=1.0,
+        query_gate=True,
+        qk_norm=_qk_norm(offset=1.0),
+        attention_layers=(_FULL_ATTENTION,),
+        section_optional=True,
+        **kw,
+    )
+
+
+_QWEN3_5_NOTE = (
+    "hybrid: rows for the full-attention layers only (the Gated DeltaNet layers are linear attention); "
+    "the query projection also holds each head's output gate; the vision tower is not yet read"
+)
+_MROPE_NOTE = (
+    "M-RoPE: a text token's three position components are equal, so its rotation is 1-D RoPE (the form "
+    "at offset 0 is the same); the vision tower is not yet read"
+)
 
 
 FAMILIES: dict[str, Family] = {
@@ -434,6 +545,365 @@ FAMILIES: dict[str, Family] = {
         "latent attention: the non-RoPE and decoupled RoPE parts are one form at offset 0; the key "
         "latent's norm scales only the non-RoPE part (docs/families.md)",
         "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
+    ),
+    # ------------------------------------------------------------- families of 2025-2026 (issue 18)
+    "gpt_oss": _family(
+        _llama_like(),
+        "GptOssForCausalLM",
+        "gpt-oss",
+        "each head's learned attention sink (an extra logit per row) and the q/k biases are not part of "
+        "the bilinear form",
+    ),
+    "smollm3": _family(
+        _llama_like(rope_layers=(LayerPattern("no_rope_layers"),)),
+        "SmolLM3ForCausalLM",
+        "SmolLM3",
+        "every fourth layer has no positions (NoPE, no_rope_layers): positional none there",
+    ),
+    "cohere": _family(
+        _llama_like(
+            rope_pairs="interleaved",
+            adjust=_with_qk_norm(_qk_norm(scope="head_rows", centred=True), "use_qk_norm"),
+        ),
+        "CohereForCausalLM",
+        "Command R, Command R+, Aya",
+        variants="qk-norm (a LayerNorm per head, own gains) with use_qk_norm",
+    ),
+    "cohere2": _family(
+        _llama_like(
+            rope_pairs="interleaved",
+            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+        ),
+        "Cohere2ForCausalLM",
+        "Command R7B, Command A",
+        "the global (full attention) layers have no positions (NoPE): positional none there",
+    ),
+    "glm": _family(_llama_like(rope_pairs="interleaved"), "GlmForCausalLM", "GLM-4 (glm-4-9b)"),
+    "glm4": _family(_llama_like(rope_pairs="interleaved"), "Glm4ForCausalLM", "GLM-4-0414, GLM-Z1"),
+    "glm4_moe": _family(
+        _llama_like(adjust=_with_qk_norm(_qk_norm(), "use_qk_norm")),
+        "Glm4MoeForCausalLM",
+        "GLM-4.5, GLM-4.6",
+        variants="qk-norm with use_qk_norm",
+    ),
+    "seed_oss": _family(_llama_like(), "SeedOssForCausalLM", "Seed-OSS"),
+    "ernie4_5": _family(_llama_like(rope_pairs="interleaved"), "Ernie4_5ForCausalLM", "ERNIE 4.5 (dense)"),
+    "ernie4_5_moe": _family(
+        _llama_like(rope_pairs="interleaved"), "Ernie4_5_MoeForCausalLM", "ERNIE 4.5 MoE"
+    ),
+    "hunyuan_v1_dense": _family(
+        _llama_like(qk_norm=_qk_norm(q="query_layernorm", k="key_layernorm", after_rope=True)),
+        "HunYuanDenseV1ForCausalLM",
+        "Hunyuan dense",
+        "qk-norm after RoPE: its gains do not commute with the rotation, so the form read is the one of "
+        "two tokens at position 0",
+    ),
+    "hunyuan_v1_moe": _family(
+        _llama_like(qk_norm=_qk_norm(q="query_layernorm", k="key_layernorm", after_rope=True)),
+        "HunYuanMoEV1ForCausalLM",
+        "Hunyuan-A13B",
+        "qk-norm after RoPE: its gains do not commute with the rotation, so the form read is the one of "
+        "two tokens at position 0",
+    ),
+    "granite": _family(_llama_like(), "GraniteForCausalLM", "Granite 3"),
+    "granitemoe": _family(_llama_like(), "GraniteMoeForCausalLM", "Granite 3 MoE"),
+    "granitemoeshared": _family(_llama_like(), "GraniteMoeSharedForCausalLM", "Granite MoE (shared experts)"),
+    "olmo3": _family(
+        # Olmo3 norms the outputs of its sublayers, as Olmo2: attention reads the raw residual stream.
+        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")),
+        "Olmo3ForCausalLM",
+        "OLMo 3",
+    ),
+    "flex_olmo": _family(
+        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")), "FlexOlmoForCausalLM", "FlexOlmo"
+    ),
+    "olmoe": _family(
+        _llama_like(qk_norm=_qk_norm(scope="projection")),
+        "OlmoeForCausalLM",
+        "OLMoE",
+        "an OLMoE with clip_qkv clamps q and k entrywise (not linear): the form is the unclamped one",
+    ),
+    "minimax_m2": _family(
+        _llama_like(qk_norm=_qk_norm(scope="projection")), "MiniMaxM2ForCausalLM", "MiniMax-M2"
+    ),
+    "exaone4": _family(
+        _llama_like(norm=None, qk_norm=_qk_norm(), adjust=_exaone4_adjust),
+        "Exaone4ForCausalLM",
+        "EXAONE 4.0",
+        "with a sliding window the global layers have no positions (NoPE): positional none there",
+    ),
+    "exaone_moe": _family(_llama_like(qk_norm=_qk_norm()), "ExaoneMoeForCausalLM", "K-EXAONE"),
+    "helium": _family(_llama_like(rope_pairs="interleaved"), "HeliumForCausalLM", "Helium"),
+    "arcee": _family(_llama_like(), "ArceeForCausalLM", "Arcee AFM"),
+    "ministral": _family(_llama_like(), "MinistralForCausalLM", "Ministral"),
+    "ministral3": _family(_llama_like(), "Ministral3ForCausalLM", "Ministral 3"),
+    "qwen2_moe": _family(_llama_like(), "Qwen2MoeForCausalLM", "Qwen1.5 MoE, Qwen2 MoE"),
+    "phimoe": _family(_llama_like(), "PhimoeForCausalLM", "Phi-3.5-MoE"),
+    "olmo": _family(
+        # OLMo 1's layer norms have no learned gain: nothing to fold.
+        _llama_like(norm=None),
+        "OlmoForCausalLM",
+        "OLMo",
+    ),
+    "nemotron": _family(_llama_like(norm_offset=1.0), "NemotronForCausalLM", "Nemotron-4, Minitron"),
+    "cwm": _family(_llama_like(), "CwmForCausalLM", "Code World Model"),
+    "vaultgemma": _family(_llama_like(norm_offset=1.0), "VaultGemmaForCausalLM", "VaultGemma"),
+    "solar_open": _family(_llama_like(), "SolarOpenForCausalLM", "Solar Open"),
+    "hy_v3": _family(_llama_like(qk_norm=_qk_norm()), "HYV3ForCausalLM", "Hunyuan V3"),
+    "apertus": _family(
+        _llama_like(norm="layers.{i}.attention_layernorm.weight", qk_norm=_qk_norm()),
+        "ApertusForCausalLM",
+        "Apertus",
+    ),
+    "afmoe": _family(
+        _llama_like(qk_norm=_qk_norm()),
+        "AfmoeForCausalLM",
+        "Trinity (AFMoE)",
+        "the output gate (its own gate_proj) does not enter the scores",
+    ),
+    "laguna": _family(
+        _llama_like(qk_norm=_qk_norm()),
+        "LagunaForCausalLM",
+        "Laguna",
+        "the output gate (its own g_proj) does not enter the scores",
+    ),
+    "deepseek_v2": _family(
+        _mla(rope_pairs="interleaved"),
+        "DeepseekV2ForCausalLM",
+        "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
+        "latent attention, as deepseek_v3 (docs/families.md)",
+        "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
+    ),
+    "deepseek_v32": _family(
+        _mla(rope_pairs="interleaved"),
+        "DeepseekV32ForCausalLM",
+        "DeepSeek-V3.2",
+        "latent attention, as deepseek_v3; the lightning indexer that picks the keys each query attends "
+        "to is a separate score, not the heads' form, and is not read",
+    ),
+    "glm4_moe_lite": _family(
+        _mla(),
+        "Glm4MoeLiteForCausalLM",
+        "GLM-4.7-Flash",
+        "latent attention, as deepseek_v3 (docs/families.md)",
+    ),
+    "youtu": _family(
+        _mla(), "YoutuForCausalLM", "Youtu-LLM", "latent attention, as deepseek_v3 (docs/families.md)"
+    ),
+    # ------------------------------------------------------------------ towers, vision, audio
+    "siglip": Family(
+        (_clip_tower("text"), _clip_tower("vision")),
+        models="SigLIP",
+        proof="SiglipModel",
+        note="the vision tower's attention-pooling head (one learned probe) is not read",
+    ),
+    "siglip2": Family(
+        (_clip_tower("text"), _clip_tower("vision")),
+        models="SigLIP 2",
+        proof="Siglip2Model",
+        note="the vision tower's attention-pooling head (one learned probe) is not read",
+    ),
+    "gemma3": Family(
+        (
+            _llama_like(
+                norm_offset=1.0,
+                qk_norm=_qk_norm(offset=1.0),
+                stack="text",
+                config_section="text_config",
+                within="language_model",
+            ),
+            Layout(
+                query="encoder.layers.{i}.self_attn.q_proj.weight",
+                key="encoder.layers.{i}.self_attn.k_proj.weight",
+                norm="encoder.layers.{i}.layer_norm1.weight",
+                stack="vision",
+                config_section="vision_config",
+                within="vision_tower",
+            ),
+        ),
+        models="Gemma 3 (multimodal: 4B, 12B, 27B), MedGemma",
+        proof="Gemma3ForConditionalGeneration",
+        note="two towers: the Gemma 3 text decoder and the SigLIP vision encoder (the projector has no attention)",
+    ),
+    "dinov3_vit": _family(
+        Layout(
+            query="layer.{i}.attention.q_proj.weight",
+            key="layer.{i}.attention.k_proj.weight",
+            norm="layer.{i}.norm1.weight",
+            positional="rope_2d",
+        ),
+        "DINOv3ViTModel",
+        "DINOv3 (ViT)",
+        "2-D RoPE over patch rows and columns: the form read is the one at offset (0, 0); the class and "
+        "register tokens are not rotated",
+    ),
+    "modernbert-decoder": _family(
+        Layout(
+            query="layers.{i}.attn.q_proj.weight",
+            key="layers.{i}.attn.k_proj.weight",
+            norm="layers.{i}.attn_norm.weight",
+            first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
+            positional="rope",
+        ),
+        "ModernBertDecoderForCausalLM",
+        "ModernBERT decoder (Ettin)",
+    ),
+    "wav2vec2": _family(
+        _speech_encoder(), "Wav2Vec2Model", "wav2vec 2.0, XLS-R, MMS", _SPEECH_NOTE, _SPEECH_VARIANTS
+    ),
+    "hubert": _family(_speech_encoder(), "HubertModel", "HuBERT", _SPEECH_NOTE, _SPEECH_VARIANTS),
+    "llama4_text": _family(_llama4_text(), "Llama4ForCausalLM", "Llama 4 (text)", _LLAMA4_NOTE),
+    "unispeech": _family(_speech_encoder(), "UniSpeechModel", "UniSpeech", _SPEECH_NOTE, _SPEECH_VARIANTS),
+    "unispeech-sat": _family(
+        _speech_encoder(), "UniSpeechSatModel", "UniSpeech-SAT", _SPEECH_NOTE, _SPEECH_VARIANTS
+    ),
+    "data2vec-audio": _family(_speech_encoder(), "Data2VecAudioModel", "data2vec (audio)", _SPEECH_NOTE),
+    # encoders laid out as BERT, ViT and DINOv2
+    "camembert": _family(_bert_like("encoder"), "CamembertModel", "CamemBERT"),
+    "data2vec-text": _family(_bert_like("encoder"), "Data2VecTextModel", "data2vec (text)"),
+    "ernie": _family(_bert_like("encoder"), "ErnieModel", "ERNIE 1.0-3.0"),
+    "roberta-prelayernorm": _family(
+        _bert_like(
+            "encoder", norm="encoder.layer.{i}.attention.LayerNorm.weight", post_norm=False, first_norm=None
+        ),
+        "RobertaPreLayerNormModel",
+        "RoBERTa-PreLayerNorm",
+    ),
+    "megatron-bert": _family(
+        _bert_like("encoder", norm="encoder.layer.{i}.attention.ln.weight", post_norm=False, first_norm=None),
+        "MegatronBertModel",
+        "Megatron-BERT",
+    ),
+    "deit": _family(_vit_like("layernorm_before"), "DeiTModel", "DeiT"),
+    "vit_mae": _family(_vit_like("layernorm_before"), "ViTMAEModel", "ViT-MAE"),
+    "vit_msn": _family(_vit_like("layernorm_before"), "ViTMSNModel", "ViT-MSN"),
+    "ijepa": _family(_vit_like("layernorm_before"), "IJepaModel", "I-JEPA"),
+    "dinov2_with_registers": _family(_vit_like("norm1"), "Dinov2WithRegistersModel", "DINOv2 with registers"),
+    # multimodal decoders read for their text stack (the vision tower: docs/families.md)
+    "qwen2_5_vl": _family(
+        _llama_like(config_section="text_config", section_optional=True),
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2.5-VL",
+        _MROPE_NOTE,
+    ),
+    "qwen2_5_vl_text": _family(
+        _llama_like(), "Qwen2_5_VLTextModel", "Qwen2.5-VL (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_vl": _family(
+        _llama_like(qk_norm=_qk_norm(), config_section="text_config", section_optional=True),
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3-VL",
+        _MROPE_NOTE,
+    ),
+    "qwen3_vl_text": _family(
+        _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_5": _family(
+        _qwen3_5_text(config_section="text_config"),
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3.5",
+        _QWEN3_5_NOTE,
+    ),
+    "qwen3_5_text": _family(_qwen3_5_text(), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE),
+    "qwen3_5_moe": _family(
+        _qwen3_5_text(config_section="text_config"),
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3.5 MoE",
+        _QWEN3_5_NOTE,
+    ),
+    "qwen3_5_moe_text": _family(
+        _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
+    ),
+    "mistral3": _family(
+        _llama_like(config_section="text_config", within="language_model"),
+        "Mistral3ForConditionalGeneration",
+        "Mistral Small 3.1 / 3.2, Magistral Small",
+        "the text decoder is read; the Pixtral vision tower (2-D RoPE) is not yet read",
+    ),
+    "llama4": _family(
+        _llama4_text(config_section="text_config", within="language_model"),
+        "Llama4ForConditionalGeneration",
+        "Llama 4 Scout, Maverick",
+        _LLAMA4_NOTE + "; the vision tower (2-D RoPE) is not yet read",
+    ),
+    # ----------------------------------------------------------------------------- hybrids
+    "qwen3_next": _family(
+        _llama_like(
+            norm_offset=1.0,
+            query_gate=True,
+            qk_norm=_qk_norm(offset=1.0),
+            attention_layers=(_FULL_ATTENTION,),
+        ),
+        "Qwen3NextForCausalLM",
+        "Qwen3-Next",
+        "hybrid: rows for the full-attention layers only (the Gated DeltaNet layers are linear attention); "
+        "the query projection also holds each head's output gate, which does not enter the form",
+    ),
+    "lfm2": _family(
+        _llama_like(
+            norm="layers.{i}.operator_norm.weight",
+            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
+            attention_layers=(_FULL_ATTENTION,),
+        ),
+        "Lfm2ForCausalLM",
+        "LFM2",
+        "hybrid: rows for the attention layers only (the others are short convolutions)",
+    ),
+    "falcon_h1": _family(
+        _llama_like(),
+        "FalconH1ForCausalLM",
+        "Falcon-H1",
+        "every layer runs attention and a Mamba-2 mixer in parallel: the rows are the attention heads; "
+        "the constant key and input multipliers scale all scores of a layer and are not part of L",
+    ),
+    "jamba": _family(
+        _llama_like(
+            positional="none",
+            attention_layers=(
+                LayerPattern("layer_types", members=("attention",)),
+                LayerPattern("attn_layer_period", kind="period", offset_key="attn_layer_offset"),
+            ),
+        ),
+        "JambaForCausalLM",
+        "Jamba",
+        "hybrid: rows for the attention layers only (one in attn_layer_period; the others are Mamba); "
+        "no position embedding at all",
+    ),
+    "nemotron_h": _family(
+        _llama_like(
+            query="layers.{i}.mixer.q_proj.weight",
+            key="layers.{i}.mixer.k_proj.weight",
+            norm="layers.{i}.norm.weight",
+            layers_keys=("num_hidden_layers", "layers_block_type"),  # a list counts its layers
+            positional="none",
+            attention_layers=(
+                LayerPattern("layers_block_type", members=("attention", "full_attention")),
+                LayerPattern("hybrid_override_pattern", members=("*",)),
+            ),
+        ),
+        "NemotronHForCausalLM",
+        "Nemotron-H, Nemotron Nano 2",
+        "hybrid: rows for the attention layers only (the others are Mamba-2 and MLP layers); "
+        "no position embedding at all",
+    ),
+    "minimax": _family(
+        _llama_like(attention_layers=(_FULL_ATTENTION,)),
+        "MiniMaxForCausalLM",
+        "MiniMax-Text-01",
+        "hybrid: rows for the softmax-attention layers only (the others are lightning linear attention)",
+    ),
+    "kimi_linear": _family(
+        _mla(
+            positional="none",
+            attention_layers=(
+                _FULL_ATTENTION,
+                LayerPattern("linear_attn_config.full_attn_layers", kind="indices", base=1),
+            ),
+        ),
+        "KimiLinearForCausalLM",
+        "Kimi Linear",
+        "hybrid: rows for the latent-attention (MLA) layers only, which have no positions (NoPE); "
+        "the Kimi Delta Attention layers are linear attention",
     ),
 }
 

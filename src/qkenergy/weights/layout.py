@@ -36,10 +36,10 @@ __all__ = [
 Storage = Literal["separate", "stacked", "conv1d", "interleaved", "grouped", "latent"]
 
 
-Positional = Literal["absolute", "rope", "alibi", "relative_bias", "none"]
+Positional = Literal["absolute", "rope", "rope_2d", "alibi", "relative_bias", "none"]
 
 
-POSITIONAL: tuple[str, ...] = ("absolute", "rope", "alibi", "relative_bias", "none")
+POSITIONAL: tuple[str, ...] = ("absolute", "rope", "rope_2d", "alibi", "relative_bias", "none")
 
 
 STACKS: tuple[str, ...] = ("", "encoder", "decoder", "cross", "text", "vision")
@@ -94,8 +94,9 @@ class QKNorm:
     query: str | None  # gain of the query norm; "{h}" in the name: each head has its own norm
     key: str | None  # None (both): a norm without learned gains, nothing to fold
     # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
-    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,)).
-    scope: Literal["head", "projection"] = "head"
+    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,));
+    # "head_rows": each head on its own, with its own gains stored as one (H, n) tensor (cohere).
+    scope: Literal["head", "projection", "head_rows"] = "head"
     offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
     centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
     # The norm acts after the rotary embedding (hunyuan): its gains do not commute with the
@@ -158,6 +159,8 @@ class Layout:
     qk_norm: QKNorm | None = None
     latent: LatentAttention | None = None
     config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)
+    # A config without that section keeps the sizes at its top level (older multimodal configs).
+    section_optional: bool = False
     # Cross-attention: keys read the output of this stack (its final norm, ``final_norm``, or for
     # a post-norm stack its last layer's norm, feeds them).
     key_stack: str | None = None
@@ -187,7 +190,7 @@ class Family:
     stacks: tuple[Layout, ...]
     models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`
     note: str = ""  # what a user must know about the rows (printed with the analysis)
-    proof: str = ""  # the transformers class tests/cross/test_layouts_reference.py proves it against
+    proof: str = ""  # the transformers class tests/cross/test_universal_proof.py proves it against
     # Config-dependent variants, for `qkenergy layouts` (e.g. "alibi if alibi: true").
     variants: str = ""
 

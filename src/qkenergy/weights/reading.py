@@ -55,7 +55,7 @@ def find_prefix(tensors: TensorReader, arch: Architecture) -> str:
     The shortest match wins, so a base model nested inside a larger one (``bert.``
     in a BertForMaskedLM) is found and a stray deeper copy is not.
     """
-    suffix = arch.layout.query.format(i=0)
+    suffix = arch.layout.query.format(i=arch.attention_layers[0])  # a hybrid's first attention layer
     dotted = "." + suffix
     found = [n[: len(n) - len(suffix)] for n in tensors.names if n == suffix or n.endswith(dotted)]
     if arch.layout.within is not None:  # a multimodal tower: only prefixes inside it
@@ -145,12 +145,12 @@ def read_layer(
             )
         return name
 
-    def gain(template: str, size: int, what: str, offset: float = 0.0) -> np.ndarray:
+    def gain(template: str, size: int | tuple[int, ...], what: str, offset: float = 0.0) -> np.ndarray:
         # Checkpoints from the original BERT code name LayerNorm weights 'gamma'.
         relative = template.format(i=layer)
         legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
         name = need(relative, legacy)
-        _check_shape(tensors, name, (size,), what)
+        _check_shape(tensors, name, size if isinstance(size, tuple) else (size,), what)
         g = tensors.tensor(name).astype(np.float64)
         return g + offset
 
@@ -237,7 +237,11 @@ def _fold_qk_norm(
         else:
             if qk.centred:
                 w = w - w.mean(axis=1, keepdims=True)
-            if "{h}" in template:
+            if qk.scope == "head_rows":  # one gain row per head, stored as one (heads, n) tensor
+                g = gain(
+                    template, (heads, n), f"{side} norm gains of {heads} heads x head_dim {n}", qk.offset
+                )
+            elif "{h}" in template:
                 g = np.stack(
                     [
                         gain(template.replace("{h}", str(h)), n, f"{side} norm of head {h}", qk.offset)
