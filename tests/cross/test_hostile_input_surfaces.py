@@ -494,14 +494,22 @@ def test_the_plain_layout_works(custom_model: Path, tmp_path: Path) -> None:
 
 
 _FIFO_CHILD = """
-import sys
+import contextlib, io, json, sys
 from qkenergy.cli import main
-main(sys.argv[1:])
+results = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(args)
+        except SystemExit as exit_info:
+            results.append([exit_info.code, err.getvalue()])
+print(json.dumps(results))
 """
 
 
 def test_fifos_and_devices_are_refused_at_once(custom_model: Path, tmp_path: Path) -> None:
-    """In real processes (a blocking open would hang them; the timeout turns that into a failure)."""
+    """In a real process (a blocking open would hang it; the timeout turns that into a failure)."""
     fifo = tmp_path / "m.toml"
     os.mkfifo(fifo)
     (tmp_path / "zero.toml").symlink_to("/dev/zero")
@@ -515,13 +523,18 @@ def test_fifos_and_devices_are_refused_at_once(custom_model: Path, tmp_path: Pat
         ["analyze", str(custom_model), "--layout", str(layout_fifo), "--no-null"],
         ["analyze", str(custom_model), "--layout", str(tmp_path / "zero.toml"), "--no-null"],
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    for args in cases:
-        done = subprocess.run(
-            [sys.executable, "-c", _FIFO_CHILD, *args], capture_output=True, text=True, timeout=60, env=env
-        )
-        assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr[:500])
-        assert "regular file" in done.stderr, done.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "QKENERGY_DEBUG": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FIFO_CHILD, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    results = json.loads(done.stdout)
+    assert len(results) == len(cases), done.stderr[-2000:]
+    for args, (code, err) in zip(cases, results, strict=True):
+        assert code == 1 and err.count("\n") == 1 and "regular file" in err, (args, err[:500])
     assert not (tmp_path / "out").exists()
 
 
