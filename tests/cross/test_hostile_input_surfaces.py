@@ -287,6 +287,24 @@ def test_hostile_tables(tables: dict[str, Path], tmp_path: Path, case: str, comm
     assert files_under(tmp_path) == before  # no figure, no page, no folder
 
 
+def test_the_message_docs_columns_shows(tables: dict[str, Path], tmp_path: Path) -> None:
+    table = _csv_with(tables, tmp_path / "t.csv", _set_cell("layer", "one"))
+    result = run("plot", table, "-o", tmp_path / "figs")
+    shown = "t.csv: column 'layer' row 1: 'one' is not an integer >= 0"
+    assert result.err.rstrip().endswith(shown), result.err
+    docs = Path(__file__).resolve().parents[2] / "docs" / "columns.md"
+    assert f"(`{shown}`)" in " ".join(docs.read_text(encoding="utf-8").split())
+
+
+def test_long_path_components_in_a_text_manifest(tmp_path: Path) -> None:
+    """Found by fuzz/fuzz_parsers.py: a source whose file name is too long for the system."""
+    from qkenergy.surveys.manifest import read_manifest
+
+    manifest = write(tmp_path / "m.txt", "./" + "p" * 300 + "\n/" + "q/" * 2000 + "\n")
+    entries, _ = read_manifest(manifest)
+    assert [len(e.name.encode()) <= 200 for e in entries] == [True, True]
+
+
 def test_tables_as_fifo_and_device_never_block(tmp_path: Path) -> None:
     fifo = tmp_path / "t.csv"
     os.mkfifo(fifo)

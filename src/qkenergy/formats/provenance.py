@@ -370,7 +370,7 @@ def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         try:
             with open_regular(source, where) as fh:
                 metadata = pq.read_schema(fh).metadata or {}
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
             raise QKEnergyError(f"{where}: not a readable Parquet file ({_first_line(exc)})") from None
         return parse_settings(metadata.get(METADATA_KEY.encode()), where)
     if suffix == ".json":

@@ -417,7 +417,7 @@ def _parquet_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any],
             for field in schema:
                 _check_arrow_type(field, where)
             arrow = parquet.read()
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
         first = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise QKEnergyError(f"{where}: cannot read as parquet ({first})") from None
     cells: dict[str, Any] = {}

@@ -183,7 +183,7 @@ def _read_parts(root: Path, table: str, done: dict[str, str | None] | None) -> A
             if path.stat().st_size > _MAX_PART_BYTES:
                 raise refuse(path, f"larger than {_MAX_PART_BYTES} bytes")
             part = pq.read_table(path)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
             raise refuse(path, f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})") from None
         claim: Any = None
         with contextlib.suppress(ValueError, TypeError):
