@@ -388,17 +388,33 @@ def test_markup_in_names_prints_literally(tmp_path: Path, monkeypatch: pytest.Mo
     assert name.replace("/", "%") in result.out
 
 
-HTML_NAMES = ["</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>", '"><svg onload=alert(3)>']
+HTML_NAMES = [
+    "</script><script>alert(1)</script>",
+    "<img src=x onerror=alert(2)>",
+    '"><svg onload=alert(3)>',
+    "<b>bold</b> & <a href='https://example.org'>link</a>",
+]
 
 
 def test_names_in_the_page_are_text(tables: dict[str, Path], tmp_path: Path) -> None:
-    table = _table_of(HTML_NAMES, tables, tmp_path / "t.json", group=["<b>g</b>"] * 3)
+    table = _table_of(HTML_NAMES, tables, tmp_path / "t.json", group=["<b>g</b>"] * len(HTML_NAMES))
     title = "<script>alert(4)</script>"
     result = run("report", table, "-o", tmp_path / "r.html", "--no-static", "--title", title)
     assert result.code == 0, result
     page = (tmp_path / "r.html").read_text()
-    for needle in ("<script>alert", "<img src=x", "<svg onload", "<b>g</b>"):
+    for needle in ("<script>alert", "<img src=x", "<svg onload", "<b>g</b>", "<b>bold", "<a href='https"):
         assert needle not in page, needle
+    # in the figures too: plotly renders <b> and <a href> in labels; escaped, they print as written
+    from qkenergy.analysis.comparison import model_summary
+    from qkenergy.figures.survey_figures import report_figures
+    from qkenergy.formats.tables import read_table
+
+    heads = read_table(table)
+    names = {t.name for f in report_figures(heads, model_summary(heads, None)) for t in f.figure.data}
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;a href='https://example.org'&gt;link&lt;/a&gt;" in names, (
+        sorted(map(str, names))
+    )
+    assert not any("<" in str(n) for n in names)
 
 
 # ----------------------------------------------------------------------------- manifests and layouts

@@ -137,7 +137,7 @@ def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:  # sqlite3 decodes its messages as UTF-8
             ledger = args[0]
             assert isinstance(ledger, Ledger)
             raise ledger.error(error) from None
@@ -219,9 +219,11 @@ class Ledger:
             self._db = sqlite3.connect(target, isolation_level=None, timeout=LOCK_WAIT, uri=read_only)
         except sqlite3.Error as error:
             raise self.error(error) from None
+        # Text that is not UTF-8 (a damaged page) is read with replacement characters, not raised.
+        self._db.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
             self._open(read_only)
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:  # sqlite3 decodes its messages as UTF-8
             self._db.close()
             raise self.error(error) from None
         except BaseException:
@@ -264,9 +266,11 @@ class Ledger:
             if missing:
                 raise sqlite3.DatabaseError(f"its table {table!r} has no column {missing[0]!r}")
 
-    def error(self, error: sqlite3.Error) -> QKEnergyError:
+    def error(self, error: sqlite3.Error | UnicodeDecodeError) -> QKEnergyError:
         """One line for an sqlite error on this ledger: what happened and what to do."""
         reason = " ".join(str(error).split())[:200] or type(error).__name__
+        if isinstance(error, UnicodeDecodeError):
+            reason = "text that is not UTF-8"
         where = show_path(self.path)
         if isinstance(error, sqlite3.OperationalError) and "locked" in reason:
             return QKEnergyError(
