@@ -378,6 +378,29 @@ def test_analyze_csv_neutralises_and_reads_back(tmp_path: Path, monkeypatch: pyt
     assert set(read_table(tmp_path / "h.csv")["model"]) == {"=1+2"}  # the name comes back as given
 
 
+def test_mathtext_in_names_draws_literally() -> None:
+    """matplotlib reads $...$ as a formula (and fails on a bad one): names in plot labels are escaped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from qkenergy.figures import plots
+    from qkenergy.formats.provenance import population_label
+
+    for name in ["$\\foo{$", "$x^2$ and $", "$$"]:
+        title = plots._title(pd.DataFrame({"model": [name]}))
+        label = plots._plain(population_label({"model": name}))
+        fig, ax = plt.subplots()
+        ax.set_title(title)
+        ax.plot([0, 1], label=label)
+        ax.legend()
+        fig.canvas.draw()  # raised ValueError (mathtext) before the names were escaped
+        assert ax.get_title().replace("\\$", "$") == name
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("name", ["[red]m", "[bold]x[/]", "[/]", "a[/b]c", "[link=https://example.org]l"])
 def test_markup_in_names_prints_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     write_checkpoint(tmp_path / name.replace("/", "%"), "llama", layers=1, N=16, heads=2, head_dim=4)
