@@ -595,6 +595,19 @@ def test_fifos_and_devices_are_refused_at_once(custom_model: Path, tmp_path: Pat
     assert not (tmp_path / "out").exists()
 
 
+def test_long_values_on_the_command_line_are_cut(custom_model: Path, tmp_path: Path) -> None:
+    """A value of 100,000 characters (click quotes a bad one whole; so do some messages) is cut."""
+    long = "x" * 100_000
+    cases = [
+        ("analyze", custom_model, "--no-null", "--heads", long),
+        ("analyze", custom_model, "--no-null", "--model-type", long),
+        ("analyze", "/" + "p" * 100_000),
+        ("analyze", custom_model, "--no-null", "--layers", "0-" + "9" * 100_000),
+    ]
+    for args in cases:
+        assert_one_line(run(*args))
+
+
 def test_config_head_counts(tmp_path: Path) -> None:
     for i, (kv, heads) in enumerate([(0, 2), (3, 2), (2, 3)]):
         model = write_checkpoint(tmp_path / f"m{i}", "llama", layers=1, N=16, heads=2, head_dim=4)
