@@ -204,6 +204,18 @@ def test_a_read_only_ledger(finished: Path, manifest: Path, tmp_path: Path) -> N
         out.chmod(0o755)
 
 
+@pytest.mark.parametrize(
+    "models", [5, {"a": 1}, [1, "x", None], [{"name": 7}, {"name": "a", "n_layers": "two", "model_type": []}]]
+)
+def test_report_on_an_out_whose_record_lies(finished: Path, tmp_path: Path, models: object) -> None:
+    out = copy_of(finished, tmp_path / "out")
+    record = json.loads((out / "survey.json").read_text())
+    record["models"] = models
+    (out / "survey.json").write_text(json.dumps(record))
+    result = run("report", out, "-o", tmp_path / "r.html", "--no-static")
+    assert result.code == 0 and result.err == "", result  # the facts it cannot use are left out
+
+
 # ----------------------------------------------------------------------------- part files between runs
 
 

@@ -399,7 +399,7 @@ def _parquet_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any],
     import pyarrow.parquet as pq
 
     try:
-        with open_regular(source, where) as fh:
+        with open_regular(source, where, MAX_TABLE_BYTES) as fh:
             parquet = pq.ParquetFile(fh)
             meta = parquet.metadata
             if meta.num_columns > MAX_COLUMNS:
