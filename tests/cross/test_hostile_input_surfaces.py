@@ -53,9 +53,15 @@ def assert_one_line(result: Result, *needles: str, statuses: tuple[int, ...] = (
     assert result.code in statuses, result
     assert result.err.startswith("qkenergy: error: ") and result.err.count("\n") == 1, result.err[:2000]
     assert len(result.err) < 600, result.err[:2000]  # nothing is echoed at length
+    assert "unexpected" not in result.err, result.err  # a catch-all line is a missing check
     assert result.seconds < SECONDS, result
     for needle in needles:
         assert needle in result.err, result.err
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
 
 
 def files_under(root: Path) -> set[Path]:
@@ -183,14 +189,12 @@ TABLE_CASES: dict[str, tuple[Callable[[dict[str, Path], Path], Path], str]] = {
     "csv count negative": (lambda t, d: _csv_with(t, d / "t.csv", _set_cell("n_pos", "-3")), "'n_pos'"),
     "csv flag as text": (lambda t, d: _csv_with(t, d / "t.csv", _set_cell("qk_norm", "maybe")), "'qk_norm'"),
     "csv not UTF-8": (
-        lambda t, d: (
-            (d / "t.csv").write_bytes(t["csv"].read_bytes().replace(b"rope", b"\xff\xfe", 1)) or d / "t.csv"
-        ),
+        lambda t, d: write(d / "t.csv", t["csv"].read_bytes().replace(b"rope", b"\xff\xfe", 1)),
         "UTF-8",
     ),
     "csv 2 MiB name": (
         lambda t, d: _csv_with(t, d / "t.csv", _set_cell("model", "m" * (2 << 20))),
-        "'model'",
+        "longer than",
     ),
     "csv sidecar nested": (
         lambda t, d: _sidecar(t, d / "t.csv", '{"settings": ' + "[" * DEEP + "]" * DEEP + "}"),
@@ -209,7 +213,7 @@ TABLE_CASES: dict[str, tuple[Callable[[dict[str, Path], Path], Path], str]] = {
         "record",
     ),
     "json nested": (
-        lambda t, d: (d / "t.json").write_text('{"heads": ' + "[" * DEEP + "]" * DEEP + "}") or d / "t.json",
+        lambda t, d: write(d / "t.json", '{"heads": ' + "[" * DEEP + "]" * DEEP + "}"),
         "nested",
     ),
     "json layer as text": (lambda t, d: _json_with(t, d / "t.json", _json_cell("layer", "0")), "'layer'"),
@@ -224,11 +228,11 @@ TABLE_CASES: dict[str, tuple[Callable[[dict[str, Path], Path], Path], str]] = {
         "'samples'",
     ),
     "parquet garbage": (
-        lambda t, d: (d / "t.parquet").write_bytes(b"PAR1" + os.urandom(3000)) or d / "t.parquet",
+        lambda t, d: write(d / "t.parquet", b"PAR1" + os.urandom(3000)),
         "t.parquet",
     ),
     "parquet truncated": (
-        lambda t, d: (d / "t.parquet").write_bytes(t["parquet"].read_bytes()[:-40]) or d / "t.parquet",
+        lambda t, d: write(d / "t.parquet", t["parquet"].read_bytes()[:-40]),
         "t.parquet",
     ),
     "parquet layer as text": (
@@ -281,6 +285,24 @@ def test_hostile_tables(tables: dict[str, Path], tmp_path: Path, case: str, comm
     assert_one_line(result, needle)
     assert table.name in result.err
     assert files_under(tmp_path) == before  # no figure, no page, no folder
+
+
+def test_the_message_docs_columns_shows(tables: dict[str, Path], tmp_path: Path) -> None:
+    table = _csv_with(tables, tmp_path / "t.csv", _set_cell("layer", "one"))
+    result = run("plot", table, "-o", tmp_path / "figs")
+    shown = "t.csv: column 'layer' row 1: 'one' is not an integer >= 0"
+    assert result.err.rstrip().endswith(shown), result.err
+    docs = Path(__file__).resolve().parents[2] / "docs" / "columns.md"
+    assert f"(`{shown}`)" in " ".join(docs.read_text(encoding="utf-8").split())
+
+
+def test_long_path_components_in_a_text_manifest(tmp_path: Path) -> None:
+    """Found by fuzz/fuzz_parsers.py: a source whose file name is too long for the system."""
+    from qkenergy.surveys.manifest import read_manifest
+
+    manifest = write(tmp_path / "m.txt", "./" + "p" * 300 + "\n/" + "q/" * 2000 + "\n")
+    entries, _ = read_manifest(manifest)
+    assert [len(e.name.encode()) <= 200 for e in entries] == [True, True]
 
 
 def test_tables_as_fifo_and_device_never_block(tmp_path: Path) -> None:
@@ -356,6 +378,29 @@ def test_analyze_csv_neutralises_and_reads_back(tmp_path: Path, monkeypatch: pyt
     assert set(read_table(tmp_path / "h.csv")["model"]) == {"=1+2"}  # the name comes back as given
 
 
+def test_mathtext_in_names_draws_literally() -> None:
+    """matplotlib reads $...$ as a formula (and fails on a bad one): names in plot labels are escaped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from qkenergy.figures import plots
+    from qkenergy.formats.provenance import population_label
+
+    for name in ["$\\foo{$", "$x^2$ and $", "$$"]:
+        title = plots._title(pd.DataFrame({"model": [name]}))
+        label = plots._plain(population_label({"model": name}))
+        fig, ax = plt.subplots()
+        ax.set_title(title)
+        ax.plot([0, 1], label=label)
+        ax.legend()
+        fig.canvas.draw()  # raised ValueError (mathtext) before the names were escaped
+        assert ax.get_title().replace("\\$", "$") == name
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("name", ["[red]m", "[bold]x[/]", "[/]", "a[/b]c", "[link=https://example.org]l"])
 def test_markup_in_names_prints_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     write_checkpoint(tmp_path / name.replace("/", "%"), "llama", layers=1, N=16, heads=2, head_dim=4)
@@ -366,17 +411,33 @@ def test_markup_in_names_prints_literally(tmp_path: Path, monkeypatch: pytest.Mo
     assert name.replace("/", "%") in result.out
 
 
-HTML_NAMES = ["</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>", '"><svg onload=alert(3)>']
+HTML_NAMES = [
+    "</script><script>alert(1)</script>",
+    "<img src=x onerror=alert(2)>",
+    '"><svg onload=alert(3)>',
+    "<b>bold</b> & <a href='https://example.org'>link</a>",
+]
 
 
 def test_names_in_the_page_are_text(tables: dict[str, Path], tmp_path: Path) -> None:
-    table = _table_of(HTML_NAMES, tables, tmp_path / "t.json", group=["<b>g</b>"] * 3)
+    table = _table_of(HTML_NAMES, tables, tmp_path / "t.json", group=["<b>g</b>"] * len(HTML_NAMES))
     title = "<script>alert(4)</script>"
     result = run("report", table, "-o", tmp_path / "r.html", "--no-static", "--title", title)
     assert result.code == 0, result
     page = (tmp_path / "r.html").read_text()
-    for needle in ("<script>alert", "<img src=x", "<svg onload", "<b>g</b>"):
+    for needle in ("<script>alert", "<img src=x", "<svg onload", "<b>g</b>", "<b>bold", "<a href='https"):
         assert needle not in page, needle
+    # in the figures too: plotly renders <b> and <a href> in labels; escaped, they print as written
+    from qkenergy.analysis.comparison import model_summary
+    from qkenergy.figures.survey_figures import report_figures
+    from qkenergy.formats.tables import read_table
+
+    heads = read_table(table)
+    names = {t.name for f in report_figures(heads, model_summary(heads, None)) for t in f.figure.data}
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;a href='https://example.org'&gt;link&lt;/a&gt;" in names, (
+        sorted(map(str, names))
+    )
+    assert not any("<" in str(n) for n in names)
 
 
 # ----------------------------------------------------------------------------- manifests and layouts
@@ -490,14 +551,22 @@ def test_the_plain_layout_works(custom_model: Path, tmp_path: Path) -> None:
 
 
 _FIFO_CHILD = """
-import sys
+import contextlib, io, json, sys
 from qkenergy.cli import main
-main(sys.argv[1:])
+results = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(args)
+        except SystemExit as exit_info:
+            results.append([exit_info.code, err.getvalue()])
+print(json.dumps(results))
 """
 
 
 def test_fifos_and_devices_are_refused_at_once(custom_model: Path, tmp_path: Path) -> None:
-    """In real processes (a blocking open would hang them; the timeout turns that into a failure)."""
+    """In a real process (a blocking open would hang it; the timeout turns that into a failure)."""
     fifo = tmp_path / "m.toml"
     os.mkfifo(fifo)
     (tmp_path / "zero.toml").symlink_to("/dev/zero")
@@ -511,14 +580,32 @@ def test_fifos_and_devices_are_refused_at_once(custom_model: Path, tmp_path: Pat
         ["analyze", str(custom_model), "--layout", str(layout_fifo), "--no-null"],
         ["analyze", str(custom_model), "--layout", str(tmp_path / "zero.toml"), "--no-null"],
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    for args in cases:
-        done = subprocess.run(
-            [sys.executable, "-c", _FIFO_CHILD, *args], capture_output=True, text=True, timeout=60, env=env
-        )
-        assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr[:500])
-        assert "regular file" in done.stderr, done.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "QKENERGY_DEBUG": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FIFO_CHILD, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    results = json.loads(done.stdout)
+    assert len(results) == len(cases), done.stderr[-2000:]
+    for args, (code, err) in zip(cases, results, strict=True):
+        assert code == 1 and err.count("\n") == 1 and "regular file" in err, (args, err[:500])
     assert not (tmp_path / "out").exists()
+
+
+def test_long_values_on_the_command_line_are_cut(custom_model: Path, tmp_path: Path) -> None:
+    """A value of 100,000 characters (click quotes a bad one whole; so do some messages) is cut."""
+    long = "x" * 100_000
+    cases = [
+        ("analyze", custom_model, "--no-null", "--heads", long),
+        ("analyze", custom_model, "--no-null", "--model-type", long),
+        ("analyze", "/" + "p" * 100_000),
+        ("analyze", custom_model, "--no-null", "--layers", "0-" + "9" * 100_000),
+    ]
+    for args in cases:
+        assert_one_line(run(*args))
 
 
 def test_config_head_counts(tmp_path: Path) -> None:

@@ -204,6 +204,18 @@ def test_a_read_only_ledger(finished: Path, manifest: Path, tmp_path: Path) -> N
         out.chmod(0o755)
 
 
+@pytest.mark.parametrize(
+    "models", [5, {"a": 1}, [1, "x", None], [{"name": 7}, {"name": "a", "n_layers": "two", "model_type": []}]]
+)
+def test_report_on_an_out_whose_record_lies(finished: Path, tmp_path: Path, models: object) -> None:
+    out = copy_of(finished, tmp_path / "out")
+    record = json.loads((out / "survey.json").read_text())
+    record["models"] = models
+    (out / "survey.json").write_text(json.dumps(record))
+    result = run("report", out, "-o", tmp_path / "r.html", "--no-static")
+    assert result.code == 0 and result.err == "", result  # the facts it cannot use are left out
+
+
 # ----------------------------------------------------------------------------- part files between runs
 
 
@@ -252,15 +264,22 @@ def test_damaged_parts_are_recomputed_and_never_doubled(
     pd.testing.assert_frame_equal(again, reference)
 
 
-def test_a_stray_part_is_not_read(finished: Path, manifest: Path, tmp_path: Path) -> None:
+def test_stray_parts_are_not_read(finished: Path, manifest: Path, tmp_path: Path) -> None:
+    """Files the ledger does not list as done (a copy, a model of another survey) are never read."""
+    import pandas as pd
+
     from qkenergy import load_survey
 
     out = copy_of(finished, tmp_path / "out")
-    stray = out / "heads" / "model=a" / "layer-00007.parquet"
-    stray.write_bytes((out / "heads" / "model=a" / "layer-00000.parquet").read_bytes())
+    a0 = (out / "heads" / "model=a" / "layer-00000.parquet").read_bytes()
+    (out / "heads" / "model=a" / "layer-00007.parquet").write_bytes(a0)
+    (out / "heads" / "model=zz").mkdir()
+    (out / "heads" / "model=zz" / "layer-00000.parquet").write_bytes(a0)
+    pd.testing.assert_frame_equal(load_survey(out)[0], load_survey(finished)[0])
+    (out / "heads" / "model=a" / "notes.parquet").write_bytes(b"x")
     with pytest.raises(Exception) as info:
         load_survey(out)
-    assert "layer-00007.parquet" in str(info.value) and "\n" not in str(info.value)
+    assert "notes.parquet" in str(info.value) and "\n" not in str(info.value)
 
 
 # ----------------------------------------------------------------------------- names as path components

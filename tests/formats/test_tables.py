@@ -14,6 +14,7 @@ from rich.console import Console
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.analysis.summary import layer_summary, print_summary, verdict
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.formats import tables
 from qkenergy.formats.columns import concat, list_column, to_frame
 from qkenergy.formats.tables import read_table, write_table
 from qkenergy.report.outputs import write_outputs
@@ -129,11 +130,12 @@ def test_atomic_on_failure(table: pd.DataFrame, tmp_path: Path, monkeypatch: pyt
     target = tmp_path / "t.csv"
     target.write_text("old contents")
 
-    def broken(self, path, **kwargs):
+    def broken(columns, path, **kwargs):
         Path(path).write_text("half a tab")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    # DataFrames are written through the column writer (text cells neutralised, CR quoted)
+    monkeypatch.setattr(tables, "write_csv", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         write_table(table, target)
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]

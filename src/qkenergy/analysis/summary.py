@@ -366,6 +366,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     text: aligned columns without box drawing.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     console = console or Console()
     settings = analysis.settings
@@ -388,12 +389,13 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
         if rotation:
             texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
         null_text = " · ".join(texts)
+    # Names are data: a model called "[red]m" prints as written (markup escaped), never as markup.
     console.print(
-        f"[bold]{analysis.model}[/bold] · {_count(_length(df), 'head')} in {_layer_count(df)} · "
+        f"[bold]{escape(str(analysis.model))}[/bold] · {_count(_length(df), 'head')} in {_layer_count(df)} · "
         f"fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(str(note))}")
     _print_rope(settings, every_offset, offset, console)
     table = rich_table(
         "Symmetric energy per layer",
@@ -438,7 +440,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
         print_table(console, form)
         notes = {str(x) for x in layers.get("null_note", ()) if isinstance(x, str) and x}
         for note in sorted(notes):
-            console.print(f"Layer null {note}.")
+            console.print(f"Layer null {escape(note)}.")
     if top > 0:
         print_table(console, _notable_table(df, top))
         console.print(skew_note(df, top))

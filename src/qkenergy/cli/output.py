@@ -8,6 +8,8 @@ from typing import Any, NoReturn
 import click
 
 PROG = "qkenergy"
+MAX_LINE = 600
+"""Longest error or warning line: what a message quotes (a value, a path) is cut in its middle."""
 
 
 # The library names its Python parameters in its messages (``samples must be ...``); the
@@ -41,7 +43,16 @@ def flag_message(error: BaseException) -> str:
 
 
 def one_line(error: BaseException | str) -> str:
-    return " ".join(str(error).split())
+    """The message on one line, at most MAX_LINE characters (its start and its end kept).
+
+    The last net under the messages that cut what they quote themselves: a value given on the
+    command line (click quotes it whole), an operating system's message with a path in it.
+    """
+    text = " ".join(str(error).split())
+    if len(text) <= MAX_LINE:
+        return text
+    head, tail = MAX_LINE - 240, 180
+    return f"{text[:head]} [... {len(text) - head - tail} characters ...] {text[-tail:]}"
 
 
 def stderr_console() -> Any:

@@ -113,9 +113,15 @@ def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
         raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
 
 
+def _plain(text: str) -> str:
+    """A name for a matplotlib label: its dollar signs escaped, so that it is never read as mathtext
+    (a model called ``$\\foo$`` would be a math formula, and fail to draw)."""
+    return text.replace("$", r"\$")
+
+
 def _model_name(df: pd.DataFrame) -> str | None:
     models = df["model"].unique() if "model" in df.columns else np.array([])
-    return str(models[0]) if len(models) == 1 else None
+    return _plain(str(models[0])) if len(models) == 1 else None
 
 
 def _title(df: pd.DataFrame) -> str:
@@ -687,7 +693,7 @@ def plot_results(
     _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
     if settings is None:
         settings = df.attrs.get("settings")
-    population = population_label(settings, _model_name(df))
+    population = _plain(population_label(settings, str(df["model"].iloc[0]) if _model_name(df) else None))
     paths: list[Path] = []
     with joined(transaction) as outputs:
         outdir = outputs.ensure_directory(outdir)

@@ -723,4 +723,38 @@ def report_figures(
         figures.append(_groups(heads, summary))
     if comparison is not None and comparison.compared:
         figures.append(_difference(comparison))
+    for fig in figures:
+        _names_as_text(fig.figure)
     return figures
+
+
+def _literal(value: Any) -> Any:
+    """Text escaped for plotly's label markup (it reads <b>, <a href>, entities); others as they are."""
+    import html
+
+    import numpy as np
+
+    if isinstance(value, str):
+        return html.escape(value, quote=False)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.array([_literal(v) for v in value.ravel()], dtype=object).reshape(value.shape)
+    if isinstance(value, list | tuple):
+        return type(value)(_literal(v) for v in value)
+    return value
+
+
+def _names_as_text(fig: Any) -> None:
+    """Names are data: every name a trace shows (legend, categories, hover text) prints as written.
+
+    Plotly renders a subset of HTML in labels, so a model called ``<b>x</b>`` would be bold and
+    ``<a href=...>`` a link; escaped, plotly shows the characters themselves (it decodes the
+    entities). Hover templates and the figure's own titles are code, not data, and stay.
+    """
+    for trace in fig.data:
+        for attr in ("name", "text", "hovertext", "x", "y", "customdata"):
+            value = getattr(trace, attr, None)
+            if value is not None:
+                trace[attr] = _literal(value)
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        if axis.categoryarray is not None:
+            axis.categoryarray = _literal(axis.categoryarray)

@@ -32,6 +32,9 @@ __all__ = [
     "Columns",
     "broadcast",
     "concat",
+    "csv_cell",
+    "csv_text",
+    "frame_columns",
     "json_list",
     "list_column",
     "row_count",
@@ -45,6 +48,24 @@ Columns = dict[str, np.ndarray]
 
 LIST_COLUMNS = ("alpha", "beta")
 COUNT_COLUMNS = ("n_pos", "n_neg", "n_zero")
+# A text cell that a spreadsheet could take for a formula starts with one of these (OWASP's list),
+# or with the quote that neutralises them (so that neutralising can be undone exactly).
+CSV_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def csv_cell(text: str) -> str:
+    """A text cell for a CSV file: a leading ``= + - @``, tab or CR gets a ``'`` before it.
+
+    Names are data: a model called ``=HYPERLINK(...)`` must not become a formula
+    when a spreadsheet opens the table (OWASP, "CSV injection"). A leading
+    ``'`` is doubled too, so that :func:`csv_text` gives back exactly the text.
+    """
+    return "'" + text if text.startswith(CSV_TRIGGERS) else text
+
+
+def csv_text(cell: str) -> str:
+    """The text that :func:`csv_cell` wrote as ``cell``."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(CSV_TRIGGERS) else cell
 
 
 def broadcast(values: Mapping[str, Any], rows: int) -> Columns:
@@ -122,7 +143,7 @@ def _cells(name: str, column: np.ndarray) -> list[str]:
     values = column.tolist()
     if column.dtype.kind in "biu":
         return [str(x) for x in values]
-    return ["" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x) for x in values]
+    return ["" if x is None or (isinstance(x, float) and math.isnan(x)) else csv_cell(str(x)) for x in values]
 
 
 def _fields(name: str, column: np.ndarray) -> list[str]:
@@ -144,8 +165,26 @@ def _fields(name: str, column: np.ndarray) -> list[str]:
         if cell not in quoted:
             line = io.StringIO()
             csv.writer(line, lineterminator="\n").writerow([cell, ""])
-            quoted[cell] = line.getvalue()[:-2]  # without the empty second field's "," and the "\n"
+            field = line.getvalue()[:-2]  # without the empty second field's "," and the "\n"
+            if "\r" in cell and not field.startswith('"'):
+                # csv.writer quotes only its line terminator ("\n"); a bare CR would end the row for a reader
+                field = '"' + cell.replace('"', '""') + '"'
+            quoted[cell] = field
     return [quoted[cell] for cell in cells]
+
+
+def frame_columns(df: pd.DataFrame) -> Columns:
+    """A DataFrame as a column table that :func:`write_csv` writes as ``df.to_csv(index=False)`` would."""
+    out: Columns = {}
+    for name in df.columns:
+        series = df[name]
+        if series.dtype.kind in "fbiu" and not hasattr(series.dtype, "na_value"):
+            out[str(name)] = series.to_numpy()
+        elif str(name) in COUNT_COLUMNS:
+            out[str(name)] = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            out[str(name)] = np.asarray(series.astype(object).where(series.notna(), None), dtype=object)
+    return out
 
 
 def write_csv(columns: Columns, path: str | os.PathLike[str]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,33 @@ from qkenergy.formats.columns import (
     COUNT_COLUMNS,
     LIST_COLUMNS,
     Columns,
-    json_list,
+    csv_text,
+    frame_columns,
     to_frame,
     with_integer_counts,
     write_csv,
 )
-from qkenergy.formats.provenance import METADATA_KEY, read_settings, settings_json, sidecar_path
+from qkenergy.formats.provenance import (
+    METADATA_KEY,
+    check_settings,
+    parse_settings,
+    read_settings,
+    settings_json,
+    sidecar_path,
+)
+from qkenergy.formats.schema import (
+    MAX_CELL_CHARS,
+    MAX_COLUMNS,
+    MAX_ROWS,
+    MAX_TABLE_BYTES,
+    MAX_UNPACKED_BYTES,
+    check_cells,
+    check_numbers,
+    column_kind,
+)
 from qkenergy.formats.transaction import OutputTransaction, joined
+from qkenergy.weights.json_input import describe, json_type, open_regular, parse_value, read_bytes, show_name
+from qkenergy.weights.safetensors_io import show_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -145,10 +164,8 @@ def write_table(
             if isinstance(df, dict):
                 write_csv(df, tmp)
             else:
-                out = with_integer_counts(df.copy())
-                for col in _list_columns(out):
-                    out[col] = [json_list(v) for v in out[col]]
-                out.to_csv(tmp, index=False)
+                # through the column writer: text neutralised for spreadsheets (csv_cell), CR quoted
+                write_csv(frame_columns(with_integer_counts(df.copy())), tmp)
             if settings is not None:
                 sidecar = {
                     "table": target.name,
@@ -215,83 +232,236 @@ def write_results(
     return written
 
 
-def _as_list(value: Any) -> list[float]:
-    if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return []
-    return [float("nan") if x is None else float(x) for x in value]
-
-
 def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.DataFrame:
     """Inverse of :func:`write_table`: the table, with its settings in ``df.attrs["settings"]`` (or None).
 
     Older files are read too: a JSON list of records, a CSV without sidecar.
     ``table="layers"`` reads the layer table embedded in a json file, or a
     ``.layers`` csv / parquet file. Head tables are checked for the head-table columns.
+
+    A table is input like any other: a regular file of bounded size
+    (:data:`~qkenergy.formats.schema.MAX_TABLE_BYTES`; Parquet: rows, columns and
+    decompressed size from its metadata, before reading), at most
+    :data:`~qkenergy.formats.schema.MAX_COLUMNS` uniquely named columns and
+    :data:`~qkenergy.formats.schema.MAX_ROWS` rows, every documented column
+    checked for its kind (:mod:`qkenergy.formats.schema`) and the settings for
+    their types, before anything uses them; each failure one line naming the
+    file, the column and the row. Text cells that :func:`write_table`
+    neutralised for spreadsheets (a leading ``'``) come back as written.
     """
+    import pandas as pd
+
     source = Path(path)
     fmt = _format(source)
     if table not in ("heads", "layers"):
         raise ValueError(f"table must be 'heads' or 'layers', got {table!r}")
-    if not source.is_file():
-        raise QKEnergyError(f"{source}: no such file")
-    settings = None
-    try:
-        if fmt == "csv":
-            import pandas as pd
-
-            # read_csv leaves one block per column; copy() joins them, else every later
-            # assign on a table of over 100 columns warns that the frame is fragmented
-            df = pd.read_csv(source).copy()
-            settings = read_settings(source)
-        elif fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            arrow = pq.read_table(source)
-            df = arrow.to_pandas()
-            raw = (arrow.schema.metadata or {}).get(METADATA_KEY.encode())
-            settings = None if raw is None else json.loads(raw)
-        else:
-            with open(source, encoding="utf-8") as fh:
-                document = json.load(fh)
-            if isinstance(document, dict):
-                settings = document.get("settings")
-                if table not in document:
-                    raise ValueError(f"the JSON object has no {table!r} member")
-                records = document[table]
-            else:
-                records = document  # before settings were recorded: a plain list of records
-            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-                raise ValueError("expected a list of records (objects)")
-            import pandas as pd
-
-            df = pd.DataFrame.from_records(records)
-            for col in df.columns:
-                # Columns that are entirely null were all-NaN floats when written.
-                if df[col].dtype == object and df[col].isna().all():
-                    df[col] = np.nan
-        for col in _list_columns(df):
-            df[col] = [_as_list(v) for v in df[col]]
-        if settings is not None and not isinstance(settings, dict):
-            raise ValueError("its settings are not a JSON object")
-    except QKEnergyError:
-        raise
-    except Exception as exc:  # parsers raise many types; the user needs one line
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QKEnergyError(f"{source}: cannot read as {fmt} ({msg})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns] if table == "heads" else []
+    where = show_path(source)
+    if not os.path.lexists(source):
+        raise QKEnergyError(f"{where}: no such file")
+    if fmt == "csv":
+        names, cells = _csv_cells(source, where)
+        settings = read_settings(source)
+    elif fmt == "parquet":
+        names, cells, settings = _parquet_cells(source, where)
+    else:
+        names, cells, settings = _json_cells(source, where, table)
+    required = REQUIRED_COLUMNS if table == "heads" else ("model", "layer")
+    missing = [c for c in required if c not in names]
     if missing:
+        kind = "head" if table == "heads" else "layer"
         raise QKEnergyError(
-            f"{source}: not a qkenergy head table; missing column(s) {', '.join(missing)} "
+            f"{where}: not a qkenergy {kind} table; missing column(s) {', '.join(missing)} "
             "(write one with `qkenergy analyze -o FILE`)"
         )
-    for col in STRING_COLUMNS:
-        if col in df.columns:
-            df[col] = text_column(df[col])
+    data: dict[str, Any] = {}
+    for name in names:
+        values = cells[name]
+        if isinstance(values, np.ndarray):  # Parquet numbers
+            values = check_numbers(values, name, where)
+        else:
+            values = check_cells(values, name, where, "parquet" if fmt == "parquet" else fmt)
+        if fmt == "csv" and column_kind(name) in ("text", None) and isinstance(values, list):
+            values = [csv_text(v) for v in values]
+        if isinstance(values, np.ndarray):
+            data[name] = pd.Series(values, dtype=values.dtype)
+        elif (values and isinstance(values[0], list)) or column_kind(name) == "lobe":
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            data[name] = pd.Series(column, dtype=object)
+        else:
+            data[name] = text_column(pd.Series(values, dtype=object))
+    df = pd.DataFrame(data, index=pd.RangeIndex(len(next(iter(data.values()))) if data else 0))
     df = with_integer_counts(df)
     df.attrs["settings"] = settings
     return df
+
+
+def _too_many(where: str, count: int, what: str, limit: int) -> QKEnergyError:
+    return QKEnergyError(f"{where}: {count} {what}, more than the {limit} a qkenergy table may have")
+
+
+def _check_names(names: list[Any], where: str) -> list[str]:
+    """Column names: at most MAX_COLUMNS, text, unique."""
+    if len(names) > MAX_COLUMNS:
+        raise _too_many(where, len(names), "columns", MAX_COLUMNS)
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise QKEnergyError(
+                f"{where}: column name {describe(name)} is not a name (text of 1 to 200 characters)"
+            )
+        if name in seen:
+            raise QKEnergyError(f"{where}: column {show_name(name, 60)} appears twice")
+        seen.add(name)
+    return names
+
+
+def _csv_cells(source: Path, where: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and every column's cells of a CSV table (bounded: size, columns, rows, cell length)."""
+    import csv
+    import io
+
+    raw = read_bytes(source, where, "the table", MAX_TABLE_BYTES)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise QKEnergyError(f"{where}: not UTF-8 text (byte {exc.start}); expected a CSV table") from None
+    limit = csv.field_size_limit()
+    csv.field_size_limit(MAX_CELL_CHARS)
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+        header = next(reader, None)
+        if header is None:
+            raise QKEnergyError(f"{where}: empty file; expected a CSV header of column names")
+        names = _check_names(header, where)
+        rows: list[list[str]] = []
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(names):
+                raise QKEnergyError(
+                    f"{where}: row {len(rows) + 1} has {len(row)} cells; the header names {len(names)} columns"
+                )
+            rows.append(row)
+            if len(rows) > MAX_ROWS:
+                raise _too_many(where, len(rows), "rows or more", MAX_ROWS)
+    except csv.Error as exc:
+        reason = " ".join(str(exc).split())[:120]
+        if "field limit" in reason:
+            reason = f"a cell longer than {MAX_CELL_CHARS} characters"
+        raise QKEnergyError(f"{where}: line {reader.line_num}: not a valid CSV table ({reason})") from None
+    finally:
+        csv.field_size_limit(limit)
+    return names, {name: [row[j] for row in rows] for j, name in enumerate(names)}
+
+
+def _json_cells(
+    source: Path, where: str, table: str
+) -> tuple[list[str], dict[str, list[Any]], dict[str, Any] | None]:
+    """Columns of a JSON table (an object with settings and records, or a plain list of records)."""
+    raw = read_bytes(source, where, "the table", MAX_TABLE_BYTES)
+    try:
+        document = parse_value(raw, where, "the table")
+    except QKEnergyError as error:
+        raise QKEnergyError(
+            f"{where}: cannot read as json ({str(error).removeprefix(where + ': ')})"
+        ) from None
+    settings = None
+    if isinstance(document, dict):
+        settings = check_settings(document.get("settings"), where)
+        if table not in document:
+            raise QKEnergyError(f"{where}: the JSON object has no {table!r} member")
+        records = document[table]
+    else:
+        records = document  # before settings were recorded: a plain list of records
+    if not isinstance(records, list):
+        raise QKEnergyError(
+            f"{where}: {table!r} is {json_type(records)}; expected a list of records (objects)"
+        )
+    if len(records) > MAX_ROWS:
+        raise _too_many(where, len(records), "rows", MAX_ROWS)
+    names: dict[str, None] = {}
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise QKEnergyError(f"{where}: record {i + 1} is {json_type(record)}; expected an object")
+        for key in record:
+            if key not in names:
+                names[key] = None
+                if len(names) > MAX_COLUMNS:
+                    raise _too_many(where, len(names), "columns or more", MAX_COLUMNS)
+    columns = _check_names(list(names), where)
+    return columns, {name: [r.get(name) for r in records] for name in columns}, settings
+
+
+def _parquet_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any], dict[str, Any] | None]:
+    """Columns of a Parquet table: counts, types and settings checked from its metadata before reading."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with open_regular(source, where, MAX_TABLE_BYTES) as fh:
+            parquet = pq.ParquetFile(fh)
+            meta = parquet.metadata
+            if meta.num_columns > MAX_COLUMNS:
+                raise _too_many(where, meta.num_columns, "columns", MAX_COLUMNS)
+            if meta.num_rows > MAX_ROWS:
+                raise _too_many(where, meta.num_rows, "rows", MAX_ROWS)
+            unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if unpacked > MAX_UNPACKED_BYTES:
+                raise QKEnergyError(
+                    f"{where}: {unpacked} bytes once decompressed, more than the {MAX_UNPACKED_BYTES}-byte limit"
+                )
+            schema = parquet.schema_arrow
+            names = _check_names(list(schema.names), where)
+            settings = parse_settings((schema.metadata or {}).get(METADATA_KEY.encode()), where)
+            for field in schema:
+                _check_arrow_type(field, where)
+            arrow = parquet.read()
+    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
+        first = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise QKEnergyError(f"{where}: cannot read as parquet ({first})") from None
+    cells: dict[str, Any] = {}
+    for field in arrow.schema:
+        column = arrow.column(field.name)
+        if _is_numeric(field.type):
+            cells[field.name] = column.to_numpy().astype(np.float64)
+        else:
+            cells[field.name] = column.to_pylist()
+    return names, cells, settings
+
+
+def _is_numeric(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def _check_arrow_type(field: Any, where: str) -> None:
+    """A Parquet column's type fits its documented kind (numbers, text, flags, lists of numbers)."""
+    import pyarrow as pa
+
+    kind, arrow_type = column_kind(field.name), field.type
+    text = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if pa.types.is_null(arrow_type):
+        fits = kind != "flag"
+    elif kind == "text":
+        fits = text
+    elif kind == "flag":
+        fits = pa.types.is_boolean(arrow_type)
+    elif kind == "lobe":
+        fits = (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and (
+            _is_numeric(arrow_type.value_type) or pa.types.is_null(arrow_type.value_type)
+        )
+    elif kind is None:
+        fits = text or _is_numeric(arrow_type) or pa.types.is_boolean(arrow_type)
+    else:
+        fits = _is_numeric(arrow_type)
+    if not fits:
+        expected = {"text": "text", "flag": "booleans", "lobe": "lists of numbers", None: "numbers or text"}
+        raise QKEnergyError(
+            f"{where}: column {show_name(field.name, 60)} has Parquet type {str(arrow_type)[:60]}; "
+            f"expected {expected.get(kind, 'numbers')}"
+        )
 
 
 def text_column(values: pd.Series) -> pd.Series:

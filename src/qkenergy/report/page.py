@@ -273,21 +273,26 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
 
 def _read_survey(out: Path) -> ReportInputs:
     from qkenergy.surveys import load_survey
+    from qkenergy.surveys.plan import read_record
 
     heads, layers = load_survey(out)
-    record: dict[str, Any] = {}
-    manifest = out / "survey.json"
-    if manifest.is_file():
-        try:
-            record = json.loads(manifest.read_text(encoding="utf-8"))
-            if not isinstance(record, dict):
-                raise ValueError("expected a JSON object")
-        except (ValueError, OSError) as exc:
-            raise QKEnergyError(f"{manifest}: cannot read the survey's record ({exc})") from None
-    entries = [m for m in record.get("models", []) if isinstance(m, dict) and "name" in m]
-    models = pd.DataFrame(entries).rename(columns={"name": "model"}) if entries else None
-    if models is not None:
-        models = models[[c for c in ("model", "model_type", "n_layers") if c in models.columns]]
+    record = read_record(out / "survey.json") or {}  # bounded and checked, as every input
+    listed = record.get("models", [])
+    entries = []
+    # Per-model facts, each of its type or left out: the record is a file anyone may have edited.
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            model_type, n_layers = entry.get("model_type"), entry.get("n_layers")
+            entries.append(
+                {
+                    "model": entry["name"],
+                    "model_type": model_type if isinstance(model_type, str) else None,
+                    "n_layers": n_layers
+                    if isinstance(n_layers, int) and not isinstance(n_layers, bool)
+                    else None,
+                }
+            )
+    models = pd.DataFrame(entries) if entries else None
     settings: dict[str, Any] = {
         k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record
     }

@@ -13,23 +13,45 @@ and so cannot live in a per-layer file: :func:`load_survey` recomputes them
 per model. Each file adds ``group``, ``step``, ``source`` and
 ``revision`` from the manifest. Files are written atomically (temporary name
 starting with ``.``, which Parquet readers skip, then ``os.replace``).
+
+Each file says which unit it is: its Parquet metadata ``qkenergy_unit`` holds
+``{"model", "layer", "table"}``, and the ledger records its SHA-256. A rerun
+calls a unit done only when the file on disk has that digest
+(:func:`file_sha256`); :func:`load_survey` reads only files the ledger lists as
+done with that digest and claiming the unit their path names, so that a file
+damaged, swapped or copied between runs is never read (nor read twice).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "BH_COLUMNS",
     "MANIFEST_COLUMNS",
+    "UNIT_KEY",
     "clean_partial_files",
+    "file_sha256",
     "load_survey",
     "unit_path",
     "write_unit",
 ]
+
+UNIT_KEY = "qkenergy_unit"
+"""Parquet metadata key of a unit file: the unit it holds, {"model", "layer", "table"}."""
+# What manifest.model_name makes: a path component that is neither hidden nor a parent.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,199}")
+_PART = re.compile(r"layer-(\d{5,})\.parquet")
+_MAX_PART_BYTES = 1 << 30
 
 # BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
 # holding that null's sample count K).
@@ -46,11 +68,31 @@ TABLES = ("heads", "layers")
 
 
 def unit_path(out: str | os.PathLike[str], table: str, model: str, layer: int) -> Path:
-    """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``."""
+    """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``; ``model`` must be a safe path component."""
+    if not _SAFE_NAME.fullmatch(model) or table not in TABLES:
+        raise QKEnergyError(
+            f"model name {model[:60]!r} cannot name a folder of the survey (see manifest.model_name)"
+        )
     return Path(out) / table / f"model={model}" / f"layer-{layer:05d}.parquet"
 
 
-def _arrow_table(frame: Any, extra: dict[str, Any], settings: dict[str, Any] | None) -> Any:
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a unit file (None when it is missing or not a regular file)."""
+    from qkenergy.weights.json_input import open_regular
+
+    digest = hashlib.sha256()
+    try:
+        with open_regular(path, show_path(path)) as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except (OSError, QKEnergyError):
+        return None
+    return digest.hexdigest()
+
+
+def _arrow_table(
+    frame: Any, extra: dict[str, Any], settings: dict[str, Any] | None, unit: dict[str, Any]
+) -> Any:
     """The unit's frame as an Arrow table with stable column types (every file of a dataset agrees),
     the settings it was made with in the file's metadata (as every qkenergy Parquet table has them)."""
     import pyarrow as pa
@@ -70,9 +112,10 @@ def _arrow_table(frame: Any, extra: dict[str, Any], settings: dict[str, Any] | N
     for i, field in enumerate(table.schema):
         if pa.types.is_null(field.type):
             table = table.set_column(i, pa.field(field.name, pa.string()), table.column(i).cast(pa.string()))
-    return table.replace_schema_metadata(
-        None if settings is None else {METADATA_KEY: settings_json(settings)}
-    )
+    metadata = {UNIT_KEY: json.dumps(unit)}
+    if settings is not None:
+        metadata[METADATA_KEY] = settings_json(settings)
+    return table.replace_schema_metadata(metadata)
 
 
 def write_unit(
@@ -90,7 +133,7 @@ def write_unit(
     from qkenergy.formats.tables import atomic_path
 
     target = unit_path(out, table, model, layer)
-    arrow = _arrow_table(frame, extra, settings)
+    arrow = _arrow_table(frame, extra, settings, {"model": model, "layer": layer, "table": table})
     with atomic_path(target) as tmp:
         pq.write_table(arrow, tmp)
     return target
@@ -107,11 +150,57 @@ def clean_partial_files(out: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-def _read_dataset(root: Path) -> Any:
-    import pyarrow.dataset as ds
+def _read_parts(root: Path, table: str, done: dict[str, str | None] | None) -> Any:
+    """Every unit file of ``table`` as one Arrow table (plus ``model``), each file checked first.
 
-    dataset = ds.dataset(root, format="parquet", partitioning="hive")
-    return dataset.to_table().to_pandas()
+    A file must be named as :func:`unit_path` names files; one the ledger does
+    not list as done (``done``: relative path -> SHA-256; None when OUT has no
+    ledger) is not read; a done one must have the ledger's digest and claim
+    the unit of its path, else one line.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def refuse(path: Path, why: str) -> QKEnergyError:
+        return QKEnergyError(
+            f"{show_path(path)}: {why}; rerun the survey to recompute it (or remove the file)"
+        )
+
+    parts = []
+    for path in sorted((root / table).glob("model=*/*.parquet")):
+        model = path.parent.name.removeprefix("model=")
+        match = _PART.fullmatch(path.name)
+        relative = str(path.relative_to(root))
+        if match is None or not _SAFE_NAME.fullmatch(model):
+            raise refuse(path, "not a unit file of the survey (expected model=NAME/layer-LLLLL.parquet)")
+        if done is not None:
+            if relative not in done:
+                continue  # not done (never finished, failed since, or not the survey's): not read
+            if done[relative] is not None and file_sha256(path) != done[relative]:
+                raise refuse(path, "changed since the survey wrote it (its SHA-256 is not the ledger's)")
+        layer = int(match.group(1))
+        try:
+            if path.stat().st_size > _MAX_PART_BYTES:
+                raise refuse(path, f"larger than {_MAX_PART_BYTES} bytes")
+            part = pq.read_table(path)
+        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
+            raise refuse(path, f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})") from None
+        claim: Any = None
+        with contextlib.suppress(ValueError, TypeError):
+            claim = json.loads((part.schema.metadata or {}).get(UNIT_KEY.encode(), b"null"))
+        if claim is not None and claim != {"model": model, "layer": layer, "table": table}:
+            raise refuse(path, f"holds another unit ({str(claim)[:100]})")
+        if "layer" in part.column_names:
+            layers = set(part.column("layer").to_pylist())
+            if layers - {layer}:
+                raise refuse(path, f"holds rows of layer {sorted(layers - {layer})[0]}, not of layer {layer}")
+        parts.append(part.append_column("model", pa.array([model] * part.num_rows, pa.string())))
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except pa.ArrowException as exc:
+        raise QKEnergyError(
+            f"{show_path(root / table)}: unit files of different columns ({' '.join(str(exc).split())[:120]})"
+        ) from None
 
 
 def _with_bh(frame: Any, settings: dict[str, Any]) -> Any:
@@ -130,7 +219,9 @@ def _with_bh(frame: Any, settings: dict[str, Any]) -> Any:
             continue
         p = frame[p_column].to_numpy(np.float64)
         tail = frame[tail_column].to_numpy(np.float64)
-        floor = np.isfinite(p) & (p <= 2.0 / (1 + int(settings.get(samples_key, 0) or 0)) * (1 + 1e-12))
+        samples = settings.get(samples_key)
+        samples = samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else 0
+        floor = np.isfinite(p) & (p <= 2.0 / (1 + samples) * (1 + 1e-12))
         adjusted = np.full(len(frame), np.nan)
         for rows in frame.groupby("model", sort=False).indices.values():
             adjusted[rows] = bh_with_tail(p[rows], tail[rows], floor[rows])
@@ -146,12 +237,10 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
     heads (as ``analyze`` does for one model), so the head table has the
     columns of ``analyze``'s plus group, step, source and revision.
     """
-    import json
-
     import pandas as pd
 
-    from qkenergy.base.errors import QKEnergyError
-    from qkenergy.weights.safetensors_io import show_path
+    from qkenergy.surveys.ledger import done_files
+    from qkenergy.surveys.plan import read_record
 
     root = Path(out)
     if not any((root / "heads").glob("model=*/*.parquet")):
@@ -159,18 +248,17 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
             f"{show_path(root)}: no survey results (expected heads/model=NAME/layer-*.parquet; "
             "run `qkenergy survey MANIFEST -o OUT`)"
         )
-    try:
-        settings = json.loads((root / "survey.json").read_text(encoding="utf-8"))["settings"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise QKEnergyError(
-            f"{show_path(root / 'survey.json')}: missing or unreadable survey settings"
-        ) from None
+    record = read_record(root / "survey.json")
+    settings = None if record is None else record.get("settings")
+    if not isinstance(settings, dict):
+        raise QKEnergyError(f"{show_path(root / 'survey.json')}: missing or unreadable survey settings")
+    done = done_files(root / "ledger.sqlite")
     frames: list[Any] = []
     for table in TABLES:
         if table == "layers" and not any((root / table).glob("model=*/*.parquet")):
             frames.append(None)
             continue
-        frame = _read_dataset(root / table)
+        frame = _read_parts(root, table, done).to_pandas()
         frame.insert(0, "model", frame.pop("model").astype(str))
         # analyze's order: stack (in the model's own order, as each unit file lists them), layer, head
         rank = (
@@ -181,5 +269,8 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
         keys = ["model", "_stack", "layer", "head"] if table == "heads" else ["model", "_stack", "layer"]
         frame = frame.assign(_stack=rank).sort_values(keys, kind="stable", ignore_index=True)
         frame = frame.drop(columns="_stack")
+        unit = [c for c in ("model", "stack", "offset", "layer", "head") if c in frame.columns]
+        if frame.duplicated(unit).any():  # a last net: the checks above let no unit in twice
+            raise QKEnergyError(f"{show_path(root / table)}: a head appears twice; rerun the survey")
         frames.append(_with_bh(frame, settings) if table == "heads" else frame)
     return frames[0], frames[1]

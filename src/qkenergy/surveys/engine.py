@@ -23,13 +23,14 @@ from typing import Any
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
 from qkenergy.surveys.cluster import dask_client, early_cluster
-from qkenergy.surveys.dataset import clean_partial_files, write_unit
+from qkenergy.surveys.dataset import clean_partial_files, file_sha256, write_unit
 from qkenergy.surveys.display import Display
-from qkenergy.surveys.ledger import Ledger
+from qkenergy.surveys.ledger import Ledger, survey_lock
 from qkenergy.surveys.manifest import ModelEntry, read_manifest
 from qkenergy.surveys.plan import SETTINGS, ModelPlan, check_settings, resolve_entry, unit_action, unit_params
 from qkenergy.surveys.shared_nulls import join_law, shared_laws
 from qkenergy.surveys.units import UnitResult, UnitSpec, run_unit
+from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "SETTINGS",
@@ -143,32 +144,40 @@ def survey(
     }
     entries, manifest_sha = read_manifest(manifest)
     out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise QKEnergyError(f"{show_path(out)}: exists and is not a directory; -o names the survey's folder")
     check_settings(out, settings)
-    with early_cluster(scheduler, workers, new=not (out / "ledger.sqlite").exists()) as early:
+    from qkenergy.formats.tables import ensure_directory
+
+    new = not os.path.lexists(out / "ledger.sqlite")
+    ensure_directory(out)
+    # One survey at a time on OUT, and a ledger checked before any cluster starts.
+    with (
+        survey_lock(out),
+        Ledger(out / "ledger.sqlite") as ledger,
+        early_cluster(scheduler, workers, new=new) as early,
+    ):
         # The client's own imports (half a second) and planning, while the cluster starts.
         from qkenergy.analysis.analyze import NULL_KINDS
-        from qkenergy.formats.tables import ensure_directory
 
         if null_kind not in NULL_KINDS:
             raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
-        ensure_directory(out)
         clean_partial_files(out)
-        with Ledger(out / "ledger.sqlite") as ledger:
-            return _plan_and_run(
-                manifest,
-                manifest_sha,
-                entries,
-                out,
-                settings,
-                ledger,
-                early,
-                started,
-                retries=retries,
-                scheduler=scheduler,
-                workers=workers,
-                cache_dir=cache_dir,
-                progress=progress,
-            )
+        return _plan_and_run(
+            manifest,
+            manifest_sha,
+            entries,
+            out,
+            settings,
+            ledger,
+            early,
+            started,
+            retries=retries,
+            scheduler=scheduler,
+            workers=workers,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
 
 
 def _plan_and_run(
@@ -352,15 +361,17 @@ def _run(
 def _record(unit: UnitResult, plan: ModelPlan, out: Path, ledger: Ledger, result: SurveyRun) -> None:
     """Write a computed unit's files atomically, then mark it done (files first: the ledger never lies)."""
     entry = plan.entry
-    written: dict[str, str] = {}
+    written: dict[str, str | None] = {}
     if not unit.unchanged:
         extra = {"group": entry.group, "step": entry.step, "source": entry.source, "revision": entry.revision}
         settings = {**(unit.settings or {}), "model": entry.name, **extra}
         path = write_unit(out, "heads", entry.name, unit.spec.layer, unit.heads, extra, settings)
         written["heads_file"] = str(path.relative_to(out))
+        written["heads_sha256"] = file_sha256(path)
         if unit.layers is not None:
             path = write_unit(out, "layers", entry.name, unit.spec.layer, unit.layers, extra, settings)
             written["layers_file"] = str(path.relative_to(out))
+            written["layers_sha256"] = file_sha256(path)
         result.computed += 1
         result.heads += len(unit.heads)
     else:

@@ -26,12 +26,14 @@ file and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import os
+import platform
 import sqlite3
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -39,7 +41,10 @@ from typing import Any, ParamSpec, TypeVar
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.safetensors_io import show_path
 
-__all__ = ["LOCK_WAIT", "Ledger", "UnitRow", "iso"]
+__all__ = ["LOCK_NAME", "LOCK_WAIT", "Ledger", "UnitRow", "done_files", "iso", "survey_lock"]
+
+LOCK_NAME = "survey.lock"
+"""OUT/survey.lock: held (flock, exclusive) by the one survey that works on OUT."""
 
 LOCK_WAIT = 5.0
 """Seconds a ledger locked by another process is waited for before the survey stops."""
@@ -132,12 +137,56 @@ def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:  # sqlite3 decodes its messages as UTF-8
             ledger = args[0]
             assert isinstance(ledger, Ledger)
             raise ledger.error(error) from None
 
     return wrapper
+
+
+def done_files(path: Path) -> dict[str, str | None] | None:
+    """The unit files of the done units (path relative to OUT -> SHA-256, None when not recorded),
+    read without writing anything; None when OUT has no ledger."""
+    if not os.path.lexists(path):
+        return None
+    with Ledger(path, read_only=True) as ledger:
+        return ledger.done_files()
+
+
+@contextlib.contextmanager
+def survey_lock(out: Path) -> Iterator[None]:
+    """Hold OUT for one survey: a second survey on the same OUT is refused at once, saying who holds it.
+
+    An exclusive ``flock`` on OUT/survey.lock, released by the kernel when the
+    process ends however it ends (a killed survey never leaves OUT locked); the
+    file says which process holds it, for the message.
+    """
+    import fcntl
+
+    path = out / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise QKEnergyError(
+            f"{show_path(path)}: cannot open the survey's lock file ({exc.strerror})"
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise QKEnergyError(f"{show_path(path)}: not a regular file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = " ".join(os.pread(fd, 200, 0).decode("ascii", "replace").split())[:120]
+            raise QKEnergyError(
+                f"{show_path(out)}: another survey is running on this output directory "
+                f"({holder or 'a process'}); wait for it to finish, or choose another -o directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {iso()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -160,18 +209,21 @@ class UnitRow:
 class Ledger:
     """OUT/ledger.sqlite; use as a context manager."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.run: int | None = None
         self._check_file()
         try:
             # isolation_level=None: explicit transactions, each event committed at once.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT)
+            target = f"file:{self.path.resolve()}?mode=ro" if read_only else self.path
+            self._db = sqlite3.connect(target, isolation_level=None, timeout=LOCK_WAIT, uri=read_only)
         except sqlite3.Error as error:
             raise self.error(error) from None
+        # Text that is not UTF-8 (a damaged page) is read with replacement characters, not raised.
+        self._db.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
-            self._open()
-        except sqlite3.Error as error:
+            self._open(read_only)
+        except (sqlite3.Error, UnicodeDecodeError) as error:  # sqlite3 decodes its messages as UTF-8
             self._db.close()
             raise self.error(error) from None
         except BaseException:
@@ -194,26 +246,31 @@ class Ledger:
                 "another output directory"
             )
 
-    def _open(self) -> None:
+    def _open(self, read_only: bool) -> None:
         """WAL mode, the tables (created, or checked to be a ledger's), the columns added since."""
         if self._db.execute("PRAGMA quick_check").fetchone() != ("ok",):
             raise sqlite3.DatabaseError("the database fails sqlite's integrity check")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        if not read_only:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
         for table, expected in _schema_columns().items():
             found = [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]
             for column in _ADDED.get(table, ()):
-                if column not in found:
+                if column not in found and not read_only:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
                     found.append(column)
+            if read_only:
+                expected = [c for c in expected if c not in _ADDED.get(table, ())]
             missing = [c for c in expected if c not in found]
             if missing:
                 raise sqlite3.DatabaseError(f"its table {table!r} has no column {missing[0]!r}")
 
-    def error(self, error: sqlite3.Error) -> QKEnergyError:
+    def error(self, error: sqlite3.Error | UnicodeDecodeError) -> QKEnergyError:
         """One line for an sqlite error on this ledger: what happened and what to do."""
         reason = " ".join(str(error).split())[:200] or type(error).__name__
+        if isinstance(error, UnicodeDecodeError):
+            reason = "text that is not UTF-8"
         where = show_path(self.path)
         if isinstance(error, sqlite3.OperationalError) and "locked" in reason:
             return QKEnergyError(
@@ -292,6 +349,20 @@ class Ledger:
             and isinstance(r[1], int)
             and all(isinstance(v, str | None) for v in r[4:])
         }
+
+    @_guarded
+    def done_files(self) -> dict[str, str | None]:
+        """Relative path -> SHA-256 (None when not recorded) of the files of every done unit."""
+        names = [row[1] for row in self._db.execute("PRAGMA table_info(units)")]
+        shas = "heads_sha256, layers_sha256" if "heads_sha256" in names else "NULL, NULL"
+        out: dict[str, str | None] = {}
+        for heads, layers, heads_sha, layers_sha in self._db.execute(
+            f"SELECT heads_file, layers_file, {shas} FROM units WHERE status = 'done'"
+        ):
+            for file, sha in ((heads, heads_sha), (layers, layers_sha)):
+                if isinstance(file, str):
+                    out[file] = sha if isinstance(sha, str) else None
+        return out
 
     @_guarded
     def mark_running(self, model: str, layer: int, params: str) -> None:

@@ -96,7 +96,7 @@ def _default_name(source: str) -> str:
         return "all-MiniLM-L6-v2"
     path = Path(os.path.expanduser(source))
     if _exists(path) or source.startswith((".", "/", "~")):
-        path = path.resolve() if path.exists() else path
+        path = path.resolve() if _exists(path) else path
         if path.suffix == ".safetensors" or path.name.endswith(".index.json"):
             path = path.parent
         cached = _HF_CACHE.match(path.name)

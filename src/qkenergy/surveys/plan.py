@@ -17,7 +17,7 @@ from typing import Any
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.version import __version__
-from qkenergy.surveys.dataset import unit_path
+from qkenergy.surveys.dataset import file_sha256, unit_path
 from qkenergy.surveys.ledger import UnitRow
 from qkenergy.surveys.manifest import EMBEDDED, ModelEntry
 from qkenergy.weights.safetensors_io import show_path
@@ -112,17 +112,38 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
     return plan
 
 
+MAX_RECORD_BYTES = 64 << 20
+"""Largest survey.json read (it lists every model with its architecture: kilobytes per model)."""
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """OUT/survey.json as a JSON object (None when absent), read as any input is (bounded, checked)."""
+    from qkenergy.weights.json_input import parse_object, read_bytes
+
+    if not os.path.lexists(path):
+        return None
+    hint = "; remove it or choose another output directory"
+    try:
+        record = parse_object(
+            read_bytes(path, show_path(path), "the survey record", MAX_RECORD_BYTES),
+            show_path(path),
+            "the survey record",
+        )
+    except QKEnergyError as error:
+        raise QKEnergyError(f"{error}{hint}") from None
+    settings = record.get("settings", {})
+    if not isinstance(settings, dict):
+        raise QKEnergyError(f"{show_path(path)}: its 'settings' are not a JSON object{hint}")
+    return record
+
+
 def check_settings(out: Path, settings: dict[str, Any]) -> None:
     """An OUT made with other global settings is not resumed (its files would mix two surveys)."""
     path = out / "survey.json"
-    if not path.is_file():
+    record = read_record(path)
+    if record is None:
         return
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
-    except (OSError, ValueError, AttributeError):
-        raise QKEnergyError(
-            f"{show_path(path)}: unreadable; remove it or choose another output directory"
-        ) from None
+    recorded = record.get("settings", {})
     for key in SETTINGS:
         if key in recorded and recorded[key] != settings[key]:
             option = {"null": "--no-null", "per_layer": "--per-layer", "null_kind": "--null"}.get(
@@ -140,11 +161,15 @@ def unit_params(plan: ModelPlan, settings: dict[str, Any]) -> str:
 
 
 def unit_action(row: UnitRow | None, plan: ModelPlan, layer: int, out: Path, settings: dict[str, Any]) -> str:
-    """'skip' (done, files in place, checkpoint untouched), 'verify' (files touched: compare
-    fingerprints on a worker) or 'compute'."""
+    """'skip' (done, its files on disk as recorded, checkpoint untouched), 'verify' (checkpoint
+    files touched: compare fingerprints on a worker) or 'compute'."""
     if row is None or row.status != "done" or row.params != unit_params(plan, settings):
         return "compute"
+    # What is on disk must be what the ledger recorded (a file damaged, truncated or swapped since
+    # has another digest): only then is the unit done.
     tables = ("heads", "layers") if settings["per_layer"] else ("heads",)
-    if not all(unit_path(out, t, plan.entry.name, layer).is_file() for t in tables):
-        return "compute"
+    for table in tables:
+        recorded = row.heads_sha256 if table == "heads" else row.layers_sha256
+        if recorded is None or file_sha256(unit_path(out, table, plan.entry.name, layer)) != recorded:
+            return "compute"
     return "skip" if row.files_digest == plan.files_digest else "verify"

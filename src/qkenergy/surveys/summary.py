@@ -77,7 +77,7 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
         )
         for r in model_summary(heads).to_dict(orient="records"):
             table.add_row(
-                str(r["model"]),
+                escape(str(r["model"])),
                 str(r["layers"]),
                 str(r["heads"]),
                 str(r["n"]),
@@ -96,8 +96,13 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
         f"(BH per model, p < 0.05)"
     )
     for model, error in run.model_errors.items():
-        console.print(f"[red]model {model} not surveyed:[/] {escape(error)}", markup=True, highlight=False)
+        console.print(
+            f"[red]model {escape(model)} not surveyed:[/] {escape(error)}", markup=True, highlight=False
+        )
     for model, layer, error in run.failed:
-        console.print(f"[red]{model} layer {layer} failed:[/] {escape(error)}", markup=True, highlight=False)
+        console.print(
+            f"[red]{escape(model)} layer {layer} failed:[/] {escape(error)}", markup=True, highlight=False
+        )
     if heads is not None and len(heads):
-        console.print(f"report: qkenergy report {run.out} -o {run.out / 'report.html'}", highlight=False)
+        command = f"qkenergy report {run.out} -o {run.out / 'report.html'}"
+        console.print(f"report: {escape(command)}", highlight=False)

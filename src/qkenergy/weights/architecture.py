@@ -121,7 +121,7 @@ def family_of(
     if model_type is not None:
         if model_type not in FAMILIES:
             raise ArgumentError(
-                f"--model-type {model_type!r} is not a supported type; supported: "
+                f"--model-type {show_name(str(model_type), 60)} is not a supported type; supported: "
                 + ", ".join(supported_model_types())
             )
     else:

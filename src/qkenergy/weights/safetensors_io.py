@@ -106,9 +106,13 @@ _SPLIT_BYTES = 8 << 20
 MAX_RANK = 32
 
 
-def show_path(path: os.PathLike[str] | str) -> str:
-    """The path for a one-line message (control characters escaped)."""
-    return repr(str(path))[1:-1]
+def show_path(path: os.PathLike[str] | str, limit: int = 300) -> str:
+    """The path for a one-line message: control characters escaped, a path longer than ``limit``
+    characters cut in its middle (its start and its file name stay)."""
+    text = repr(str(path))[1:-1]
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2 - 2]}...{text[-(limit // 2 - 2) :]}"
 
 
 @dataclass(frozen=True)
