@@ -12,7 +12,7 @@ from qkenergy.cli.output import stdout_console
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
-@click.option("--markdown", is_flag=True, help="Print a markdown table (the README's list).")
+@click.option("--markdown", is_flag=True, help="Print a markdown table (the list in docs/families.md).")
 def layouts(as_json: bool, markdown: bool) -> None:
     """List the supported model types: stacks, positions, qk-norm, and how each is proven."""
     from qkenergy.base.formatting import markdown_table
