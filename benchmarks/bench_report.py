@@ -9,8 +9,9 @@ is drawn. Reported, each measured in this one run:
 - prepare: the per-model table, the reference comparison and the plotly
   figures (comparison + survey_figures);
 - page: build_report(static=False), the HTML page and CSVs, and its size;
-- static: build_report(static=True), the page plus PNG and SVG of every
-  figure through kaleido in headless Chromium, and the files' sizes;
+- static: build_report() (its default), the page plus PNG and SVG of every
+  figure (through kaleido in headless Chromium where one is found, else drawn
+  with matplotlib: Report.renderer says which), and the files' sizes;
 - the ratio static / page (what the paper figures cost on top of the page).
 
 No assertions on time.
@@ -90,8 +91,8 @@ def main() -> None:
             for suffix in (".png", ".svg")
         }
         print(
-            f"static: {static:.2f} s, {len(result.files)} files, PNG {sizes['.png'] / 1e6:.2f} MB, "
-            f"SVG {sizes['.svg'] / 1e6:.2f} MB"
+            f"static: {static:.2f} s, {len(result.files)} files drawn by {result.renderer}, "
+            f"PNG {sizes['.png'] / 1e6:.2f} MB, SVG {sizes['.svg'] / 1e6:.2f} MB"
         )
     print(f"ratio static / page: {static / page:.1f}")
 

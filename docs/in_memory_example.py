@@ -1,4 +1,4 @@
-"""The README's in-memory example: the embedded MiniLM loaded by transformers, analysed in memory."""
+"""docs/python.md's in-memory example: the embedded MiniLM loaded by transformers, analysed in memory."""
 
 import importlib.util
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The README's report demo: a small survey, its report, and a screenshot of the page.
+"""docs/report.md's report demo: a small survey, its report, and a screenshot of the page.
 
     python docs/report_demo.py WORKDIR [--screenshot docs/report.png]
 

@@ -1,4 +1,4 @@
-"""Screenshot of a qkenergy report page in headless Chromium (the image in the README).
+"""Screenshot of a qkenergy report page in headless Chromium (the image in docs/report.md).
 
     python docs/report_screenshot.py REPORT.html OUT.png [--height 1500]
 

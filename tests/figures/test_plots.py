@@ -10,7 +10,15 @@ import pytest
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.figures.plots import accumulation_limit, choose_head, plot_results, ternary_xy
+from qkenergy.figures.plots import (
+    accumulation_limit,
+    choose_head,
+    extreme_heads,
+    normalised_spectrum,
+    plot_results,
+    ternary_xy,
+    type_counts,
+)
 
 SAMPLES = 300
 
@@ -35,8 +43,10 @@ def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
     stems = [
         "symmetric_energy_heatmap",
         "symmetric_energy_null",
+        "head_types_per_layer",
         "symmetric_profiles",
         "moments_O_E",
+        "type_spectra",
         f"lobes_layer{layer}_head{head}",
     ]
     assert [p.name for p in paths] == [f"{s}.{fmt}" for s in stems for fmt in ("png", "svg")]
@@ -61,7 +71,7 @@ def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path)
     df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
     with pytest.warns(UserWarning, match="lobe figures skipped"):
         paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
-    assert len(paths) == 4  # the O-E figure needs no null columns of the table
+    assert len(paths) == 5  # heatmap, null, head types per layer, profiles, O-E (no null columns needed): no spectra without lobes
     # Without z-scores the most extreme head is the farthest from the baseline.
     s = table["symmetric_energy"] - 385 / 768
     assert choose_head(df) == tuple(table.loc[s.abs().idxmax(), ["layer", "head"]])
@@ -89,3 +99,31 @@ def test_geometry() -> None:
     x, y = ternary_xy([1, 0, 0], [0, 1, 0], [0, 0, 1])
     np.testing.assert_allclose(x, [0.5, 0, 1])
     np.testing.assert_allclose(y, [np.sqrt(3) / 2, 0, 0])
+
+
+def test_head_types_per_layer_counts_every_head_once(table: pd.DataFrame) -> None:
+    counts = type_counts(table)
+    assert list(counts.columns) == ["II", "I+", "I-"] and list(counts.index) == [str(i) for i in range(6)]
+    assert (counts.sum(axis=1) == 12).all()
+    for layer, row in counts.iterrows():
+        types = table.loc[table["layer"] == int(layer), "head_type"]
+        assert row.to_dict() == {t: int((types == t).sum()) for t in ("II", "I+", "I-")}
+
+
+def test_type_spectra_average_unit_norm_spectra_of_the_most_extreme_heads(table: pd.DataFrame) -> None:
+    chosen = extreme_heads(table, "I+", 3)
+    others = table[(table["head_type"] == "I+") & ~table.index.isin(chosen.index)]
+    assert len(chosen) == 3 and chosen["c_sym"].min() >= others["c_sym"].max()
+    alpha, beta = normalised_spectrum(chosen)
+    expected_alpha = np.mean(
+        [
+            np.asarray(a) / np.sqrt(np.sum(np.square(a)) + np.sum(np.square(b)))
+            for a, b in zip(chosen["alpha"], chosen["beta"])
+        ],
+        axis=0,
+    )
+    np.testing.assert_allclose(alpha[: expected_alpha.size], expected_alpha, rtol=1e-12)
+    # Each head's spectrum has unit norm, so the mean spectrum's squares sum to at most 1 (equal if all alike).
+    assert 0 < np.sum(alpha**2) + np.sum(beta**2) <= 1 + 1e-12
+    assert np.all(np.diff(alpha) <= 1e-12) and np.all(np.diff(beta) <= 1e-12)  # sorted lobes stay sorted
+    assert len(extreme_heads(table.assign(head_type="I+"), "II")) == 0

@@ -106,7 +106,9 @@ def test_optional_figures_follow_the_columns(tables) -> None:
         "symmetric_energy_by_model",
         "symmetric_energy_by_depth",
         "head_types",
+        "head_types_per_layer",
         "symmetric_profiles",
+        "type_spectra",
         "moments_O_E",
     ]
     full = report_figures(heads, model_summary(heads, layers, models), models=models)
@@ -115,7 +117,12 @@ def test_optional_figures_follow_the_columns(tables) -> None:
     assert {t.name for t in steps.data} == {f"layer {i}" for i in range(TOY_LAYERS)}  # one line per layer
     # Every head of every model is a hover-able marker in the first figure, with its statistics.
     by_model = full[0].figure
-    assert sum(len(t.y) for t in by_model.data) == len(heads)
+    assert sum(len(t.y) for t in by_model.data if t.type == "box") == len(heads)
+    # ... and the legend names the dashed baseline and the null band (shapes have no legend entry).
+    assert [t.name for t in by_model.data if t.showlegend is not False and t.type == "scatter"] == [
+        "random baseline (N+1)/(2N)",
+        "null law: mean ± 2 sd",
+    ]
     assert by_model.data[0].customdata[0][0] == MINILM
 
 
@@ -206,7 +213,7 @@ def test_cli_report_from_tables(capsys, tables, analyze_tables, tmp_path: Path) 
         capsys, "report", str(minilm), str(toy), "-o", str(out), "--baseline", "toy-llama@0", "--no-static"
     )
     assert (code, err) == (0, "")
-    assert f"wrote {out} (5 models, 8 figures)" in stdout
+    assert f"wrote {out} (5 models, 10 figures)" in stdout
     summary = pd.read_csv(files_directory(out) / "models.csv").set_index("model")
     forms = tables[1][tables[1]["model"] == MINILM]
     assert summary.loc[MINILM, "symmetry_score_median"] == pytest.approx(np.median(forms["symmetry_score"]))
@@ -293,5 +300,5 @@ def test_models_with_several_stacks(tables) -> None:
     assert summary.loc[MINILM, "stacks"] == "decoder, encoder" and summary.loc[MINILM, "layers"] == 12
     assert summary.loc["toy-llama@0", "stacks"] == ""
     figures = report_figures(both, summary.reset_index(), models=models)
-    hover = {row[1] for trace in figures[0].figure.data for row in trace.customdata}
+    hover = {row[1] for trace in figures[0].figure.data if trace.type == "box" for row in trace.customdata}
     assert "layer 5, head 11 (decoder)" in hover and "layer 2, head 3" in hover

@@ -87,6 +87,7 @@ def test_the_matplotlib_figures_show_the_same_data(figures) -> None:
     points = np.concatenate(
         [c.get_offsets()[:, 1] for ax in drawn.axes for c in ax.collections if isinstance(c, PathCollection)]
     )
+    points = points[np.isfinite(points)]  # the legend's sample marker has no place
     plotted = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in fig.figure.data if t.type == "box"])
     np.testing.assert_allclose(np.sort(points), np.sort(plotted[np.isfinite(plotted)]), rtol=1e-12)
     # The stacked bars of the head types reach the shares plotly stacks, and 100 % in all.
@@ -168,5 +169,26 @@ def test_cli_report_without_a_browser(capsys, two_toys, tmp_path: Path, monkeypa
     stdout, stderr = capsys.readouterr()
     assert exit_info.value.code == 0, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("qkenergy: warning: no Chrome or Chromium found")
-    assert f"wrote {out} (2 models, 6 figures)" in stdout
+    assert f"wrote {out} (2 models, 8 figures)" in stdout
     assert (files_directory(out) / "symmetric_energy_by_model.svg").is_file()
+
+
+def test_type_figures_of_the_report(figures, survey_frames) -> None:
+    heads = survey_frames[0]
+    by_name = {f.name: f.figure for f in figures}
+    # One heatmap per model; each layer's shares of the three types add up to 1, counts in the cells.
+    shares = by_name["head_types_per_layer"]
+    assert [t.type for t in shares.data] == ["heatmap"] * 5
+    minilm = shares.data[0]
+    np.testing.assert_allclose(np.asarray(minilm.z).sum(axis=0), 1.0)
+    assert list(minilm.y) == ["Type II", "Type I+", "Type I-"] and list(minilm.x) == [
+        str(i) for i in range(6)
+    ]
+    mine = heads[heads["model"] == heads["model"].iloc[0]]
+    layer0 = mine[mine["layer"] == 0]["head_type"]
+    assert [row[0] for row in minilm.text] == [f"{(layer0 == t).sum()}/12" for t in ("II", "I+", "I-")]
+    # The spectra: per type, each model's mean lobes, the positive one up and the negative one down.
+    spectra = by_name["type_spectra"]
+    lines = [t for t in spectra.data if t.type == "scatter"]
+    assert all(np.all(np.asarray(t.y) >= 0) or np.all(np.asarray(t.y) <= 0) for t in lines)
+    assert {t.name for t in lines if t.showlegend} == set(heads["model"])

@@ -5,7 +5,7 @@ CPU. On AMD Zen 4 (family 25 with AVX-512) it takes its SkylakeX (AVX-512)
 kernels. Zen 4 executes a 512-bit instruction as two 256-bit halves, and
 for the shapes qkenergy multiplies, OpenBLAS's Haswell (AVX2) kernels
 measure faster there. On a Zen 4 EPYC, numpy's OpenBLAS 0.3.31 on one thread
-(``python benchmarks/bench_blas_kernels.py``, README "Performance"):
+(``python benchmarks/bench_blas_kernels.py``, docs/performance.md, "BLAS kernels"):
 
 - each query head's G_QQ (a 128 x 4096 rank-k update): 1.39x as fast;
 - a key head's query-key blocks (a (512 x 4096)(4096 x 128) product): 1.09x;

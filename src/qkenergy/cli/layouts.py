@@ -26,7 +26,7 @@ def installed_model_types() -> tuple[list[str], str]:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
-@click.option("--markdown", is_flag=True, help="Print a markdown table (the README's list).")
+@click.option("--markdown", is_flag=True, help="Print a markdown table (the list in docs/families.md).")
 @click.option(
     "--coverage",
     is_flag=True,

@@ -3,17 +3,23 @@
 1. ``symmetric_energy_heatmap``: layer x head, diverging colours centred on the
    random baseline (N+1)/(2N) (Corollary 2, Proposition 6).
 2. ``symmetric_energy_null``: histogram of the heads' symmetric energy against
-   the exact null density of a Gaussian head of the same (n, N).
-3. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex with the
+   the exact null density of a Gaussian head of the same (n, N), drawn above
+   the heads' bars, with its central 99 % as a band and, inset, at its own scale.
+3. ``head_types_per_layer``: layer x type, the share of the layer's heads of
+   each type (Type II, I+, I-).
+4. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex with the
    accumulation-limit curve rho -> (2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2).
-4. ``lobes_layer{L}_head{H}``: one head's sorted lobes alpha vs beta with the
-   line beta = rho alpha (Lemma 6).
-5. ``symmetric_energy_offsets`` (tables with an ``offset`` column, from
-   ``--rope-offsets``): s of L_d against the offset d, one line per layer;
-   figures 1-4 then show the smallest offset.
-6. ``moments_O_E``: the moment statistics E against O of each head, coloured
+5. ``moments_O_E``: the moment statistics E against O of each head, coloured
    by head type, over the cloud of the Gaussian null law of the same (n, N)
    (docs/mathematics.md, section 9).
+6. ``type_spectra``: for each type, the mean normalised spectrum of S
+   (alpha_i / ||S|| up, -beta_i / ||S|| down, by rank i) of the heads that go
+   furthest its way (largest b_sym, c_sym, d_sym).
+7. ``lobes_layer{L}_head{H}``: one head's sorted lobes alpha vs beta with the
+   line beta = rho alpha (Lemma 6).
+8. ``symmetric_energy_offsets`` (tables with an ``offset`` column, from
+   ``--rope-offsets``): s of L_d against the offset d, one line per layer;
+   the other figures then show the smallest offset.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
-from qkenergy.analysis.summary import baseline
+from qkenergy.analysis.summary import HEAD_TYPES, baseline
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
@@ -49,19 +55,24 @@ __all__ = [
     "FORMATS",
     "accumulation_limit",
     "choose_head",
+    "extreme_heads",
     "figure",
     "moment_scatter",
+    "normalised_spectrum",
     "plot_results",
     "ternary_xy",
+    "type_counts",
 ]
 
 FIGURES = (
     "symmetric_energy_heatmap",
     "symmetric_energy_null",
+    "head_types_per_layer",
     "symmetric_profiles",
+    "moments_O_E",
+    "type_spectra",
     "lobes",
     "symmetric_energy_offsets",
-    "moments_O_E",
 )
 """The figures :func:`plot_results` draws (``lobes``: one head's; ``symmetric_energy_offsets``: RoPE offsets only)."""
 
@@ -233,11 +244,15 @@ def _null_histogram(
 
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
-    fig, ax = _canvas(ax, (7.0, 4.2))
+    fig, ax = _canvas(ax, (7.0, 4.6))
     axn = ax.twinx()  # the null is much narrower than trained heads: own density axis
+    # ... drawn above the heads' bars, which would otherwise hide it.
+    axn.set_zorder(ax.get_zorder() + 1)
+    axn.patch.set_visible(False)
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
-    colours = ["0.25", "tab:purple", "tab:green", "tab:brown"]
+    colours = ["0.15", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
+    laws = []
     for k, (n, N) in enumerate(shapes):
         law = (laws or {}).get((int(n), int(N))) or null_law(
             int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
@@ -245,29 +260,182 @@ def _null_histogram(
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]
-        axn.hist(
-            draws,
-            bins=60,
-            density=True,
-            histtype="stepfilled",
-            alpha=0.35,
-            color=colour,
-            label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples)",
-        )
         base = float(baseline(float(N)))
+        if draws.size:
+            # The null's central 99 % as a band over the whole height: visible at any width of the law.
+            ax.axvspan(*np.quantile(draws, [0.005, 0.995]), color=colour, alpha=0.15, lw=0, zorder=0)
+            axn.hist(draws, bins=60, density=True, histtype="stepfilled", color=colour, alpha=0.35)
+            axn.hist(
+                draws,
+                bins=60,
+                density=True,
+                histtype="step",
+                color=colour,
+                lw=1.2,
+                label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)",
+            )
+            lo, hi = min(lo, draws.min()), max(hi, draws.max())
+            laws.append((draws, colour, base))
         axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
-        lo, hi = min(lo, draws.min(), base), max(hi, draws.max(), base)
+        lo, hi = min(lo, base), max(hi, base)
     if s.size:
         span = hi - lo if hi > lo else 1e-3
         bins = np.linspace(lo - 0.02 * span, hi + 0.02 * span, 41)
-        ax.hist(s, bins=bins.tolist(), color="tab:red", alpha=0.75, label=f"{population} ({s.size})")
+        counts, _, _ = ax.hist(
+            s, bins=bins.tolist(), color="tab:red", alpha=0.6, label=f"{population} ({s.size})"
+        )
+        ax.set_ylim(0, 1.9 * max(float(np.max(counts)), 1.0))  # headroom for the zoom on the null
     ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
     ax.set_ylabel("heads")
     axn.set_ylabel("null density")
+    if laws:
+        _null_zoom(ax, s, *laws[0], right=laws[0][2] <= (lo + hi) / 2)
     handles = ax.get_legend_handles_labels()
     handles_n = axn.get_legend_handles_labels()
-    ax.legend(handles[0] + handles_n[0], handles[1] + handles_n[1], fontsize=7, loc="upper right")
+    axn.legend(
+        handles[0] + handles_n[0],
+        handles[1] + handles_n[1],
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2,
+        frameon=False,
+    )
     ax.set_title(f"{_title(df)}: heads against the exact random law", fontsize=10)
+    return fig
+
+
+def _null_zoom(ax: Any, s: np.ndarray, draws: np.ndarray, colour: str, base: float, *, right: bool) -> None:
+    """An inset with the null law at its own scale and the heads that fall within its range."""
+    inset = ax.inset_axes([0.56 if right else 0.04, 0.52, 0.4, 0.4])
+    inset.set_zorder(10)  # above the density axis too
+    a, b = float(draws.min()), float(draws.max())
+    pad = 0.5 * (b - a) if b > a else 1e-3
+    inset.hist(draws, bins=40, density=True, histtype="stepfilled", color=colour, alpha=0.35)
+    inset.hist(draws, bins=40, density=True, histtype="step", color=colour, lw=1)
+    near = s[(s >= a - pad) & (s <= b + pad)]
+    inset.plot(near, np.zeros_like(near), "|", color="tab:red", ms=12, mew=1.5)
+    inset.axvline(base, color=colour, ls="--", lw=1)
+    inset.set_xlim(a - pad, b + pad)
+    inset.tick_params(labelsize=6)
+    inset.set_yticks([])
+    inset.set_title(f"the null law, zoomed: {near.size} heads (|) in this range", fontsize=7)
+
+
+# ----------------------------------------------------------------------------- head types per layer
+
+TYPE_COLOURS = {"II": "0.45", "I+": "tab:red", "I-": "tab:blue"}
+# The part of the symmetric profile that makes each type: Type II heads keep their energy in
+# matched pairs (b_sym), I+ heads in the positive lobe's excess (c_sym), I- in the negative one's (d_sym).
+TYPE_PROFILE = {"II": "b_sym", "I+": "c_sym", "I-": "d_sym"}
+EXTREME_HEADS = 5  # heads per type in the mean spectrum
+
+
+def type_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """Per layer (rows: layer, or 'stack layer', in table order) how many heads are of each type
+    (columns II, I+, I-, and 'undefined' when some head has no type)."""
+    rows = _rows(df)["row"].astype(str)
+    types = df["head_type"].fillna("").astype(str).replace("", "undefined")
+    counts = pd.crosstab(pd.Categorical(rows, categories=pd.unique(rows)), types)
+    extra = ["undefined"] if "undefined" in counts.columns else []
+    counts = counts.reindex(columns=[*HEAD_TYPES, *extra], fill_value=0)
+    counts.index.name, counts.columns.name = "layer", "head_type"
+    return counts
+
+
+def _type_shares(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
+    counts = type_counts(df)
+    number = counts.to_numpy(np.int64)
+    totals = number.sum(axis=1)
+    shares = number / np.maximum(totals, 1)[:, None]
+    rows, cols = shares.shape
+    fig, ax = _canvas(ax, (max(4.5, 1.1 * cols + 2.8), max(3.0, 0.38 * rows + 1.6)))
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(cols), [f"Type {t}" if t in HEAD_TYPES else t for t in counts.columns])
+    ax.set_yticks(range(rows), [str(r) for r in counts.index], fontsize=7 if rows > 16 else 9)
+    ax.set_ylabel("layer")
+    if rows * cols <= 600:
+        for i in range(rows):
+            for j in range(cols):
+                ax.text(
+                    j,
+                    i,
+                    f"{number[i, j]}/{totals[i]}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if shares[i, j] > 0.6 else "black",
+                )
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("share of the layer's heads")
+    ax.set_title(f"{_title(df)}: head types per layer (heads of the type / heads)", fontsize=9)
+    return fig
+
+
+# ----------------------------------------------------------------------------- spectra of the types
+
+
+def extreme_heads(df: pd.DataFrame, head_type: str, count: int = EXTREME_HEADS) -> pd.DataFrame:
+    """The ``count`` heads of ``head_type`` that go furthest its way: the largest b_sym (Type II),
+    c_sym (I+) or d_sym (I-); ties in table order."""
+    part = df[df["head_type"].astype(str) == head_type]
+    values = part[TYPE_PROFILE[head_type]].to_numpy(np.float64)
+    order = [i for i in np.argsort(-values, kind="stable") if math.isfinite(values[i])]
+    return part.iloc[order[:count]]
+
+
+def normalised_spectrum(heads: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over ``heads`` of alpha_i / ||S|| and of beta_i / ||S|| by rank i (shorter lobes padded with 0).
+
+    alpha: the positive eigenvalues of S in decreasing order, beta: the magnitudes of its negative
+    ones; ||S||^2 = ||alpha||^2 + ||beta||^2, so each head's spectrum has unit norm before the mean.
+    """
+    alphas = [np.asarray(a, dtype=np.float64) for a in heads["alpha"]]
+    betas = [np.asarray(b, dtype=np.float64) for b in heads["beta"]]
+    width = max([x.size for x in (*alphas, *betas)] + [1])
+    alpha = np.zeros((len(alphas), width))
+    beta = np.zeros((len(betas), width))
+    for k, (a, b) in enumerate(zip(alphas, betas, strict=True)):
+        norm = math.sqrt(float(a @ a + b @ b)) or 1.0
+        alpha[k, : a.size] = a / norm
+        beta[k, : b.size] = b / norm
+    if not len(alphas):
+        return np.zeros(0), np.zeros(0)
+    return alpha.mean(axis=0), beta.mean(axis=0)
+
+
+def _type_spectra(
+    df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[Axes] | None = None
+) -> Figure:
+    if axes is None:
+        fig = Figure(figsize=(11.0, 4.0))
+        axes = fig.subplots(1, len(HEAD_TYPES), sharey=True)
+    else:
+        fig = axes[0].figure
+    for ax, head_type in zip(axes, HEAD_TYPES, strict=True):
+        chosen = extreme_heads(df, head_type, count)
+        ax.axhline(0, color="0.3", lw=0.8)
+        ax.set_xlabel("rank i")
+        if not len(chosen):
+            ax.set_title(f"Type {head_type}: no head of this type", fontsize=8)
+            continue
+        alpha, beta = normalised_spectrum(chosen)
+        ranks = np.arange(1, alpha.size + 1)
+        colour = TYPE_COLOURS[head_type]
+        ax.bar(ranks, alpha, width=0.8, color=colour, label="α_i / ||S|| (positive eigenvalues)")
+        ax.bar(ranks, -beta, width=0.8, color=colour, alpha=0.45, label="−β_i / ||S|| (negative eigenvalues)")
+        where = ", ".join(
+            f"{layer}.{head}" for layer, head in zip(chosen["layer"], chosen["head"], strict=True)
+        )
+        ax.set_title(
+            f"Type {head_type}: the {len(chosen)} heads with the largest {TYPE_PROFILE[head_type]}\n"
+            f"(layer.head {where})",
+            fontsize=8,
+        )
+        ax.legend(fontsize=7, loc="upper right")
+    axes[0].set_ylabel("mean eigenvalue of S / ||S||")
+    fig.suptitle(f"{_title(df)}: mean normalised spectrum of S, most extreme heads of each type", fontsize=10)
+    fig.tight_layout()
     return fig
 
 
@@ -503,9 +671,6 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 # ----------------------------------------------------------------------------- 6. moments O and E
 
 MOMENT_COLUMNS = ("moment_O", "moment_E", "head_type")
-_TYPE_COLOURS = {"I+": "tab:red", "I-": "tab:blue", "II": "0.45"}
-
-
 def moment_scatter(
     df: pd.DataFrame,
     *,
@@ -544,7 +709,7 @@ def moment_scatter(
         )
     types = df["head_type"].fillna("").astype(str)
     defined = df["moment_O"].notna() & df["moment_E"].notna()
-    for head_type, colour in _TYPE_COLOURS.items():
+    for head_type, colour in TYPE_COLOURS.items():
         sub = df[defined & (types == head_type)]
         ax.scatter(
             sub["moment_O"],
@@ -604,7 +769,8 @@ def figure(
     head : (layer, head) or str, optional
         The head of the ``lobes`` figure (default: the most extreme, largest |symmetric_energy_z|).
     ax : matplotlib Axes, optional
-        Draw into these axes (a pair for ``lobes``) instead of a new figure; their figure is returned.
+        Draw into these axes (a pair for ``lobes``, three for ``type_spectra``) instead of a new figure;
+        their figure is returned.
     null_laws : mapping (n, N) -> NullLaw, optional
         The Gaussian null laws to draw in ``symmetric_energy_null`` (an analysis' own); other
         shapes are drawn with ``null_samples``, ``seed`` and ``cache_dir``.
@@ -640,6 +806,12 @@ def figure(
     if name == "symmetric_profiles":
         _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
         return _simplex(df, population=population, ax=ax, **_type_rule(settings))
+    if name == "head_types_per_layer":
+        _need(df, ("head_type",), "the head-type shares")
+        return _type_shares(df, ax)
+    if name == "type_spectra":
+        _need(df, ("head_type", "alpha", "beta", *TYPE_PROFILE.values()), "the mean spectra by type")
+        return _type_spectra(df, axes=ax)
     if name == "moments_O_E":
         _need(df, MOMENT_COLUMNS, "the O-E figure")
         return moment_scatter(
@@ -710,6 +882,8 @@ def plot_results(
             ),
             "symmetric_energy_null",
         )
+        if "head_type" in df.columns:
+            save(_type_shares(df), "head_types_per_layer")
         save(_simplex(df, population=population, **_type_rule(settings)), "symmetric_profiles")
         if set(MOMENT_COLUMNS) <= set(df.columns):
             save(
@@ -721,6 +895,8 @@ def plot_results(
         else:
             warnings.warn("the table has no moment columns: the O-E figure skipped", stacklevel=2)
         if {"alpha", "beta"} <= set(df.columns):
+            if {"head_type", *TYPE_PROFILE.values()} <= set(df.columns):
+                save(_type_spectra(df), "type_spectra")
             for layer, h in chosen:
                 save(_lobes(df, layer, h), f"lobes_layer{layer}_head{h}")
         else:

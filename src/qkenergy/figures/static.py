@@ -421,7 +421,13 @@ def _heatmap(canvas: _Canvas, trace: dict[str, Any]) -> None:
         for i in range(rows):
             for j in range(cols):
                 if cells[i, j] not in (None, ""):
-                    ax.text(j, i, _plain(cells[i, j]), ha="center", va="center", fontsize="small")
+                    # dark text on light cells and light on dark ones, as plotly chooses
+                    r, g, b, _ = cmap(norm(z[i, j])) if np.isfinite(z[i, j]) else (1, 1, 1, 1)
+                    light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5
+                    ax.text(
+                        j, i, _plain(cells[i, j]), ha="center", va="center", fontsize="small",
+                        color="black" if light else "white",
+                    )  # fmt: skip
     if axis:
         canvas.colour_bar(axis, mesh)
     else:
@@ -478,7 +484,31 @@ def _shape(canvas: _Canvas, shape: Mapping[str, Any]) -> None:
         )
 
 
+def _shared_limits(canvas: _Canvas) -> None:
+    """Axes that plotly links (``matches``, e.g. make_subplots' shared_yaxes) get one common range."""
+    for letter in ("x", "y"):
+        groups: dict[str, list[Axes]] = {}
+        for key, ax in canvas.axes.items():
+            found = re.match(r"(x\d*)(y\d*)", key)
+            if found is None:
+                continue
+            ref = found.group(1) if letter == "x" else found.group(2)
+            target = (canvas.layout.get(_axis_key(ref)) or {}).get("matches") or ref
+            groups.setdefault(str(target), []).append(ax)
+        for axes in groups.values():
+            if len(axes) < 2:
+                continue
+            limits = [ax.get_xlim() if letter == "x" else ax.get_ylim() for ax in axes]
+            low, high = min(min(lim) for lim in limits), max(max(lim) for lim in limits)
+            for ax in axes:
+                if letter == "x":
+                    ax.set_xlim(low, high)
+                else:
+                    ax.set_ylim(low, high)
+
+
 def _axes_style(canvas: _Canvas) -> None:
+    _shared_limits(canvas)
     for key, ax in canvas.axes.items():
         if "ternary" in key:
             continue

@@ -11,7 +11,10 @@ headless browser, in kaleido and on machines without a GPU.
    over the band null mean +- 2 sd and the baseline (N+1)/(2N).
 2. ``symmetric_energy_by_depth``: s against relative depth, per-layer medians.
 3. ``head_types``: shares of Type II, I+ and I- heads per model.
+3a. ``head_types_per_layer``: the share of each type per layer, one heatmap per model.
 4. ``symmetric_profiles``: (b_sym, c_sym, d_sym) on the simplex, one per model.
+4a. ``type_spectra`` (heads with lobes ``alpha``, ``beta``): per type, each model's mean
+   normalised spectrum of S over its heads that go furthest that type's way.
 4b. ``moments_O_E`` (heads with moment columns): E against O per head, by type, one
    panel per model, over the Gaussian null's cloud of each head shape.
 5. ``training_steps`` (heads with a ``step``): median s per layer against step;
@@ -49,6 +52,8 @@ WIDTH = 1000  # static export width in pixels; the HTML figures fill the page wi
 _PALETTE = qualitative.D3 + qualitative.Dark2
 _TYPE_COLOURS = {"II": "#7f7f7f", "I+": "#d62728", "I-": "#1f77b4", "undefined": "#dddddd"}
 _FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
+_BAND_FILL = "rgba(255,150,0,0.45)"  # the null band: a colour of its own, seen against grey and the points
+_BAND_EDGE = "rgba(200,100,0,0.9)"
 
 
 @dataclass(frozen=True)
@@ -156,14 +161,15 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
                 else math.nan
             )
             if math.isfinite(sd):
+                # An edge as well as a fill: at a few null sd the band is only pixels high.
                 fig.add_shape(
                     type="rect",
                     x0=i - 0.45,
                     x1=i + 0.45,
                     y0=base - 2 * sd,
                     y1=base + 2 * sd,
-                    fillcolor="rgba(120,120,120,0.22)",
-                    line={"width": 0},
+                    fillcolor=_BAND_FILL,
+                    line={"width": 1, "color": _BAND_EDGE},
                     layer="below",
                 )
             fig.add_shape(
@@ -174,14 +180,40 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
                 y1=base,
                 line={"color": "black", "width": 1.5, "dash": "dash"},
             )
-    _layout(fig, 460, showlegend=False)
+    # Legend entries for the lines and bands (shapes have none of their own).
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line={"color": "black", "width": 1.5, "dash": "dash"},
+            name="random baseline (N+1)/(2N)",
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            marker={
+                "symbol": "square",
+                "size": 12,
+                "color": _BAND_FILL,
+                "line": {"width": 1, "color": _BAND_EDGE},
+            },
+            name="null law: mean ± 2 sd",
+            hoverinfo="skip",
+        )
+    )
+    _layout(fig, 460)
     fig.update_xaxes(categoryorder="array", categoryarray=models, title_text="model")
     fig.update_yaxes(title_text="symmetric energy s = ||S||²/||L||²")
     return ReportFigure(
         "symmetric_energy_by_model",
         "Symmetric energy per model against its random baseline",
         "Each point is a head; the box spans its model's quartiles. The dashed line is the exact mean of "
-        "a random (Gaussian) head of the same shape, (N+1)/(2N); the grey band is that null law's mean "
+        "a random (Gaussian) head of the same shape, (N+1)/(2N); the orange band is that null law's mean "
         "± 2 standard deviations. Heads far outside the band are more symmetric (above) or more skew "
         "(below) than chance.",
         fig,
@@ -272,6 +304,133 @@ def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
         "Undefined: heads with L = 0 or non-finite weights.",
         fig,
         400,
+    )
+
+
+# ----------------------------------------------------------------------------- 3a. types per layer
+
+
+def _layer_labels(frame: pd.DataFrame) -> pd.Series:
+    """'3', or 'encoder 3' for a layer of a named stack."""
+    label = frame["layer"].astype(str)
+    if "stack" in frame.columns:
+        stack = text(frame["stack"])
+        label = label.where(stack == "", stack + " " + label)
+    return label
+
+
+def _type_shares(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
+    fig = make_subplots(
+        rows=len(models), cols=1, subplot_titles=models, vertical_spacing=min(0.08, 0.35 / len(models))
+    )
+    for row, name in enumerate(models, start=1):
+        part = heads[heads["model"] == name]
+        part = part.sort_values([c for c in ("stack", "layer") if c in part.columns], kind="stable")
+        layers = pd.Categorical(_layer_labels(part), categories=pd.unique(_layer_labels(part)))
+        types = text(part["head_type"]).replace("", "undefined")
+        kinds = [*HEAD_TYPES, *(["undefined"] if (types == "undefined").any() else [])]
+        counts = pd.crosstab(types, layers).reindex(index=kinds, fill_value=0)
+        number = counts.to_numpy(np.int64)
+        totals = number.sum(axis=0)
+        shares = number / np.maximum(totals, 1)
+        labels = np.array(
+            [[f"{k}/{t}" for k, t in zip(r, totals, strict=True)] for r in number], dtype=object
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=shares,
+                x=[str(c) for c in counts.columns],
+                y=[f"Type {k}" if k in HEAD_TYPES else k for k in kinds],
+                coloraxis="coloraxis",
+                text=labels,
+                texttemplate="%{text}" if number.shape[1] <= 40 else None,
+                hovertemplate=f"<b>{name}</b><br>layer %{{x}}, %{{y}}: %{{text}} heads (%{{z:.0%}})<extra></extra>",
+                xgap=1,
+                ygap=1,
+            ),
+            row=row,
+            col=1,
+        )
+        # one axis title, under the last panel: above it would crowd the next model's name
+        fig.update_xaxes(title_text="layer" if row == len(models) else None, type="category", row=row, col=1)
+    height = 80 + 170 * len(models)
+    _layout(
+        fig,
+        height,
+        coloraxis={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "share"}}},
+    )
+    return ReportFigure(
+        "head_types_per_layer",
+        "Head types per layer",
+        "For each model and layer, the share of the layer's heads of each type (the cells give the counts): "
+        "where in depth the Type II heads (paired lobes), the I+ heads (excess positive lobe) and the I- heads "
+        "(excess negative lobe) sit.",
+        fig,
+        height,
+    )
+
+
+# ----------------------------------------------------------------------------- 4a. spectra of the types
+
+
+def _type_spectra(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
+    from qkenergy.figures.plots import EXTREME_HEADS, TYPE_PROFILE, extreme_heads, normalised_spectrum
+
+    fig = make_subplots(
+        rows=1,
+        cols=len(HEAD_TYPES),
+        shared_yaxes=True,
+        subplot_titles=[f"Type {t}: largest {TYPE_PROFILE[t]}" for t in HEAD_TYPES],
+        horizontal_spacing=0.04,
+    )
+    named: set[str] = set()  # each model in the legend once, from its first panel with heads
+    for col, head_type in enumerate(HEAD_TYPES, start=1):
+        for name in models:
+            chosen = extreme_heads(heads[heads["model"] == name], head_type)
+            if not len(chosen):
+                continue
+            alpha, beta = normalised_spectrum(chosen)
+            ranks = np.arange(1, alpha.size + 1)
+            heads_text = ", ".join(
+                f"{layer}.{h}" for layer, h in zip(chosen["layer"], chosen["head"], strict=True)
+            )
+            for values, lobe, dash in ((alpha, "α_i", "solid"), (-beta, "−β_i", "dot")):
+                fig.add_trace(
+                    go.Scatter(
+                        x=ranks,
+                        y=values,
+                        mode="lines",
+                        line={"color": colours[name], "width": 1.8, "dash": dash},
+                        name=name,
+                        legendgroup=name,
+                        showlegend=name not in named,
+                        hovertemplate=f"<b>{name}</b>, Type {head_type} (layer.head {heads_text})<br>"
+                        f"rank %{{x}}: mean {lobe} / ||S|| = %{{y:.3f}}<extra></extra>",
+                    ),
+                    row=1,
+                    col=col,
+                )
+                named.add(name)
+        fig.add_hline(y=0, line={"color": "black", "width": 1}, row=1, col=col)
+        fig.update_xaxes(title_text="rank i", row=1, col=col)
+    fig.update_yaxes(title_text="mean eigenvalue of S / ||S||", row=1, col=1)
+    # the legend above the panels' titles, not on them
+    _layout(
+        fig,
+        440,
+        margin={"l": 70, "r": 30, "t": 90, "b": 60},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "x": 0},
+    )
+    return ReportFigure(
+        "type_spectra",
+        "Mean normalised spectrum of S, most extreme heads of each type",
+        f"For each type and model, the mean over the model's {EXTREME_HEADS} heads of that type that go "
+        "furthest its way (the largest b_sym for Type II, c_sym for I+, d_sym for I-) of the eigenvalues of "
+        "the symmetric part S divided by ||S||: the positive ones α_i above zero (solid), the negative "
+        "ones −β_i below (dotted), by rank i. Matched lobes mirror each other; an I+ head's upper lobe "
+        "outweighs its lower one, an I- head's the reverse.",
+        fig,
+        440,
     )
 
 
@@ -709,8 +868,11 @@ def report_figures(
         _by_model(heads, order, colours),
         _by_depth(heads, order, colours),
         _head_types(heads, order),
+        _type_shares(heads, order),
         _simplex(heads, order),
     ]
+    if {"alpha", "beta", "head_type", "b_sym", "c_sym", "d_sym"} <= set(heads.columns):
+        figures.append(_type_spectra(heads, order, colours))
     if {"moment_O", "moment_E", "n", "N"} <= set(heads.columns) and heads["moment_O"].notna().any():
         figures.append(_moments(heads, order, moment_clouds(heads)))
     if "step" in heads.columns and present(heads["step"]):
