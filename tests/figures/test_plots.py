@@ -71,7 +71,9 @@ def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path)
     df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
     with pytest.warns(UserWarning, match="lobe figures skipped"):
         paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
-    assert len(paths) == 5  # heatmap, null, head types per layer, profiles, O-E (no null columns needed): no spectra without lobes
+    assert (
+        len(paths) == 5
+    )  # heatmap, null, head types per layer, profiles, O-E (no null columns needed): no spectra without lobes
     # Without z-scores the most extreme head is the farthest from the baseline.
     s = table["symmetric_energy"] - 385 / 768
     assert choose_head(df) == tuple(table.loc[s.abs().idxmax(), ["layer", "head"]])

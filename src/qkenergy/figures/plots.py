@@ -252,7 +252,7 @@ def _null_histogram(
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     colours = ["0.15", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
-    laws = []
+    drawn: list[tuple[np.ndarray, str, float]] = []
     for k, (n, N) in enumerate(shapes):
         law = (laws or {}).get((int(n), int(N))) or null_law(
             int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
@@ -275,7 +275,7 @@ def _null_histogram(
                 label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)",
             )
             lo, hi = min(lo, draws.min()), max(hi, draws.max())
-            laws.append((draws, colour, base))
+            drawn.append((draws, colour, base))
         axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
         lo, hi = min(lo, base), max(hi, base)
     if s.size:
@@ -288,8 +288,8 @@ def _null_histogram(
     ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
     ax.set_ylabel("heads")
     axn.set_ylabel("null density")
-    if laws:
-        _null_zoom(ax, s, *laws[0], right=laws[0][2] <= (lo + hi) / 2)
+    if drawn:
+        _null_zoom(ax, s, *drawn[0], right=drawn[0][2] <= (lo + hi) / 2)
     handles = ax.get_legend_handles_labels()
     handles_n = axn.get_legend_handles_labels()
     axn.legend(
@@ -404,14 +404,12 @@ def normalised_spectrum(heads: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return alpha.mean(axis=0), beta.mean(axis=0)
 
 
-def _type_spectra(
-    df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[Axes] | None = None
-) -> Figure:
+def _type_spectra(df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[Axes] | None = None) -> Figure:
     if axes is None:
         fig = Figure(figsize=(11.0, 4.0))
         axes = fig.subplots(1, len(HEAD_TYPES), sharey=True)
     else:
-        fig = axes[0].figure
+        fig = cast(Figure, axes[0].figure)
     for ax, head_type in zip(axes, HEAD_TYPES, strict=True):
         chosen = extreme_heads(df, head_type, count)
         ax.axhline(0, color="0.3", lw=0.8)
@@ -671,6 +669,8 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 # ----------------------------------------------------------------------------- 6. moments O and E
 
 MOMENT_COLUMNS = ("moment_O", "moment_E", "head_type")
+
+
 def moment_scatter(
     df: pd.DataFrame,
     *,
