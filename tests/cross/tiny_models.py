@@ -450,4 +450,22 @@ CASES: dict[str, Tiny] = {
     "dinov2_with_registers": Tiny(
         "Dinov2WithRegistersConfig", "Dinov2WithRegistersModel", dict(mlp_ratio=2), inputs="image"
     ),
+    "granitemoehybrid": Tiny(
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        dict(mamba_n_heads=8, mamba_d_head=8, layer_types=["mamba", "attention"]),
+    ),
+    "granitemoehybrid-rope": Tiny(
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        dict(
+            mamba_n_heads=8,
+            mamba_d_head=8,
+            layer_types=["mamba", "attention"],
+            position_embedding_type="rope",
+        ),
+    ),
+    "bamba": Tiny(
+        "BambaConfig", "BambaForCausalLM", dict(mamba_n_heads=8, mamba_d_head=8, attn_layer_indices=[1])
+    ),
 }

@@ -235,6 +235,13 @@ def _exaone4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     )
 
 
+def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Granite 4.0-H rotates only with position_embedding_type rope (its released models do not)."""
+    if config.get("position_embedding_type") == "rope":
+        return layout
+    return dataclasses.replace(layout, positional="none")
+
+
 # Layers with softmax attention in hybrid models, by their config's layer types.
 _FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
 _MLA_LATENT = LatentAttention(
@@ -891,6 +898,23 @@ FAMILIES: dict[str, Family] = {
         "MiniMaxForCausalLM",
         "MiniMax-Text-01",
         "hybrid: rows for the softmax-attention layers only (the others are lightning linear attention)",
+    ),
+    "granitemoehybrid": _family(
+        _llama_like(
+            attention_layers=(LayerPattern("layer_types", members=("attention", "full_attention")),),
+            adjust=_granite_hybrid_adjust,
+        ),
+        "GraniteMoeHybridForCausalLM",
+        "Granite 4.0-H",
+        "hybrid: rows for the attention layers only (the others are Mamba-2); no positions unless "
+        "position_embedding_type is rope",
+        "rope with position_embedding_type rope",
+    ),
+    "bamba": _family(
+        _llama_like(attention_layers=(LayerPattern("attn_layer_indices", kind="indices"),)),
+        "BambaForCausalLM",
+        "Bamba",
+        "hybrid: rows for the attention layers only (attn_layer_indices; the others are Mamba-2)",
     ),
     "kimi_linear": _family(
         _mla(
