@@ -64,8 +64,9 @@ class Tiny:
     # Attention modules the model runs that no layout reads (class names), with the reason in the docs.
     unread: tuple[str, ...] = ()
     # A 2-D rotary embedding (rope_2d vision towers) is replaced by the identity (cos 1, sin 0):
-    # the form read is the one at offset (0, 0).
-    identity_rope: bool = False
+    # the form read is the one at offset (0, 0). The rotary modules whose qualified name
+    # contains this ("" for every one); None: none is replaced.
+    identity_rope: str | None = None
     # The forward runs on this submodule of the model ("" for the model itself).
     run: str = ""
 
@@ -339,7 +340,7 @@ CASES: dict[str, Tiny] = {
         ),
         inputs="gemma3",
     ),
-    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=True),
+    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=""),
     "modernbert-decoder": Tiny("ModernBertDecoderConfig", "ModernBertDecoderForCausalLM"),
     "wav2vec2": Tiny("Wav2Vec2Config", "Wav2Vec2Model", _AUDIO, inputs="audio"),
     "wav2vec2-stable": Tiny(
@@ -402,8 +403,12 @@ CASES: dict[str, Tiny] = {
             text_config=dict(
                 _TOWER, model_type="mistral", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB
             ),
-            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=12, patch_size=4),
+            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=16, patch_size=4),
+            image_token_index=5,
+            spatial_merge_size=2,
         ),
+        inputs="mistral3",
+        identity_rope="vision_tower",  # Pixtral's 2-D RoPE; the text decoder keeps its own
     ),
     "llama4": Tiny(
         "Llama4Config",

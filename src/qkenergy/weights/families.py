@@ -821,11 +821,24 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5_moe_text": _family(
         _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
     ),
-    "mistral3": _family(
-        _llama_like(config_section="text_config", within="language_model"),
-        "Mistral3ForConditionalGeneration",
-        "Mistral Small 3.1 / 3.2, Magistral Small",
-        "the text decoder is read; the Pixtral vision tower (2-D RoPE) is not yet read",
+    "mistral3": Family(
+        (
+            _llama_like(stack="text", config_section="text_config", within="language_model"),
+            Layout(
+                query="transformer.layers.{i}.attention.q_proj.weight",
+                key="transformer.layers.{i}.attention.k_proj.weight",
+                norm="transformer.layers.{i}.attention_norm.weight",
+                head_dim_key="head_dim",
+                stack="vision",
+                positional="rope_2d",
+                config_section="vision_config",
+                within="vision_tower",
+            ),
+        ),
+        models="Mistral Small 3.1 / 3.2, Magistral Small",
+        proof="Mistral3ForConditionalGeneration",
+        note="two towers: the Mistral text decoder and the Pixtral vision encoder, whose 2-D RoPE over "
+        "patch rows and columns makes its form the one at offset (0, 0)",
     ),
     "llama4": _family(
         _llama4_text(config_section="text_config", within="language_model"),
