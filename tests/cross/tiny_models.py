@@ -4,7 +4,7 @@ Every case names the config class and the model class of one family (the class
 ``qkenergy layouts`` names as its proof) and only what differs from the shared
 tiny sizes: :func:`tiny_config` starts from the config class's defaults and
 shrinks every size key the class has (hidden width 32, 4 query heads, 2 key
-heads, 2 layers, head_dim 8, 64 tokens, tiny towers), recursively for the
+heads, 2 layers, head_dim 8, a vocabulary of 64, tiny towers), recursively for the
 sub-configs of multimodal models. Anything a case sets wins.
 """
 
