@@ -211,6 +211,10 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
             pixel_attention_mask=mask,
             spatial_shapes=torch.tensor([[3, 3]]),
         )
+    if kind == "mistral3":  # a 16 x 16 image: 4 x 4 patches merged 2 x 2 into 4 image tokens
+        ids[0, 1:5] = config.image_token_index
+        image = torch.randn((1, 3, 16, 16), generator=gen)
+        return dict(input_ids=ids, pixel_values=image, image_sizes=torch.tensor([[16, 16]]))
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
@@ -457,11 +461,11 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     rec, calls = Recorder(), Calls()
     stages = _plan(model, tensors, archs, calls, rec)
     mode = _watch_score_products(model, stages, tensors, calls, rec) if case.scores_in_module else None
-    if case.identity_rope:
+    if case.identity_rope is not None:
         calls.hooks += [
             m.register_forward_hook(_identity_rotation)
-            for m in model.modules()
-            if "Rope" in type(m).__name__ or "Rotary" in type(m).__name__
+            for name, m in model.named_modules()
+            if ("Rope" in type(m).__name__ or "Rotary" in type(m).__name__) and case.identity_rope in name
         ]
     inputs = _inputs(case.inputs, config)
     # A qk-norm after the rotary embedding: the form read is the one at position 0.

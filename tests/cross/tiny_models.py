@@ -4,7 +4,7 @@ Every case names the config class and the model class of one family (the class
 ``qkenergy layouts`` names as its proof) and only what differs from the shared
 tiny sizes: :func:`tiny_config` starts from the config class's defaults and
 shrinks every size key the class has (hidden width 32, 4 query heads, 2 key
-heads, 2 layers, head_dim 8, 64 tokens, tiny towers), recursively for the
+heads, 2 layers, head_dim 8, a vocabulary of 64, tiny towers), recursively for the
 sub-configs of multimodal models. Anything a case sets wins.
 """
 
@@ -64,8 +64,9 @@ class Tiny:
     # Attention modules the model runs that no layout reads (class names), with the reason in the docs.
     unread: tuple[str, ...] = ()
     # A 2-D rotary embedding (rope_2d vision towers) is replaced by the identity (cos 1, sin 0):
-    # the form read is the one at offset (0, 0).
-    identity_rope: bool = False
+    # the form read is the one at offset (0, 0). The rotary modules whose qualified name
+    # contains this ("" for every one); None: none is replaced.
+    identity_rope: str | None = None
     # The forward runs on this submodule of the model ("" for the model itself).
     run: str = ""
 
@@ -339,7 +340,7 @@ CASES: dict[str, Tiny] = {
         ),
         inputs="gemma3",
     ),
-    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=True),
+    "dinov3_vit": Tiny("DINOv3ViTConfig", "DINOv3ViTModel", inputs="image", identity_rope=""),
     "modernbert-decoder": Tiny("ModernBertDecoderConfig", "ModernBertDecoderForCausalLM"),
     "wav2vec2": Tiny("Wav2Vec2Config", "Wav2Vec2Model", _AUDIO, inputs="audio"),
     "wav2vec2-stable": Tiny(
@@ -402,8 +403,12 @@ CASES: dict[str, Tiny] = {
             text_config=dict(
                 _TOWER, model_type="mistral", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB
             ),
-            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=12, patch_size=4),
+            vision_config=dict(_TOWER, model_type="pixtral", head_dim=8, image_size=16, patch_size=4),
+            image_token_index=5,
+            spatial_merge_size=2,
         ),
+        inputs="mistral3",
+        identity_rope="vision_tower",  # Pixtral's 2-D RoPE; the text decoder keeps its own
     ),
     "llama4": Tiny(
         "Llama4Config",
@@ -449,5 +454,23 @@ CASES: dict[str, Tiny] = {
     "ijepa": Tiny("IJepaConfig", "IJepaModel", _ENCODER, inputs="image"),
     "dinov2_with_registers": Tiny(
         "Dinov2WithRegistersConfig", "Dinov2WithRegistersModel", dict(mlp_ratio=2), inputs="image"
+    ),
+    "granitemoehybrid": Tiny(
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        dict(mamba_n_heads=8, mamba_d_head=8, layer_types=["mamba", "attention"]),
+    ),
+    "granitemoehybrid-rope": Tiny(
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        dict(
+            mamba_n_heads=8,
+            mamba_d_head=8,
+            layer_types=["mamba", "attention"],
+            position_embedding_type="rope",
+        ),
+    ),
+    "bamba": Tiny(
+        "BambaConfig", "BambaForCausalLM", dict(mamba_n_heads=8, mamba_d_head=8, attn_layer_indices=[1])
     ),
 }

@@ -235,6 +235,13 @@ def _exaone4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     )
 
 
+def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Granite 4.0-H rotates only with position_embedding_type rope (its released models do not)."""
+    if config.get("position_embedding_type") == "rope":
+        return layout
+    return dataclasses.replace(layout, positional="none")
+
+
 # Layers with softmax attention in hybrid models, by their config's layer types.
 _FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
 _MLA_LATENT = LatentAttention(
@@ -814,11 +821,24 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5_moe_text": _family(
         _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
     ),
-    "mistral3": _family(
-        _llama_like(config_section="text_config", within="language_model"),
-        "Mistral3ForConditionalGeneration",
-        "Mistral Small 3.1 / 3.2, Magistral Small",
-        "the text decoder is read; the Pixtral vision tower (2-D RoPE) is not yet read",
+    "mistral3": Family(
+        (
+            _llama_like(stack="text", config_section="text_config", within="language_model"),
+            Layout(
+                query="transformer.layers.{i}.attention.q_proj.weight",
+                key="transformer.layers.{i}.attention.k_proj.weight",
+                norm="transformer.layers.{i}.attention_norm.weight",
+                head_dim_key="head_dim",
+                stack="vision",
+                positional="rope_2d",
+                config_section="vision_config",
+                within="vision_tower",
+            ),
+        ),
+        models="Mistral Small 3.1 / 3.2, Magistral Small",
+        proof="Mistral3ForConditionalGeneration",
+        note="two towers: the Mistral text decoder and the Pixtral vision encoder, whose 2-D RoPE over "
+        "patch rows and columns makes its form the one at offset (0, 0)",
     ),
     "llama4": _family(
         _llama4_text(config_section="text_config", within="language_model"),
@@ -891,6 +911,23 @@ FAMILIES: dict[str, Family] = {
         "MiniMaxForCausalLM",
         "MiniMax-Text-01",
         "hybrid: rows for the softmax-attention layers only (the others are lightning linear attention)",
+    ),
+    "granitemoehybrid": _family(
+        _llama_like(
+            attention_layers=(LayerPattern("layer_types", members=("attention", "full_attention")),),
+            adjust=_granite_hybrid_adjust,
+        ),
+        "GraniteMoeHybridForCausalLM",
+        "Granite 4.0-H",
+        "hybrid: rows for the attention layers only (the others are Mamba-2); no positions unless "
+        "position_embedding_type is rope",
+        "rope with position_embedding_type rope",
+    ),
+    "bamba": _family(
+        _llama_like(attention_layers=(LayerPattern("attn_layer_indices", kind="indices"),)),
+        "BambaForCausalLM",
+        "Bamba",
+        "hybrid: rows for the attention layers only (attn_layer_indices; the others are Mamba-2)",
     ),
     "kimi_linear": _family(
         _mla(
