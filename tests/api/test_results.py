@@ -55,8 +55,12 @@ def test_model_analyze_and_qk_analyze_are_the_same(result, cache) -> None:
 
 def test_top_gives_the_most_symmetric_then_the_most_skew(result) -> None:
     top = result.top(3)
-    s = result.heads["symmetric_energy"].sort_values()
-    assert top["symmetric_energy"].tolist() == [*s.iloc[::-1][:3], *s.iloc[:3]]
+    heads = result.heads
+    s = heads["symmetric_energy"].sort_values()
+    baseline = ((heads["N"] + 1) / (2 * heads["N"])).reindex(s.index)
+    # the most symmetric among the heads above the random baseline, the most skew among those below it
+    expected = [*s[s > baseline].iloc[::-1][:3], *s[s < baseline][:3]]
+    assert top["symmetric_energy"].tolist() == expected
     with pytest.raises(qk.QKEnergyError, match="^k must be"):
         result.top(0)
 
@@ -88,6 +92,10 @@ def test_every_figure_without_writing_a_file(result, name, tmp_path, monkeypatch
         axes = own.subplots(1, 2)
         assert result.figure(name, ax=axes, head=(2, 3)) is own
         assert "layer 2, head 3" in own.texts[0].get_text() if own.texts else True
+    elif name == "type_spectra":
+        own = Figure()
+        axes = own.subplots(1, 3)
+        assert result.figure(name, ax=axes) is own and all(ax.has_data() for ax in axes)
     else:
         own = Figure()
         ax = own.add_subplot()
@@ -150,6 +158,6 @@ def test_a_read_analysis_reads_its_layer_table_only_when_used(written, tmp_path)
     (tmp_path / "minilm.layers.csv").write_text('layer,"unterminated\n0,1\n')  # a csv no parser reads
     back = qk.read(path)  # the heads alone: plotting them needs no layer table
     files = back.plot(tmp_path / "plots", formats=("png",), null_samples=SAMPLES)
-    assert len(files) == 4 and all(p.suffix == ".png" for p in files)
+    assert len(files) == 7 and all(p.suffix == ".png" for p in files)
     with pytest.raises(qk.QKEnergyError, match="minilm.layers.csv: cannot read as csv"):
         _ = back.layers

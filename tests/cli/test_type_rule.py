@@ -57,5 +57,5 @@ def test_bad_rule_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     code, _, err = run(capsys, "analyze", "--no-null", "--imbalance-cut", "1.5")
     assert code == 2 and "--imbalance-cut" in err
     # the survey refuses a bad rule before reading its manifest
-    with pytest.raises(QKEnergyError, match="--type-rule must be one of imbalance, radius"):
+    with pytest.raises(QKEnergyError, match="type_rule must be one of imbalance, radius"):
         engine.survey(tmp_path / "missing.toml", tmp_path / "out", type_rule="nope")

@@ -51,7 +51,7 @@ def test_verify_at_80_columns_is_one_line_per_check(
         cli.main(["verify", "--samples", "100"])
     out = capsys.readouterr().out
     assert not BOX & set(out) and "…" not in out
-    checks = [line for line in out.splitlines() if line.startswith(("pass ", "FAIL "))]
+    checks = [line for line in out.splitlines() if line.startswith(("pass  ", "FAIL  "))]
     assert len(checks) >= 8 and len(out.splitlines()) <= len(checks) + 8
     assert f"{len(checks)} of {len(checks)} checks passed" in out
     rows = verify.check_lemma5(100, 0)

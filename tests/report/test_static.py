@@ -169,7 +169,7 @@ def test_cli_report_without_a_browser(capsys, two_toys, tmp_path: Path, monkeypa
     stdout, stderr = capsys.readouterr()
     assert exit_info.value.code == 0, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("qkenergy: warning: no Chrome or Chromium found")
-    assert f"wrote {out} (2 models, 8 figures)" in stdout
+    assert f"wrote {out} (2 models, 9 figures)" in stdout
     assert (files_directory(out) / "symmetric_energy_by_model.svg").is_file()
 
 

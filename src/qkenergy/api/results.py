@@ -152,7 +152,8 @@ class Analysis:
         )
 
     def top(self, k: int = 5) -> pd.DataFrame:
-        """The ``k`` most symmetric heads (largest s, first) and then the ``k`` most skew (smallest s)."""
+        """The ``k`` most symmetric heads above the random baseline (largest s first), then the ``k`` most
+        skew below it (smallest s first): the summary's "heads worth a look"."""
         import pandas as pd
 
         from qkenergy.analysis.summary import notable_heads

@@ -709,7 +709,8 @@ def moment_scatter(
         )
     types = df["head_type"].fillna("").astype(str)
     defined = df["moment_O"].notna() & df["moment_E"].notna()
-    for head_type, colour in TYPE_COLOURS.items():
+    for head_type in ("I+", "I-", "II"):
+        colour = TYPE_COLOURS[head_type]
         sub = df[defined & (types == head_type)]
         ax.scatter(
             sub["moment_O"],
