@@ -277,7 +277,8 @@ def write_manifest(out: Path, runs: list[Run]) -> Path:
         for step in checkpoint_steps(run.steps):
             lines += [
                 "[[model]]",
-                f'source = "{out / run.name / f"checkpoint-{step}"}"',
+                # a JSON string is a TOML basic string: quotes and backslashes in DIR are escaped
+                f"source = {json.dumps(str(out / run.name / f'checkpoint-{step}'))}",
                 f'name = "{run.name}-step-{step:06d}"',
                 f"step = {step}",
                 f'group = "{run.name}"',
