@@ -287,6 +287,43 @@ def test_hostile_tables(tables: dict[str, Path], tmp_path: Path, case: str, comm
     assert files_under(tmp_path) == before  # no figure, no page, no folder
 
 
+_PEAK = """
+import json, resource, sys
+import pandas, pyarrow.csv, pyarrow.parquet
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.formats.tables import read_table
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rows = []
+for path in sys.argv[1:]:
+    try:
+        rows.append(len(read_table(path)))
+    except QKEnergyError as error:
+        rows.append(str(error).count("\\n"))
+print(json.dumps([rows, before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))
+"""
+
+
+def test_tables_are_read_in_bounded_memory(tables: dict[str, Path], tmp_path: Path) -> None:
+    """A 24 MiB table (some 28,000 heads) and the largest refused inputs, in a real process: the
+    peak memory stays near the size of what is read (the body parsed by Arrow, not cell by cell)."""
+    header, *body = tables["csv"].read_text().splitlines(keepends=True)
+    big = write(tmp_path / "big.csv", header + "".join(body) * ((24 << 20) // len("".join(body))))
+    cases = [big, _wide_csv(tables, tmp_path / "wide.csv")]
+    cases.append(write(tmp_path / "deep.json", '{"heads": ' + "[" * DEEP + "]" * DEEP + "}"))
+    cases.append(_csv_with(tables, tmp_path / "cell.csv", _set_cell("model", "m" * (2 << 20))))
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *map(str, cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    rows, imported_kib, peak_kib = json.loads(done.stdout)
+    assert rows[0] > 20_000 and rows[1:] == [0, 0, 0], (rows, done.stderr[-2000:])
+    # beyond what the imports take: the 24 MiB table, its Arrow strings and its frame
+    assert peak_kib - imported_kib < 300 * 1024, (imported_kib, peak_kib)
+
+
 def test_the_message_docs_columns_shows(tables: dict[str, Path], tmp_path: Path) -> None:
     table = _csv_with(tables, tmp_path / "t.csv", _set_cell("layer", "one"))
     result = run("plot", table, "-o", tmp_path / "figs")

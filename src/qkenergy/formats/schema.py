@@ -11,6 +11,7 @@ cell is one, else as text.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -202,7 +203,9 @@ def _texts(cells: Sequence[Any], name: str, where: str, source: str) -> list[str
             out.append("")
         elif isinstance(cell, str):
             if len(cell) > MAX_CELL_CHARS:
-                raise _fail(where, name, i, cell, f"text of at most {MAX_CELL_CHARS} characters")
+                raise QKEnergyError(
+                    f"{where}: column {show_name(name, 60)} row {i + 1}: text longer than {MAX_CELL_CHARS} characters"
+                )
             out.append(cell)
         elif source == "parquet" and isinstance(cell, float) and math.isnan(cell):
             out.append("")
@@ -230,12 +233,18 @@ def _lobes(cells: Sequence[Any], name: str, where: str, source: str) -> list[lis
     expected = "a list of finite numbers"
     for i, cell in enumerate(cells):
         if source == "csv":
+            if len(cell) > MAX_CELL_CHARS:
+                raise QKEnergyError(
+                    f"{where}: column {show_name(name, 60)} row {i + 1}: a cell longer than {MAX_CELL_CHARS} characters"
+                )
             if cell.strip() == "":
                 cell = []
             else:
                 try:
-                    cell = parse_value(cell.encode(), where, f"column {name!r} row {i + 1}")
-                except QKEnergyError:
+                    # a flat array (what qkenergy writes) parses at once; anything else with the bounds
+                    flat = cell.startswith("[") and cell.count("[") == 1 and "{" not in cell
+                    cell = json.loads(cell) if flat else parse_value(cell.encode(), where, "a cell")
+                except (QKEnergyError, ValueError):
                     raise _fail(where, name, i, cell, expected + " (JSON array text)") from None
         if cell is None:
             cell = []

@@ -276,7 +276,7 @@ def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.Data
     data: dict[str, Any] = {}
     for name in names:
         values = cells[name]
-        if isinstance(values, np.ndarray):  # Parquet numbers
+        if isinstance(values, np.ndarray):  # numbers, already converted (CSV, Parquet)
             values = check_numbers(values, name, where)
         else:
             values = check_cells(values, name, where, "parquet" if fmt == "parquet" else fmt)
@@ -316,43 +316,79 @@ def _check_names(names: list[Any], where: str) -> list[str]:
     return names
 
 
-def _csv_cells(source: Path, where: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The header and every column's cells of a CSV table (bounded: size, columns, rows, cell length)."""
+def _csv_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
+    """The header and every column of a CSV table (bounded: size, columns, rows, cell length).
+
+    The header is read with the csv module and checked first; the body is parsed by pyarrow into
+    Arrow strings (compact: no Python object per cell), and numeric columns are converted there,
+    so that a large table costs about its size in memory, not ten times it. Numbers come back as
+    float64 arrays (NaN for an empty cell), other columns as lists of text.
+    """
     import csv
     import io
 
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+
     raw = read_bytes(source, where, "the table", MAX_TABLE_BYTES)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise QKEnergyError(f"{where}: not UTF-8 text (byte {exc.start}); expected a CSV table") from None
     limit = csv.field_size_limit()
     csv.field_size_limit(MAX_CELL_CHARS)
     try:
-        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-        header = next(reader, None)
-        if header is None:
-            raise QKEnergyError(f"{where}: empty file; expected a CSV header of column names")
-        names = _check_names(header, where)
-        rows: list[list[str]] = []
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(names):
-                raise QKEnergyError(
-                    f"{where}: row {len(rows) + 1} has {len(row)} cells; the header names {len(names)} columns"
-                )
-            rows.append(row)
-            if len(rows) > MAX_ROWS:
-                raise _too_many(where, len(rows), "rows or more", MAX_ROWS)
+        head = raw[: 2 * MAX_CELL_CHARS].decode("utf-8", "replace")
+        header = next(csv.reader(io.StringIO(head, newline=""), strict=True), None)
     except csv.Error as exc:
         reason = " ".join(str(exc).split())[:120]
         if "field limit" in reason:
-            reason = f"a cell longer than {MAX_CELL_CHARS} characters"
-        raise QKEnergyError(f"{where}: line {reader.line_num}: not a valid CSV table ({reason})") from None
+            reason = f"a column name longer than {MAX_CELL_CHARS} characters"
+        raise QKEnergyError(f"{where}: not a valid CSV header ({reason})") from None
     finally:
         csv.field_size_limit(limit)
-    return names, {name: [row[j] for row in rows] for j, name in enumerate(names)}
+    if header is None:
+        raise QKEnergyError(f"{where}: empty file; expected a CSV header of column names")
+    names = _check_names(header, where)
+    try:
+        arrow = pcsv.read_csv(
+            pa.BufferReader(raw),
+            read_options=pcsv.ReadOptions(block_size=32 << 20, use_threads=False),
+            parse_options=pcsv.ParseOptions(newlines_in_values=True),
+            convert_options=pcsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowException, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        if "UTF8" in reason or "UTF-8" in reason:
+            reason = "text that is not UTF-8"
+        elif "Expected" in reason and "columns" in reason:
+            reason = "a row has another number of cells than the header has columns"
+        elif "straddl" in reason or "block" in reason:
+            reason = "a row longer than 32 MiB"
+        raise QKEnergyError(f"{where}: not a valid CSV table ({reason[:120]})") from None
+    try:
+        read_names = arrow.column_names  # pyarrow decodes them: ValueError for bytes that are not UTF-8
+    except ValueError:
+        read_names = None
+    if read_names != names:  # pyarrow read the header as the csv module did
+        raise QKEnergyError(f"{where}: not a valid CSV table (its header is not UTF-8 column names)")
+    if arrow.num_rows > MAX_ROWS:
+        raise _too_many(where, arrow.num_rows, "rows", MAX_ROWS)
+    cells: dict[str, Any] = {}
+    for name in names:
+        column = arrow.column(name)
+        if column_kind(name) not in ("text", "flag", "lobe"):
+            try:  # numbers, converted by Arrow; a cell that is not one: found cell by cell
+                numbers = pc.cast(
+                    pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column), pa.float64()
+                )
+                cells[name] = numbers.to_numpy(zero_copy_only=False).astype(np.float64)
+                continue
+            except (pa.ArrowException, ValueError):
+                pass
+        cells[name] = column.to_pylist()
+    return names, cells
 
 
 def _json_cells(
