@@ -37,7 +37,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 # The encoder and the decoder analysed, then side by side (docs/decoder.md).
 demo: $(VENV)/.installed
 	$(BIN)/qkenergy analyze -o results/minilm.csv --plot results/plots
-	$(BIN)/qkenergy analyze smollm2 -o results/smollm2.csv --plot results/plots-smollm2
+	$(BIN)/qkenergy analyze smollm2 --quiet -o results/smollm2.csv --plot results/plots-smollm2
 	$(BIN)/python docs/encoder_decoder.py results/minilm.csv results/smollm2.csv -o results/encoder_decoder.png
 
 test: $(VENV)/.installed-test

@@ -122,23 +122,32 @@ def script(path: Path) -> str:
 # ----------------------------------------------------------------------------- the examples
 
 
-def demo_commands() -> list[list[str]]:
-    """The qkenergy commands of ``make demo``, read from the Makefile's demo recipe."""
+def demo_commands() -> list[tuple[str, list[str]]]:
+    """The commands of ``make demo``, read from the Makefile's demo recipe: ("qkenergy" or
+    "python", its arguments), for its qkenergy commands and the repository scripts it runs."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, re.M)
     if recipe is None:
         raise RuntimeError("the Makefile has no demo recipe")
-    commands = [
-        shlex.split(line.strip())[1:] for line in recipe.group(1).splitlines() if "/qkenergy " in line
-    ]
-    if not commands:
+    commands = []
+    for line in recipe.group(1).splitlines():
+        program, *argv = shlex.split(line.strip())
+        if program.endswith("/qkenergy") or program.endswith("/python"):
+            commands.append((program.rsplit("/", 1)[1], argv))
+    if not any(program == "qkenergy" for program, _ in commands):
         raise RuntimeError("the Makefile's demo recipe runs no qkenergy command")
     return commands
 
 
 def example_demo(ws: Workspace) -> dict[str, str]:
-    """What ``make demo`` prints: its qkenergy commands, in a pipe at 80 columns."""
-    runs = [(shlex.join(["qkenergy", *argv]), ws.run(argv)) for argv in demo_commands()]
+    """What ``make demo`` prints: its commands, in a pipe at 80 columns."""
+    runs = [
+        (
+            shlex.join([program, *argv]),
+            ws.run(argv) if program == "qkenergy" else ws.python([str(ROOT / argv[0]), *argv[1:]]),
+        )
+        for program, argv in demo_commands()
+    ]
     heatmap = ws.root / "results" / "plots" / "symmetric_energy_heatmap.png"
     if heatmap.is_file():
         ws.files["docs/minilm_heatmap.png"] = heatmap

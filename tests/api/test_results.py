@@ -159,5 +159,5 @@ def test_a_read_analysis_reads_its_layer_table_only_when_used(written, tmp_path)
     back = qk.read(path)  # the heads alone: plotting them needs no layer table
     files = back.plot(tmp_path / "plots", formats=("png",), null_samples=SAMPLES)
     assert len(files) == 7 and all(p.suffix == ".png" for p in files)
-    with pytest.raises(qk.QKEnergyError, match="minilm.layers.csv: cannot read as csv"):
+    with pytest.raises(qk.QKEnergyError, match="minilm.layers.csv: not a valid CSV header"):
         _ = back.layers

@@ -404,6 +404,10 @@ def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | 
             f"{here}: field 'quant_method' is {describe(method)}; expected the name of the method"
         )
     method = method.lower()
+    if method == "gguf":
+        # transformers writes this when it saves a model it loaded from a GGUF file: it dequantised
+        # every tensor on loading, so the safetensors beside this config hold plain weights
+        return None
     if method == "fp8":
         return _fp8(raw, here)
     if method == "fbgemm_fp8":
