@@ -14,7 +14,7 @@ from rich.console import Console
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.analysis.summary import layer_summary, print_summary, verdict
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.formats import tables
+from qkenergy.formats import csv_table
 from qkenergy.formats.columns import concat, list_column, to_frame
 from qkenergy.formats.tables import read_table, write_table
 from qkenergy.report.outputs import write_outputs
@@ -135,7 +135,7 @@ def test_atomic_on_failure(table: pd.DataFrame, tmp_path: Path, monkeypatch: pyt
         raise RuntimeError("disk full")
 
     # DataFrames are written through the column writer (text cells neutralised, CR quoted)
-    monkeypatch.setattr(tables, "write_csv", broken)
+    monkeypatch.setattr(csv_table, "write_csv", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         write_table(table, target)
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]

@@ -9,7 +9,9 @@ made here:
 - ``model_source``: the MODEL argument and what it resolved to (see :func:`model_source`),
   with a fingerprint of every weight file read (see :func:`fingerprint_files`).
 
-Where the settings live (:func:`read_settings` reads all three):
+Where the settings live (each table format module writes and reads its own,
+:mod:`qkenergy.formats.recorded_settings` holds their JSON text and checks;
+:func:`read_settings` asks the module of a file's extension):
 
 - Parquet: the file's key-value metadata under the key ``qkenergy`` (JSON text);
 - JSON: the ``"settings"`` member of the top-level object
@@ -21,7 +23,6 @@ Where the settings live (:func:`read_settings` reads all three):
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 import shlex
@@ -37,6 +38,15 @@ from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
 from qkenergy.base.version import __version__
+from qkenergy.formats.recorded_settings import (
+    MAX_SETTINGS_BYTES,
+    METADATA_KEY,
+    SIDECAR_SUFFIX,
+    check_settings,
+    parse_settings,
+    settings_json,
+    sidecar_path,
+)
 from qkenergy.weights.safetensors_io import TensorSource, show_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,10 +68,6 @@ __all__ = [
     "sidecar_path",
 ]
 
-METADATA_KEY = "qkenergy"
-SIDECAR_SUFFIX = ".meta.json"
-MAX_SETTINGS_BYTES = 16 << 20
-"""Largest settings read back (a sidecar, a Parquet file's metadata): a run's are some kilobytes."""
 # How much of a weight file is hashed at a time: bounded memory whatever the tensor size.
 _CHUNK = 4 << 20
 # A hub snapshot directory is named after the commit it holds.
@@ -355,121 +361,25 @@ def fingerprint_files(
 # ----------------------------------------------------------------------------- reading back
 
 
-def sidecar_path(table: str | os.PathLike[str]) -> Path:
-    """The settings file beside a CSV table: ``results.csv`` -> ``results.csv.meta.json``."""
-    table = Path(table)
-    return table.with_name(table.name + SIDECAR_SUFFIX)
-
-
-def settings_json(settings: Mapping[str, Any]) -> str:
-    """The settings as strict JSON text (NaN as null)."""
-    return json.dumps(json_safe(dict(settings)), allow_nan=False, sort_keys=False)
-
-
 def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The settings recorded with a table (.parquet, .json or .csv with its sidecar); None for older files.
 
-    Read as any input is: regular files of bounded size (a JSON table at most
-    :data:`qkenergy.formats.schema.MAX_TABLE_BYTES`, a sidecar or Parquet
-    metadata at most :data:`MAX_SETTINGS_BYTES`), JSON nested at most 64 deep,
-    every setting a reader uses checked for its type (:func:`check_settings`).
+    The table's format module (:data:`qkenergy.formats.tables.FORMATS`, by
+    extension) reads them as any input is read: regular files of bounded size
+    (a JSON table at most :data:`qkenergy.formats.schema.MAX_TABLE_BYTES`, a
+    sidecar or Parquet metadata at most :data:`MAX_SETTINGS_BYTES`), JSON nested
+    at most 64 deep, every setting a reader uses checked for its type
+    (:func:`check_settings`).
     """
-    from qkenergy.formats.schema import MAX_TABLE_BYTES
-    from qkenergy.weights.json_input import open_regular, parse_object, parse_value, read_bytes
+    from qkenergy.formats.tables import FORMATS
 
     source = Path(path)
-    suffix = source.suffix.lower()
-    where = show_path(source)
-    if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            with open_regular(source, where) as fh:
-                metadata = pq.read_schema(fh).metadata or {}
-        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
-            raise QKEnergyError(f"{where}: not a readable Parquet file ({_first_line(exc)})") from None
-        return parse_settings(metadata.get(METADATA_KEY.encode()), where)
-    if suffix == ".json":
-        document = parse_value(read_bytes(source, where, "the table", MAX_TABLE_BYTES), where, "the table")
-        # before settings were recorded: a plain list of records
-        return check_settings(document.get("settings"), where) if isinstance(document, dict) else None
-    if suffix == ".csv":
-        sidecar = sidecar_path(source)
-        if not sidecar.exists():
-            return None
-        side = show_path(sidecar)
-        document = parse_object(
-            read_bytes(sidecar, side, "the settings", MAX_SETTINGS_BYTES), side, "the settings"
+    table_format = FORMATS.get(source.suffix.lower())
+    if table_format is None:
+        raise QKEnergyError(
+            f"{show_path(source)}: no settings can be recorded in a {source.suffix.lower() or 'bare'} file"
         )
-        return check_settings(document.get("settings"), side)
-    raise QKEnergyError(f"{where}: no settings can be recorded in a {suffix or 'bare'} file")
-
-
-def _first_line(error: BaseException) -> str:
-    return (" ".join(str(error).split())[:200]) or type(error).__name__
-
-
-def parse_settings(raw: bytes | None, where: str) -> dict[str, Any] | None:
-    """Settings from a Parquet file's ``qkenergy`` metadata (JSON text; None when absent), checked."""
-    from qkenergy.weights.json_input import parse_object
-
-    if raw is None:
-        return None
-    if len(raw) > MAX_SETTINGS_BYTES:
-        raise QKEnergyError(f"{where}: its settings are larger than the {MAX_SETTINGS_BYTES}-byte limit")
-    return check_settings(parse_object(raw, where, "its settings (Parquet metadata 'qkenergy')"), where)
-
-
-# The settings a reader of a table uses, and what each must be (any other key is kept as it is).
-_TEXT_SETTINGS = ("model", "model_type", "initialisation", "null_kind", "qkenergy_version", "created")
-_COUNT_SETTINGS = {"n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "head_dim": 1, "hidden_size": 1,
-                   "samples": 0, "rotation_samples": 0, "seed": 0}  # fmt: skip
-_FLAG_SETTINGS = ("null", "per_layer", "fold_norm")
-
-
-def check_settings(settings: Any, where: str) -> dict[str, Any] | None:
-    """``settings`` (parsed JSON, None for a table without) checked: a JSON object whose keys that
-    readers use have their types (text, counts, flags, the radius in [0, 1], notes a list of
-    text, RoPE offsets a list of integers, ``rope`` an object); one line naming the key otherwise."""
-    from qkenergy.weights.json_input import describe, get_bool, get_int, get_str, json_type
-
-    if settings is None:
-        return None
-    if not isinstance(settings, dict):
-        raise QKEnergyError(f"{where}: its settings are not a JSON object (got {json_type(settings)})")
-    at = f"{where}: settings"
-    for key in _TEXT_SETTINGS:
-        get_str(settings, key, at)
-    for key, minimum in _COUNT_SETTINGS.items():
-        get_int(settings, key, at, minimum=minimum, maximum=2**53)
-    for key in _FLAG_SETTINGS:
-        get_bool(settings, key, at, default=False)
-    radius = settings.get("radius")
-    if radius is not None and (
-        isinstance(radius, bool) or not isinstance(radius, int | float) or not 0 <= radius <= 1
-    ):
-        raise QKEnergyError(f"{at}: field 'radius' is {describe(radius)}; expected a number in [0, 1]")
-    notes = settings.get("notes")
-    if notes is not None and (not isinstance(notes, list) or not all(isinstance(n, str) for n in notes)):
-        raise QKEnergyError(f"{at}: field 'notes' is {describe(notes)}; expected a list of text")
-    offsets = settings.get("rope_offsets")
-    if offsets is not None and (
-        not isinstance(offsets, list)
-        or not all(isinstance(d, int) and not isinstance(d, bool) for d in offsets)
-    ):
-        raise QKEnergyError(f"{at}: field 'rope_offsets' is {describe(offsets)}; expected a list of integers")
-    rope = settings.get("rope")
-    if rope is not None and rope is not False:
-        theta = rope.get("theta", []) if isinstance(rope, dict) else None
-        if not isinstance(theta, list) or not all(
-            isinstance(t, int | float) and not isinstance(t, bool) for t in theta
-        ):
-            raise QKEnergyError(
-                f"{at}: field 'rope' is {describe(rope)}; expected an object with a list 'theta'"
-            )
-        get_str(rope, "kind", f"{at}: field 'rope'")
-    return settings
+    return table_format.read_settings(source)
 
 
 def population_label(settings: Mapping[str, Any] | None, model: str | None = None) -> str:

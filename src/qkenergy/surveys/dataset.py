@@ -12,7 +12,10 @@ Benjamini-Hochberg columns (``symmetric_energy_p_bh``,
 and so cannot live in a per-layer file: :func:`load_survey` recomputes them
 per model. Each file adds ``group``, ``step``, ``source`` and
 ``revision`` from the manifest. Files are written atomically (temporary name
-starting with ``.``, which Parquet readers skip, then ``os.replace``).
+starting with ``.``, which Parquet readers skip, then ``os.replace``), and
+written and read by the package's one Parquet module
+(:mod:`qkenergy.formats.parquet_table`, as ``analyze -o heads.parquet`` is):
+the same settings metadata, the same bounds on what a file may hold.
 
 Each file says which unit it is: its Parquet metadata ``qkenergy_unit`` holds
 ``{"model", "layer", "table"}``, and the ledger records its SHA-256. A rerun
@@ -51,7 +54,6 @@ UNIT_KEY = "qkenergy_unit"
 # What manifest.model_name makes: a path component that is neither hidden nor a parent.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,199}")
 _PART = re.compile(r"layer-(\d{5,})\.parquet")
-_MAX_PART_BYTES = 1 << 30
 
 # BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
 # holding that null's sample count K).
@@ -90,32 +92,21 @@ def file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def _arrow_table(
-    frame: Any, extra: dict[str, Any], settings: dict[str, Any] | None, unit: dict[str, Any]
-) -> Any:
-    """The unit's frame as an Arrow table with stable column types (every file of a dataset agrees),
-    the settings it was made with in the file's metadata (as every qkenergy Parquet table has them)."""
-    import pyarrow as pa
-
-    from qkenergy.formats.provenance import METADATA_KEY, settings_json
-
+def _unit_frame(frame: Any, extra: dict[str, Any]) -> Any:
+    """The unit's frame as its file holds it: without ``model`` and the BH columns, with the manifest's."""
     frame = frame.drop(columns=[c for c in ("model", *BH_COLUMNS) if c in frame.columns])
     for key in MANIFEST_COLUMNS:
         frame[key] = extra.get(key)
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return frame
+
+
+def _unit_types(frame: Any) -> dict[str, Any]:
+    """Column types every unit file of a dataset agrees on (whatever one unit's values are)."""
+    import pyarrow as pa
+
     types = {"group": pa.string(), "step": pa.int64(), "source": pa.string(), "revision": pa.string()}
     types.update({c: pa.list_(pa.float64()) for c in ("alpha", "beta") if c in frame.columns})
-    for name, kind in types.items():
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, pa.field(name, kind), table.column(i).cast(kind))
-    # A column that is None in every row of this unit is stored as text, not Arrow's null type.
-    for i, field in enumerate(table.schema):
-        if pa.types.is_null(field.type):
-            table = table.set_column(i, pa.field(field.name, pa.string()), table.column(i).cast(pa.string()))
-    metadata = {UNIT_KEY: json.dumps(unit)}
-    if settings is not None:
-        metadata[METADATA_KEY] = settings_json(settings)
-    return table.replace_schema_metadata(metadata)
+    return types
 
 
 def write_unit(
@@ -127,15 +118,27 @@ def write_unit(
     extra: dict[str, Any],
     settings: dict[str, Any] | None = None,
 ) -> Path:
-    """Write one unit's file atomically (``settings`` in its Parquet metadata); returns its path."""
-    import pyarrow.parquet as pq
+    """Write one unit's file atomically (``settings`` in its Parquet metadata); returns its path.
 
+    Written by the package's Parquet writer (:func:`qkenergy.formats.parquet_table.write_frame`),
+    as ``analyze -o heads.parquet`` is, with stable column types (a column of nulls only as
+    text) and only qkenergy's metadata: the unit (``qkenergy_unit``) and the settings.
+    """
+    from qkenergy.formats import parquet_table
     from qkenergy.formats.tables import atomic_path
 
     target = unit_path(out, table, model, layer)
-    arrow = _arrow_table(frame, extra, settings, {"model": model, "layer": layer, "table": table})
+    unit = _unit_frame(frame, extra)
     with atomic_path(target) as tmp:
-        pq.write_table(arrow, tmp)
+        parquet_table.write_frame(
+            unit,
+            tmp,
+            settings=settings,
+            metadata={UNIT_KEY: json.dumps({"model": model, "layer": layer, "table": table})},
+            types=_unit_types(unit),
+            nulls_as_text=True,
+            pandas_metadata=False,
+        )
     return target
 
 
@@ -159,7 +162,8 @@ def _read_parts(root: Path, table: str, done: dict[str, str | None] | None) -> A
     the unit of its path, else one line.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from qkenergy.formats.parquet_table import read_arrow
 
     def refuse(path: Path, why: str) -> QKEnergyError:
         return QKEnergyError(
@@ -179,12 +183,11 @@ def _read_parts(root: Path, table: str, done: dict[str, str | None] | None) -> A
             if done[relative] is not None and file_sha256(path) != done[relative]:
                 raise refuse(path, "changed since the survey wrote it (its SHA-256 is not the ledger's)")
         layer = int(match.group(1))
-        try:
-            if path.stat().st_size > _MAX_PART_BYTES:
-                raise refuse(path, f"larger than {_MAX_PART_BYTES} bytes")
-            part = pq.read_table(path)
-        except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow: ValueError for bad UTF-8
-            raise refuse(path, f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})") from None
+        where = show_path(path)
+        try:  # the bounds of every qkenergy Parquet table (size, counts, names, column types, settings)
+            part, _ = read_arrow(path, where, unreadable="not a readable Parquet file")
+        except QKEnergyError as error:
+            raise refuse(path, str(error).removeprefix(f"{where}: ")) from None
         claim: Any = None
         with contextlib.suppress(ValueError, TypeError):
             claim = json.loads((part.schema.metadata or {}).get(UNIT_KEY.encode(), b"null"))
