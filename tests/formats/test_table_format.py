@@ -242,6 +242,8 @@ def test_a_registered_format_is_used_by_every_dispatch(
         tables.write_table(frame, tmp_path / "x.jsonl", layers=frame)
     with pytest.raises(QKEnergyError, match=r"accepted extensions: \.csv, \.parquet, \.json, \.jsonl"):
         tables.read_table(tmp_path / "t.xlsx")
-    with pytest.raises(QKEnergyError, match="missing column"):  # the shared checks apply to it too
-        tables.write_table(frame.drop(columns="head"), tmp_path / "no_head.jsonl")
-        tables.read_table(tmp_path / "no_head.jsonl")
+    tables.write_table(frame.drop(columns="head"), tmp_path / "no_head.jsonl")
+    with pytest.raises(
+        QKEnergyError, match=r"no_head\.jsonl: not a qkenergy head table; missing column\(s\) head"
+    ):
+        tables.read_table(tmp_path / "no_head.jsonl")  # the shared checks apply to it too
