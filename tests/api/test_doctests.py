@@ -11,6 +11,9 @@ MODULES = [
     "qkenergy.api.model",
     "qkenergy.api.head",
     "qkenergy.api.results",
+    "qkenergy.api.verification",
+    "qkenergy.api.lobes",
+    "qkenergy.api.layouts",
     "qkenergy.math.laws",
     "qkenergy.analysis.nullspec",
 ]
