@@ -599,6 +599,43 @@ def head_statistics(
     order. The work goes in pieces of query heads sharing a key head
     (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
     results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
+
+    Parameters
+    ----------
+    w_query : (..., n, N) ndarray
+        The heads' query blocks (with ``kv_head``: (H, n, N)); any float dtype.
+    w_key : (..., n, N) ndarray
+        The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
+    kv_head : (H,) ndarray of int, optional
+        The key head of each query head.
+    heads : sequence of int, optional
+        With ``kv_head``: the query heads, in order.
+    threads : int
+        Threads for the pieces.
+    radius : float
+        The radius rule's tolerance.
+    zero_tol : float
+        Eigenvalues below zero_tol * max|eigenvalue| count as 0 (n_pos, n_neg, n_zero).
+    type_rule : str
+        "imbalance" or "radius" (:func:`qkenergy.math.head_types.head_types`).
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+
+    Returns
+    -------
+    HeadStatistics
+        Every statistic of docs/columns.md per head, batch shape ``w_query.shape[:-2]``
+        (docs/mathematics.md §2-§4).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.statistics import head_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.standard_normal((2, 4, 16))
+    >>> stats = head_statistics(w, w)  # W_K = W_Q: L = W^T W is symmetric
+    >>> stats.symmetric_energy.tolist(), stats.head_type.tolist()
+    ([1.0, 1.0], ['I+', 'I+'])
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     N = np.shape(w_query)[-1]
