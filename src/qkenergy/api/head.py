@@ -41,7 +41,9 @@ class Head:
         The head's row blocks of the query and key projections, as stored (n: head
         dimension, N: residual width), in the checkpoint's dtype.
     layer, head : int
-        Where the head sits (0-based); ``kv_head`` is its key head (grouped-query attention).
+        Where the head sits (0-based).
+    kv_head : int, optional
+        Its key head under grouped-query attention (default: ``head``).
     stack : str
         The attention stack ("" for a single-stack model).
     offset : int
@@ -50,6 +52,8 @@ class Head:
         The layer's rotary settings (needed for ``offset`` > 0).
     radius : float
         The type II radius of ``head_type`` (docs/mathematics.md §3).
+    model : str
+        The model's name (for display).
 
     Attributes
     ----------

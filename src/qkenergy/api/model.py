@@ -34,6 +34,17 @@ _KEPT_LAYERS = 4  # layers kept in memory for further heads
 class Model:
     """A model whose heads carry their spectra and null laws (made by :func:`open`).
 
+    Parameters
+    ----------
+    source : ModelSource
+        The opened weights: config, tensor source, origin (``weights.checkpoint.open_model``).
+    stacks : list of (Architecture, str)
+        Each attention stack present, with the prefix of its tensor names.
+    argument : object
+        The ``model`` argument :func:`open` was given (analysis reads it again).
+    options : dict
+        The other arguments of :func:`open` (model_type, layout, revision, config).
+
     Attributes
     ----------
     name : str

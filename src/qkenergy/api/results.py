@@ -34,6 +34,21 @@ __all__ = ["Analysis", "analyze", "read"]
 class Analysis:
     """The per-head analysis of one model: tables, settings, null laws; summary, figures, files.
 
+    Made by :func:`analyze`, :meth:`qkenergy.Model.analyze` and :func:`read`.
+
+    Parameters
+    ----------
+    result : analysis.analyze.Analysis
+        The run's tables, settings and null laws.
+    model : Model, optional
+        The opened model it analysed (heads are read from it).
+    argument : object, optional
+        The ``model`` argument of :func:`analyze`, to open the model when a head is asked for.
+    options : mapping, optional
+        The opening options that came with ``argument`` (model_type, layout, revision, config).
+    layers_from : path, optional
+        The table file whose layer table is read on first use (a read analysis).
+
     Attributes
     ----------
     heads : DataFrame
@@ -332,6 +347,12 @@ def read(path: str | os.PathLike[str]) -> Analysis:
 
     The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
     ``layers`` (read when first used) the layer table.
+
+    Parameters
+    ----------
+    path : path
+        A ``.csv`` (with its ``.meta.json`` sidecar and ``NAME.layers.csv``), ``.parquet`` or ``.json``
+        table.
 
     Returns
     -------

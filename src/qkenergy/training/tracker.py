@@ -52,18 +52,30 @@ def part_path(out: str | os.PathLike[str], step: int) -> Path:
 class Tracker:
     """Measure a training model's heads at chosen steps; see the module docstring.
 
-    ``model``: the model being trained (read anew at every :meth:`log`, so the
-    values are those of its weights at that moment). ``out``: the folder of the
-    table's part files (None: keep nothing on disk). ``samples``, ``seed``,
-    ``radius``: the null laws' Monte Carlo size and seed, and the Type II
-    radius, as for ``qkenergy analyze``. ``stack``: keep the heads of one
-    attention stack only (``encoder``, ``decoder``, ...: multi-stack models).
-    ``name``: the ``model`` column (default: the model's own name).
-    ``config``: config.json as a dict, for a model that is not a transformers
-    or TransformerLens model (its ``state_dict()`` is read under the
-    checkpoint's names). ``threads``: as for analyze_model (1 keeps the
-    measurement off the cores a training loop may use in other processes).
-    ``cache_dir``: keep the null laws on disk too.
+    Parameters
+    ----------
+    model : object
+        The model being trained (read anew at every :meth:`log`, so the values are those of
+        its weights at that moment).
+    out : path, optional
+        The folder of the table's part files (None: keep nothing on disk).
+    samples, seed : int
+        The null laws' Monte Carlo size and seed, as for ``qkenergy analyze``.
+    radius : float
+        The Type II radius.
+    stack : str, optional
+        Keep the heads of one attention stack only (``encoder``, ``decoder``, ...: multi-stack
+        models).
+    name : str, optional
+        The ``model`` column (default: the model's own name).
+    config : mapping, optional
+        config.json as a dict, for a model that is not a transformers or TransformerLens model
+        (its ``state_dict()`` is read under the checkpoint's names).
+    threads : int or None
+        As for analyze_model (1 keeps the measurement off the cores a training loop may use in
+        other processes).
+    cache_dir : path, optional
+        Keep the null laws on disk too.
     """
 
     def __init__(
