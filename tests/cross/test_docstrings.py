@@ -1,6 +1,7 @@
 """Public names carry numpydoc sections, and docstrings cite docs/mathematics.md sections that exist.
 
-The public names are derived, never listed: every name of ``qkenergy.__all__``, every function
+The public names are derived, never listed: every name of ``qkenergy.__all__`` (with the public
+methods of its classes), every function
 and class of a ``qkenergy.math`` module's ``__all__``, and what the tours users copy from
 (docs/api_tour.py, docs/quickstart.py) import from qkenergy. For each, ``numpydoc.validate``
 must find a docstring whose Parameters section documents exactly the signature's parameters,
@@ -57,6 +58,14 @@ def _tour_imports(path: Path) -> list[Any]:
 def public_objects() -> dict[str, Any]:
     """Canonical name -> object of every public name (see the module docstring)."""
     objects = [getattr(qkenergy, name) for name in qkenergy.__all__ if name != "__version__"]
+    # and the public methods of its classes (Analysis.top, Law.ppf, ...)
+    objects += [
+        method
+        for cls in objects
+        if inspect.isclass(cls)
+        for name, method in vars(cls).items()
+        if inspect.isfunction(method) and not name.startswith("_")
+    ]
     for info in pkgutil.iter_modules(qkenergy.math.__path__):
         module = importlib.import_module(f"qkenergy.math.{info.name}")
         objects += [getattr(module, name) for name in getattr(module, "__all__", ())]
@@ -79,6 +88,7 @@ def test_the_checked_names_cover_the_public_api() -> None:
         "qkenergy.math.nulls.null_law",
         "qkenergy.math.lobes.lobe_departure_curve",
         "qkenergy.math.statistics.head_statistics",  # imported by the tour
+        "qkenergy.api.results.Analysis.top",  # a method of a class of qk.__all__
     ):
         assert expected in names
     assert len(names) > 80

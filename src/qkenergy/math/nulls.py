@@ -441,7 +441,17 @@ class NullLaw:
             raise QKEnergyError(f"unknown statistic {name!r}; valid: {', '.join(self.names)}") from None
 
     def samples(self, name: str) -> np.ndarray:
-        """All null samples of ``name`` (read-only view, NaN included)."""
+        """All null samples of ``name`` (read-only view, NaN included).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        (K,) ndarray
+        """
         x = self.values[:, self._index(name)]
         x.flags.writeable = False
         return x
@@ -457,14 +467,34 @@ class NullLaw:
         return cache[name]
 
     def exact_mean(self, name: str) -> float | None:
-        """The spec's exact null mean of ``name``, or None when only Monte Carlo is available."""
+        """The spec's exact null mean of ``name``, or None when only Monte Carlo is available.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float or None
+        """
         self._index(name)
         if name == "symmetric_energy" and self.n <= self.N:
             return gaussian_head_ratio_expectations(self.n, self.N).symmetric
         return None
 
     def mean(self, name: str) -> float:
-        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo."""
+        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         exact = self.exact_mean(name)
         if exact is not None:
             return exact
@@ -472,19 +502,52 @@ class NullLaw:
         return float(np.mean(x)) if x.size else math.nan
 
     def stderr(self, name: str) -> float:
-        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K)."""
+        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         if self.exact_mean(name) is not None:
             return 0.0
         x = self._finite(name)
         return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
 
     def sd(self, name: str) -> float:
-        """Null standard deviation (Monte Carlo, ddof = 1)."""
+        """Null standard deviation (Monte Carlo, ddof = 1).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         x = self._finite(name)
         return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
 
     def quantiles(self, name: str, qs: float | Sequence[float] | np.ndarray) -> np.ndarray:
-        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation)."""
+        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        qs : float or sequence of float
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        ndarray
+            One quantile per probability.
+        """
         q = np.asarray(qs, dtype=np.float64)
         if np.any(~((q >= 0) & (q <= 1))):
             raise QKEnergyError(f"quantile probabilities must lie in [0, 1], got {qs!r}")
@@ -494,7 +557,20 @@ class NullLaw:
         return np.quantile(x, q)
 
     def z(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
-        """z-score (x - mean)/sd against the null law; NaN in, NaN out."""
+        """z-score (x - mean)/sd against the null law; NaN in, NaN out.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        x : float or ndarray
+            Values of the statistic.
+
+        Returns
+        -------
+        ndarray or float
+            Of the shape of ``x``.
+        """
         mu, sd = self.mean(name), self.sd(name)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (np.asarray(x, dtype=np.float64) - mu) / sd
@@ -505,6 +581,18 @@ class NullLaw:
 
         p = min(1, 2 min(1 + #{null <= x}, 1 + #{null >= x}) / (1 + K)), never 0;
         vectorised over x; NaN in, NaN out.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        x : float or ndarray
+            Values of the statistic.
+
+        Returns
+        -------
+        ndarray or float
+            Of the shape of ``x``, in (0, 1].
         """
         xs = np.asarray(x, dtype=np.float64)
         null = self._sorted(name)

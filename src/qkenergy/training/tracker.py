@@ -146,7 +146,17 @@ class Tracker:
             )
 
     def measure(self, step: int) -> pd.DataFrame:
-        """The head table of the model's current weights, with ``step`` as its first column."""
+        """The head table of the model's current weights, with ``step`` as its first column.
+
+        Parameters
+        ----------
+        step : int
+            The training step.
+
+        Returns
+        -------
+        DataFrame
+        """
         step = check_integer(step, "step", 0)
         if not self.laws:
             self._draw_laws()
@@ -171,6 +181,15 @@ class Tracker:
         """Measure the heads at ``step``, write their rows (with ``out``), return the step's scalars.
 
         The scalars are :func:`step_scalars` of the rows, keyed ``qkenergy/...``.
+
+        Parameters
+        ----------
+        step : int
+            The training step.
+
+        Returns
+        -------
+        dict of str to float
         """
         heads = self.measure(step)
         if self.out is not None:
