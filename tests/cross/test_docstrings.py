@@ -1,9 +1,9 @@
 """Public names carry numpydoc sections, and docstrings cite docs/mathematics.md sections that exist.
 
 The public names are derived, never listed: every name of ``qkenergy.__all__`` (with the public
-methods of its classes), every function
-and class of a ``qkenergy.math`` module's ``__all__``, and what the tours users copy from
-(docs/api_tour.py, docs/quickstart.py) import from qkenergy. For each, ``numpydoc.validate``
+methods of its classes), every function and class of a ``qkenergy.math`` module's ``__all__``,
+what the tours users copy from (docs/api_tour.py, docs/quickstart.py) import from qkenergy, and
+the functions and classes README.md and docs/*.md name by their dotted path. For each, ``numpydoc.validate``
 must find a docstring whose Parameters section documents exactly the signature's parameters,
 and a Returns section where the function returns something.
 """
@@ -27,6 +27,8 @@ numpydoc_validate = pytest.importorskip("numpydoc.validate")
 
 ROOT = Path(__file__).resolve().parents[2]
 TOURS = [ROOT / "docs" / "api_tour.py", ROOT / "docs" / "quickstart.py"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOTTED = re.compile(r"\bqkenergy(?:\.\w+)+")
 
 CHECKS = {
     "GL08": "no docstring",
@@ -55,6 +57,20 @@ def _tour_imports(path: Path) -> list[Any]:
     return found
 
 
+def _documented(path: Path) -> list[Any]:
+    """The functions and classes a page names by their dotted path (``qkenergy.formats.tables.read_table``)."""
+    found: list[Any] = []
+    for dotted in DOTTED.findall(path.read_text(encoding="utf-8")):
+        module_name, _, attribute = dotted.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a module named by its path, or a page naming a name that is gone
+            continue
+        if hasattr(module, attribute):
+            found.append(getattr(module, attribute))
+    return found
+
+
 def public_objects() -> dict[str, Any]:
     """Canonical name -> object of every public name (see the module docstring)."""
     objects = [getattr(qkenergy, name) for name in qkenergy.__all__ if name != "__version__"]
@@ -71,6 +87,8 @@ def public_objects() -> dict[str, Any]:
         objects += [getattr(module, name) for name in getattr(module, "__all__", ())]
     for tour in TOURS:
         objects += _tour_imports(tour)
+    for doc in DOCS:
+        objects += _documented(doc)
     named = {_canonical(obj): obj for obj in objects}
     return {name: named[name] for name in sorted(n for n in named if n is not None)}
 
@@ -89,6 +107,7 @@ def test_the_checked_names_cover_the_public_api() -> None:
         "qkenergy.math.lobes.lobe_departure_curve",
         "qkenergy.math.statistics.head_statistics",  # imported by the tour
         "qkenergy.api.results.Analysis.top",  # a method of a class of qk.__all__
+        "qkenergy.formats.tables.read_table",  # named in docs/
     ):
         assert expected in names
     assert len(names) > 80

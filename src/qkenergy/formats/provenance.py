@@ -373,6 +373,21 @@ def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     :data:`qkenergy.formats.schema.MAX_TABLE_BYTES`, a sidecar or Parquet
     metadata at most :data:`MAX_SETTINGS_BYTES`), JSON nested at most 64 deep,
     every setting a reader uses checked for its type (:func:`check_settings`).
+
+    Parameters
+    ----------
+    path : path
+        The table (.parquet, .json, or .csv with its ``.meta.json`` sidecar).
+
+    Returns
+    -------
+    dict or None
+        The settings dict every output records (version, command, model source, null settings, ...).
+
+    Raises
+    ------
+    QKEnergyError
+        A file too large, too deeply nested or with settings of the wrong types (naming the file).
     """
     from qkenergy.formats.schema import MAX_TABLE_BYTES
     from qkenergy.weights.json_input import open_regular, parse_object, parse_value, read_bytes

@@ -239,7 +239,17 @@ def step_scalars(heads: pd.DataFrame) -> dict[str, float]:
 
 
 def read_tracking(out: str | os.PathLike[str]) -> pd.DataFrame:
-    """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head."""
+    """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head.
+
+    Parameters
+    ----------
+    out : path
+        The folder a :class:`Tracker` wrote its part files to.
+
+    Returns
+    -------
+    DataFrame
+    """
     import pandas as pd
 
     from qkenergy.formats.tables import read_table
