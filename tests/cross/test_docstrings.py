@@ -1,7 +1,8 @@
 """Public names carry numpydoc sections, and docstrings cite docs/mathematics.md sections that exist.
 
 The public names are derived, never listed: every name of ``qkenergy.__all__`` (with the public
-methods of its classes), every function and class of a ``qkenergy.math`` module's ``__all__``,
+methods of its classes), every function and class of a ``qkenergy.math`` module's ``__all__`` (of the module, where it
+has none),
 what the tours users copy from (docs/api_tour.py, docs/quickstart.py) import from qkenergy, and
 the functions and classes README.md and docs/*.md name by their dotted path. For each, ``numpydoc.validate``
 must find a docstring whose Parameters section documents exactly the signature's parameters,
@@ -84,7 +85,13 @@ def public_objects() -> dict[str, Any]:
     ]
     for info in pkgutil.iter_modules(qkenergy.math.__path__):
         module = importlib.import_module(f"qkenergy.math.{info.name}")
-        objects += [getattr(module, name) for name in getattr(module, "__all__", ())]
+        public = getattr(module, "__all__", None)
+        if public is None:  # a module without __all__: the functions and classes it defines
+            public = [name for name, obj in vars(module).items() if not name.startswith("_")]
+            public = [
+                name for name in public if getattr(vars(module)[name], "__module__", "") == module.__name__
+            ]
+        objects += [getattr(module, name) for name in public]
     for tour in TOURS:
         objects += _tour_imports(tour)
     for doc in DOCS:
