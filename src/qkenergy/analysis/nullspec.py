@@ -104,7 +104,17 @@ class NullSpec:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> NullSpec | None:
-        """The spec a table's settings record (analyze's keys), or None when the run drew no null law."""
+        """The spec a table's settings record (analyze's keys), or None when the run drew no null law.
+
+        Parameters
+        ----------
+        settings : mapping
+            The settings dict an output records (``Analysis.settings``, ``read_settings``).
+
+        Returns
+        -------
+        NullSpec or None
+        """
         if not settings.get("null", True) or settings.get("null_kind") is None:
             return None
         kind = str(settings["null_kind"])
