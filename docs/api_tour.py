@@ -40,3 +40,9 @@ print(s_law.mean(), s_law.ppf([0.05, 0.95]), s_law.pvalue(head.symmetric_energy)
 analysis = model.analyze(layers=[2], samples=500)  # the same run as result above, as one object
 print(analysis.top(1)[["layer", "head", "symmetric_energy", "head_type"]])
 fig = analysis.figure("symmetric_profiles")  # a matplotlib Figure; analysis.write("x.parquet"), qk.read
+
+# The other commands' results, one frozen object each: .table (DataFrame), .records(), .summary().
+checks = qk.verify(samples=200)  # every claim of the mathematics checked numerically (`qkenergy verify`)
+curve = qk.lobes("pareto:1.5", ns=[10, 1000], repeats=5)  # Lemma 6's D_n along n (`qkenergy lobes`)
+print(checks.passed, curve.finite_second_moment, "llama" in qk.layouts().model_types)
+print(qk.coverage(["llama", "mamba", "no_such_type"]).counts)  # `qkenergy layouts --coverage`

@@ -22,6 +22,14 @@ def test_all_and_dir_list_the_public_names() -> None:
         "NullSpec",
         "Analysis",
         "QKEnergyError",
+        "verify",
+        "Verification",
+        "lobes",
+        "LobeDeparture",
+        "layouts",
+        "Layouts",
+        "coverage",
+        "Coverage",
     ):
         assert name in qk.__all__
     for name in qk.__all__:

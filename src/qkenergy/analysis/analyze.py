@@ -133,42 +133,80 @@ def analyze_model(
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
-    ``model``: as for :func:`qkenergy.weights.checkpoint.open_model` (None = embedded
-    all-MiniLM-L6-v2; a path, Hugging Face cache folder or hub id; or in memory: a
-    transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor
-    names to arrays with ``config``, the config.json dict). ``model_type`` reads
-    the checkpoint as that supported type; ``layout`` is a Layout or a TOML layout
-    file for an architecture qkenergy does not ship. ``rope_offsets`` (RoPE
-    models): "log" (0, 1, 2, 4, ... up to the context length) or a list of
-    offsets d, read as the forms L_d = W_K^T R_d W_Q between a query and a key
-    d positions earlier, one row per head and offset (column ``offset``);
-    without it a RoPE model's heads are read at offset 0 (L = W_K^T W_Q). ``layers`` / ``heads``: 0-based indices as in the
-    checkpoint (query heads; None = all), ints and/or ``range`` objects. ``per_layer`` adds a table of the
-    layers' whole forms (see :func:`layer_form_statistics`). ``fold_norm``
-    folds the gain of the norm feeding attention into W_Q, W_K. ``type_rule``:
-    how head_type is named, "imbalance" (the default, the paper's published
-    rule: Type II when c + d <= ``edge_cut``, else I+ / I- / II as the imbalance
-    (c - d)/(c + d) is above ``imbalance_cut``, below minus it, or in between)
-    or "radius" (Type II when c_sym + d_sym <= ``radius``, else the sign of
-    c_sym - d_sym); :mod:`qkenergy.math.head_types`. ``samples``,
-    ``seed``: the null laws' Monte Carlo size and seed; ``null=False`` skips
-    them (null columns NaN). ``cache_dir`` keeps null laws on disk. ``name``: the
-    model's name in every output (the ``model`` column, ``settings["model"]``, the
-    figures' labels) instead of the one MODEL gives, e.g. to tell two runs of one
-    checkpoint apart (``settings["model_source"]`` still says what was read).
-    ``null_kind``: "gaussian" (the law of a Gaussian head of the same shape),
-    "rotation" (the head's own W_K, W_Q with the query's input space rotated at
-    random, :mod:`qkenergy.math.rotation`; ``rotation_samples`` draws per head)
-    or "both". ``null_laws``: Gaussian null laws already drawn with these samples,
-    seed and radius, by (n, N) (a survey shares them between its units); other
-    shapes are drawn here. ``null_spec`` (a :class:`~qkenergy.analysis.nullspec.NullSpec`), when
-    given, sets samples, seed, null_kind, radius and rotation_samples together.
-    ``revision``: the snapshot of a hub id or Hugging Face cache folder (as open_model).
-    ``threads``: heads and null samples are spread over this many threads with
-    BLAS on one thread each (None: every core this process may use; pass 1
-    inside Dask workers or other process pools); results do not depend on it.
     While a layer is analysed, the next one is read by a helper thread.
 
+    Parameters
+    ----------
+    model : path, str, object or None
+        As for :func:`qkenergy.weights.checkpoint.open_model`: None = the embedded
+        all-MiniLM-L6-v2; a path, Hugging Face cache folder or hub id; or in memory: a
+        transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor
+        names to arrays with ``config``.
+    config : mapping, optional
+        The config.json dict of a mapping of arrays.
+    model_type : str, optional
+        Read the checkpoint as this supported type.
+    layout : Layout or path, optional
+        A Layout or a TOML layout file for an architecture qkenergy does not ship.
+    rope_offsets : "log" or sequence of int or range, optional
+        RoPE models: "log" (0, 1, 2, 4, ... up to the context length) or offsets d, read as
+        the forms L_d = W_K^T R_d W_Q between a query and a key d positions earlier, one row
+        per head and offset (column ``offset``); without it a RoPE model's heads are read at
+        offset 0 (L = W_K^T W_Q).
+    layers, heads : sequence of int or range, optional
+        0-based indices as in the checkpoint (query heads; None = all).
+    per_layer : bool
+        Add a table of the layers' whole forms (see :func:`layer_form_statistics`).
+    fold_norm : bool
+        Fold the gain of the norm feeding attention into W_Q, W_K.
+    samples, seed : int
+        The null laws' Monte Carlo size and seed.
+    radius : float
+        The radius rule's Type II tolerance on c_sym + d_sym.
+    type_rule : str
+        How head_type is named: "imbalance" (the default, the paper's published rule: Type II
+        when c + d <= ``edge_cut``, else I+ / I- / II as the imbalance (c - d)/(c + d) is above
+        ``imbalance_cut``, below minus it, or in between) or "radius" (Type II when
+        c_sym + d_sym <= ``radius``, else the sign of c_sym - d_sym); :mod:`qkenergy.math.head_types`.
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+    null : bool
+        False skips the null laws (null columns NaN).
+    cache_dir : path, optional
+        Keep null laws on disk.
+    progress : bool
+        Show progress bars on stderr.
+    null_kind : str
+        "gaussian" (the law of a Gaussian head of the same shape), "rotation" (the head's own
+        W_K, W_Q with the query's input space rotated at random, :mod:`qkenergy.math.rotation`)
+        or "both".
+    rotation_samples : int
+        Draws of the rotation null per head.
+    null_laws : mapping of (n, N) to NullLaw, optional
+        Gaussian null laws already drawn with these samples, seed and radius (a survey shares
+        them between its units); other shapes are drawn here.
+    threads : int or None
+        Heads and null samples are spread over this many threads with BLAS on one thread each
+        (None: every core this process may use; pass 1 inside Dask workers or other process
+        pools); results do not depend on it.
+    name : str, optional
+        The model's name in every output (the ``model`` column, ``settings["model"]``, the
+        figures' labels) instead of the one MODEL gives, e.g. to tell two runs of one
+        checkpoint apart (``settings["model_source"]`` still says what was read).
+    revision : str, optional
+        The snapshot of a hub id or Hugging Face cache folder (as open_model).
+    null_spec : NullSpec, optional
+        When given, sets samples, seed, null_kind, radius and rotation_samples together
+        (:class:`~qkenergy.analysis.nullspec.NullSpec`).
+
+    Returns
+    -------
+    Analysis
+        ``heads`` (DataFrame), ``layers`` (DataFrame with ``per_layer``, else None),
+        ``settings``, ``null_laws``; the columns below (docs/columns.md).
+
+    Notes
+    -----
     Columns of ``heads``: model, stack ("" for a single-stack model, else
     encoder, decoder, cross, text or vision: one row per head per stack),
     layer, head, kv_head, offset (only with ``rope_offsets``), n, N, positional (absolute, rope, alibi,

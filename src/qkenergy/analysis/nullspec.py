@@ -93,12 +93,28 @@ class NullSpec:
         return self.kind in ("rotation", "both")
 
     def as_dict(self) -> dict[str, Any]:
-        """The five values by name."""
+        """The five values by name.
+
+        Returns
+        -------
+        dict
+            samples, seed, kind, radius, rotation_samples.
+        """
         return asdict(self)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> NullSpec | None:
-        """The spec a table's settings record (analyze's keys), or None when the run drew no null law."""
+        """The spec a table's settings record (analyze's keys), or None when the run drew no null law.
+
+        Parameters
+        ----------
+        settings : mapping
+            The settings dict an output records (``Analysis.settings``, ``read_settings``).
+
+        Returns
+        -------
+        NullSpec or None
+        """
         if not settings.get("null", True) or settings.get("null_kind") is None:
             return None
         kind = str(settings["null_kind"])
@@ -113,7 +129,21 @@ class NullSpec:
     def cache_path(
         self, cache_dir: str | os.PathLike[str], n: int, N: int, names: Sequence[str] | None = None
     ) -> Path:
-        """Where the null-law cache keeps this spec's Gaussian law of shape (n, N)."""
+        """Where the null-law cache keeps this spec's Gaussian law of shape (n, N).
+
+        Parameters
+        ----------
+        cache_dir : path
+            The cache's folder.
+        n, N : int
+            The head shape.
+        names : sequence of str, optional
+            The statistics (default: those the table judges).
+
+        Returns
+        -------
+        pathlib.Path
+        """
         from qkenergy.analysis.null_cache import null_cache_path
 
         return null_cache_path(cache_dir, n, N, self.samples, self.seed, self.radius, names)
@@ -128,7 +158,25 @@ class NullSpec:
         progress: bool = False,
         threads: int | None = 1,
     ) -> NullLaw:
-        """This spec's Gaussian null law of head shape (n, N) (kept in ``cache_dir`` when given)."""
+        """This spec's Gaussian null law of head shape (n, N) (kept in ``cache_dir`` when given).
+
+        Parameters
+        ----------
+        n, N : int
+            The head shape.
+        names : sequence of str, optional
+            The statistics drawn (default: those the table judges).
+        cache_dir : path, optional
+            The null-law cache.
+        progress : bool
+            Show a progress bar on stderr.
+        threads : int or None
+            Threads for the draws (None: every core); the values do not depend on it.
+
+        Returns
+        -------
+        NullLaw
+        """
         from qkenergy.analysis.null_cache import null_law
 
         return null_law(

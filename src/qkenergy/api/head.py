@@ -41,7 +41,9 @@ class Head:
         The head's row blocks of the query and key projections, as stored (n: head
         dimension, N: residual width), in the checkpoint's dtype.
     layer, head : int
-        Where the head sits (0-based); ``kv_head`` is its key head (grouped-query attention).
+        Where the head sits (0-based).
+    kv_head : int, optional
+        Its key head under grouped-query attention (default: ``head``).
     stack : str
         The attention stack ("" for a single-stack model).
     offset : int
@@ -50,6 +52,8 @@ class Head:
         The layer's rotary settings (needed for ``offset`` > 0).
     radius : float
         The type II radius of ``head_type`` (docs/mathematics.md §3).
+    model : str
+        The model's name (for display).
 
     Attributes
     ----------
@@ -191,12 +195,30 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
     ) -> NullLaw:
         """The null law of this head, every statistic at once (``law["pairing"]`` is one :class:`Law`).
 
-        ``kind`` "gaussian": a Gaussian head of the same shape (n, N), ``samples`` draws
-        (the table's null columns with the same samples and seed; ``cache_dir`` keeps it on
-        disk); "rotation": this head's own W_K, W_Q with the query's input space rotated at
-        random (the table's rotation columns with ``rotation_samples`` = ``samples``).
-        ``statistics``: the statistics drawn (default: those the table judges, for "gaussian"
-        every statistic is also available by passing ``STATISTICS``).
+        Parameters
+        ----------
+        samples : int
+            Draws: of a Gaussian head for "gaussian" (the table's ``samples``), of Haar rotations
+            for "rotation" (the table's ``rotation_samples``).
+        seed : int
+            The table's seed: the same draws as its null columns.
+        kind : str
+            "gaussian": a Gaussian head of the same shape (n, N) (docs/mathematics.md §6);
+            "rotation": this head's own W_K, W_Q with the query's input space rotated at random.
+        cache_dir : path, optional
+            Keep a Gaussian law on disk (the null-law cache).
+        statistics : tuple of str, optional
+            The statistics drawn (default: those the table judges; for "gaussian" every
+            statistic of ``STATISTICS`` may be asked for).
+
+        Returns
+        -------
+        NullLaw
+
+        Raises
+        ------
+        QKEnergyError
+            An unknown ``kind``, or samples or seed out of range (the message names the parameter).
         """
         if kind not in NULL_KINDS[:2]:
             raise QKEnergyError(f"kind must be 'gaussian' or 'rotation', got {kind!r}", parameter="kind")
@@ -227,8 +249,23 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
     ) -> Law:
         """The null law of one statistic of this head (default the symmetric energy), as a frozen :class:`Law`.
 
-        See :meth:`null_law` for ``samples``, ``seed``, ``kind`` and ``cache_dir``.
         ``law.pvalue(head.symmetric_energy)`` is the table's ``symmetric_energy_p``.
+
+        Parameters
+        ----------
+        samples, seed : int
+            As :meth:`null_law`'s.
+        kind : str
+            "gaussian" or "rotation" (:meth:`null_law`).
+        statistic : str
+            The statistic's column name.
+        cache_dir : path, optional
+            As :meth:`null_law`'s.
+
+        Returns
+        -------
+        Law
+            mean, std, cdf, sf, ppf, pvalue, z; ``rvs`` for a Gaussian law.
 
         Examples
         --------

@@ -34,6 +34,17 @@ _KEPT_LAYERS = 4  # layers kept in memory for further heads
 class Model:
     """A model whose heads carry their spectra and null laws (made by :func:`open`).
 
+    Parameters
+    ----------
+    source : ModelSource
+        The opened weights: config, tensor source, origin (``weights.checkpoint.open_model``).
+    stacks : list of (Architecture, str)
+        Each attention stack present, with the prefix of its tensor names.
+    argument : object
+        The ``model`` argument :func:`open` was given (analysis reads it again).
+    options : dict
+        The other arguments of :func:`open` (model_type, layout, revision, config).
+
     Attributes
     ----------
     name : str
@@ -116,7 +127,17 @@ class Model:
         return self._source.config
 
     def architecture(self, stack: str | None = None) -> Architecture:
-        """The sizes and layout of one stack (the first one when ``stack`` is None)."""
+        """The sizes and layout of one stack (the first one when ``stack`` is None).
+
+        Parameters
+        ----------
+        stack : str, optional
+            One of :attr:`stacks`.
+
+        Returns
+        -------
+        Architecture
+        """
         return self._stack(stack)[0]
 
     def _stack(self, stack: str | None) -> tuple[Architecture, str]:
@@ -165,6 +186,16 @@ class Model:
             Fold the gain of the norm feeding attention into W_Q, W_K (as analyze's option).
         radius : float
             The type II radius of the head's ``head_type``.
+
+        Returns
+        -------
+        Head
+            Its weights, Gram matrix, spectra, statistics and null laws.
+
+        Raises
+        ------
+        QKEnergyError
+            A layer, head or stack the model does not have, or an offset without RoPE.
         """
         arch, prefix = self._stack(stack)
         (layer,) = select("layer", [layer], arch.n_layers, "layers")
@@ -199,7 +230,17 @@ class Model:
         )
 
     def analyze(self, **settings: Any) -> Analysis:
-        """The whole analysis of this model (every head against its null laws): see :func:`qkenergy.analyze`."""
+        """The whole analysis of this model (every head against its null laws): see :func:`qkenergy.analyze`.
+
+        Parameters
+        ----------
+        **settings
+            :func:`qkenergy.analyze`'s settings.
+
+        Returns
+        -------
+        Analysis
+        """
         from qkenergy.api.results import analyze_opened
 
         return analyze_opened(self, self._argument, {**self._options, **settings})

@@ -34,6 +34,21 @@ __all__ = ["Analysis", "analyze", "read"]
 class Analysis:
     """The per-head analysis of one model: tables, settings, null laws; summary, figures, files.
 
+    Made by :func:`analyze`, :meth:`qkenergy.Model.analyze` and :func:`read`.
+
+    Parameters
+    ----------
+    result : analysis.analyze.Analysis
+        The run's tables, settings and null laws.
+    model : Model, optional
+        The opened model it analysed (heads are read from it).
+    argument : object, optional
+        The ``model`` argument of :func:`analyze`, to open the model when a head is asked for.
+    options : mapping, optional
+        The opening options that came with ``argument`` (model_type, layout, revision, config).
+    layers_from : path, optional
+        The table file whose layer table is read on first use (a read analysis).
+
     Attributes
     ----------
     heads : DataFrame
@@ -131,6 +146,19 @@ class Analysis:
         The model is the one analysed (an analysis read from a file reopens the model its
         settings name: a path, hub id or the embedded default). Its statistics equal the
         head's row of :attr:`heads`.
+
+        Parameters
+        ----------
+        layer, head : int
+            0-based indices as in the table.
+        stack : str, optional
+            The attention stack (default: the first).
+        offset : int
+            The RoPE offset d of the row.
+
+        Returns
+        -------
+        Head
         """
         if self._model is None:
             if self._opening is not None:  # the model this analysis was given
@@ -151,7 +179,18 @@ class Analysis:
 
     def top(self, k: int = 5) -> pd.DataFrame:
         """The ``k`` most symmetric heads above the random baseline (largest s first), then the ``k`` most
-        skew below it (smallest s first): the summary's "heads worth a look"."""
+        skew below it (smallest s first): the summary's "heads worth a look".
+
+        Parameters
+        ----------
+        k : int
+            Heads of each kind, at most.
+
+        Returns
+        -------
+        DataFrame
+            Rows of :attr:`heads`.
+        """
         import pandas as pd
 
         from qkenergy.analysis.summary import notable_heads
@@ -169,7 +208,19 @@ class Analysis:
 
     # ---------------------------------------------------------------- text
     def summary(self, *, top: int = 5, width: int = 80) -> str:
-        """The terminal summary ``qkenergy analyze`` prints (plain text, ``width`` columns)."""
+        """The terminal summary ``qkenergy analyze`` prints (plain text, ``width`` columns).
+
+        Parameters
+        ----------
+        top : int
+            Heads worth a look of each kind (:meth:`top`).
+        width : int
+            Console width.
+
+        Returns
+        -------
+        str
+        """
         from rich.console import Console
 
         buffer = io.StringIO()
@@ -179,7 +230,15 @@ class Analysis:
         return buffer.getvalue()
 
     def print_summary(self, console: Any = None, *, top: int = 5) -> None:
-        """Print the summary on a rich Console (default: stdout; tables drawn on a terminal, plain off it)."""
+        """Print the summary on a rich Console: tables drawn on a terminal, plain off it.
+
+        Parameters
+        ----------
+        console : rich.console.Console, optional
+            Where to print (default: stdout).
+        top : int
+            Heads worth a look of each kind.
+        """
         from qkenergy.analysis.summary import print_summary
 
         self._load_layers()
@@ -210,10 +269,20 @@ class Analysis:
     def figure(self, name: str, ax: Any = None, *, head: tuple[int, int] | None = None) -> Figure:
         """One figure that ``qkenergy plot`` draws, as a matplotlib Figure (no file written).
 
-        ``name``: symmetric_energy_heatmap, symmetric_energy_null, symmetric_profiles, lobes
-        (of ``head``, default the most extreme) or symmetric_energy_offsets (RoPE offsets).
-        ``ax``: draw into these axes (a pair of axes for lobes). The null histogram shows the
-        null laws this analysis used.
+        Parameters
+        ----------
+        name : str
+            symmetric_energy_heatmap, symmetric_energy_null, symmetric_profiles, lobes or
+            symmetric_energy_offsets (RoPE offsets): ``figures.plots.FIGURES``.
+        ax : matplotlib Axes, optional
+            Draw into these axes (a pair of axes for lobes).
+        head : (int, int), optional
+            The (layer, head) of the lobes figure (default: the most extreme).
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The null histogram shows the null laws this analysis used.
         """
         from qkenergy.figures.plots import figure
 
@@ -237,13 +306,29 @@ class Analysis:
         plots: str | os.PathLike[str] | None = None,
         **plot_options: Any,
     ) -> list[Path]:
-        """Write the tables with their settings (and the figures), all in one transaction; returns the files.
+        """Write the tables with their settings (and the figures), all in one transaction.
 
-        ``path``: ``.csv`` (with ``.meta.json`` sidecars and ``NAME.layers.csv``), ``.parquet`` or
-        ``.json`` (one file holding both tables): what ``qkenergy analyze -o`` writes; :func:`read`
-        reads it back. ``plots``: a directory for the figures of ``qkenergy analyze --plot``
-        (``plot_options``: head, formats, null_samples, seed, cache_dir; default: this analysis'
-        null settings). Every file lands, or none does.
+        Every file lands, or none does; :func:`read` reads the table back.
+
+        Parameters
+        ----------
+        path : path, optional
+            ``.csv`` (with ``.meta.json`` sidecars and ``NAME.layers.csv``), ``.parquet`` or
+            ``.json`` (one file holding both tables): what ``qkenergy analyze -o`` writes.
+        plots : path, optional
+            A directory for the figures of ``qkenergy analyze --plot``.
+        **plot_options
+            head, formats, null_samples, seed, cache_dir (default: this analysis' null settings).
+
+        Returns
+        -------
+        list of pathlib.Path
+            The files written.
+
+        Raises
+        ------
+        QKEnergyError
+            ``path`` of another format.
         """
         from qkenergy.formats.tables import FORMATS
         from qkenergy.report.outputs import write_outputs
@@ -259,10 +344,20 @@ class Analysis:
         return write_outputs(self._result, output=path, plot_dir=plots, **plot_options)
 
     def plot(self, outdir: str | os.PathLike[str], **options: Any) -> list[Path]:
-        """Write the figures of ``qkenergy plot`` into ``outdir`` (atomically); returns the files.
+        """Write the figures of ``qkenergy plot`` into ``outdir`` (atomically).
 
-        ``options`` as :func:`qkenergy.figures.plots.plot_results`: head, null_samples, seed,
-        cache_dir, formats (its defaults, not this analysis' null settings: see :meth:`write`).
+        Parameters
+        ----------
+        outdir : path
+            The figures' folder.
+        **options
+            As :func:`qkenergy.figures.plots.plot_results`: head, null_samples, seed, cache_dir,
+            formats (its defaults, not this analysis' null settings: see :meth:`write`).
+
+        Returns
+        -------
+        list of pathlib.Path
+            The files written.
         """
         from qkenergy.figures.plots import plot_results
 
@@ -332,6 +427,12 @@ def read(path: str | os.PathLike[str]) -> Analysis:
 
     The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
     ``layers`` (read when first used) the layer table.
+
+    Parameters
+    ----------
+    path : path
+        A ``.csv`` (with its ``.meta.json`` sidecar and ``NAME.layers.csv``), ``.parquet`` or ``.json``
+        table.
 
     Returns
     -------

@@ -81,6 +81,20 @@ def choose_openblas_kernels(
     Nothing is set when the variable is set already (a user's choice), when
     numpy is in ``loaded`` (its OpenBLAS has chosen), when ``cpuinfo`` cannot
     be read (not Linux), or on a CPU where OpenBLAS's own choice stands.
+
+    Parameters
+    ----------
+    environ : mutable mapping
+        The environment to set OPENBLAS_CORETYPE in (default: this process's).
+    cpuinfo : pathlib.Path
+        The CPU description (/proc/cpuinfo).
+    loaded : collection of str
+        The modules already imported (default ``sys.modules``).
+
+    Returns
+    -------
+    str or None
+        The kernels set, or None when nothing was set.
     """
     if VARIABLE in environ or "numpy" in loaded:
         return None

@@ -14,8 +14,13 @@ import os
 class QKEnergyError(Exception):
     """An error caused by the user's input; the CLI prints it as one line and exits non-zero.
 
-    ``parameter``: the Python parameter the message starts with (``samples must be ...``),
-    when it is about one; the command line names its own flag for it instead (``--samples``).
+    Parameters
+    ----------
+    *args : object
+        The message (as Exception's arguments).
+    parameter : str, optional
+        The Python parameter the message starts with (``samples must be ...``), when it is
+        about one; the command line names its own flag for it instead (``--samples``).
     """
 
     def __init__(self, *args: object, parameter: str | None = None) -> None:

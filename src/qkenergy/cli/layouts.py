@@ -3,25 +3,10 @@ model type of the installed transformers, supported or not and why."""
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import print_table, rich_table
 from qkenergy.cli.output import stdout_console
-
-
-def installed_model_types() -> tuple[list[str], str]:
-    """Every ``model_type`` the installed transformers defines (its config mapping), and its version."""
-    try:
-        import transformers
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # type: ignore[attr-defined]
-    except ImportError:
-        raise QKEnergyError(
-            "--coverage lists the model types of the installed transformers: pip install transformers"
-        ) from None
-    return sorted(CONFIG_MAPPING_NAMES), str(transformers.__version__)
 
 
 @click.command()
@@ -35,35 +20,22 @@ def installed_model_types() -> tuple[list[str], str]:
 )
 def layouts(as_json: bool, markdown: bool, coverage: bool) -> None:
     """List the supported model types: stacks, positions, qk-norm, and how each is proven."""
-    from qkenergy.base.formatting import markdown_table
-    from qkenergy.weights.families import LAYOUT_COLUMNS, describe_families
+    from qkenergy.api import layouts as catalog
 
     if coverage:
-        from qkenergy.weights.coverage import COVERAGE_COLUMNS, coverage_line
-        from qkenergy.weights.coverage import coverage as classify
-
-        types, version = installed_model_types()
-        rows = classify(types)
-        line = coverage_line(rows, f"transformers {version}")
-        if as_json:
-            click.echo(json.dumps({"summary": line, "model_types": rows}, indent=2))
-        elif markdown:
-            click.echo(line + "\n\n" + markdown_table(COVERAGE_COLUMNS, rows))
-        else:
-            table = rich_table(
-                f"qkenergy layouts --coverage: {line}", [(c, "left") for c in COVERAGE_COLUMNS]
-            )
-            for row in rows:
-                table.add_row(*(row[c] for c in COVERAGE_COLUMNS))
-            print_table(stdout_console(), table)
-        return
-    rows = describe_families()
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    elif markdown:
-        click.echo(markdown_table(LAYOUT_COLUMNS, rows))
+        try:
+            result: catalog.Layouts | catalog.Coverage = catalog.coverage()
+        except QKEnergyError as error:
+            if error.parameter != "model_types":
+                raise
+            raise QKEnergyError(
+                "--coverage lists the model types of the installed transformers: pip install transformers"
+            ) from None
     else:
-        table = rich_table("qkenergy layouts: supported model types", [(c, "left") for c in LAYOUT_COLUMNS])
-        for row in rows:
-            table.add_row(*(row[c] for c in LAYOUT_COLUMNS))
-        print_table(stdout_console(), table)
+        result = catalog.layouts()
+    if as_json:
+        click.echo(result.to_json())
+    elif markdown:
+        click.echo(result.to_markdown())
+    else:
+        result.print_summary(stdout_console())

@@ -370,6 +370,21 @@ def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     sidecar or Parquet metadata at most :data:`MAX_SETTINGS_BYTES`), JSON nested
     at most 64 deep, every setting a reader uses checked for its type
     (:func:`check_settings`).
+
+    Parameters
+    ----------
+    path : path
+        The table (.parquet, .json, or .csv with its ``.meta.json`` sidecar).
+
+    Returns
+    -------
+    dict or None
+        The settings dict every output records (version, command, model source, null settings, ...).
+
+    Raises
+    ------
+    QKEnergyError
+        A file too large, too deeply nested or with settings of the wrong types (naming the file).
     """
     from qkenergy.formats.tables import FORMATS
 

@@ -186,6 +186,23 @@ def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.Data
     their types, before anything uses them; each failure one line naming the
     file, the column and the row. Text cells that :func:`write_table`
     neutralised for spreadsheets (a leading ``'``) come back as written.
+
+    Parameters
+    ----------
+    path : path
+        A .csv, .parquet or .json table.
+    table : str
+        "heads" or "layers".
+
+    Returns
+    -------
+    DataFrame
+        With ``attrs["settings"]``: the settings dict, or None.
+
+    Raises
+    ------
+    QKEnergyError
+        One line naming the file, the column and the row of the first failed check.
     """
     source = Path(path)
     module = table_format(source)

@@ -36,11 +36,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EnergyExpectations:
-    """Expected energies E||L||^2, E||S||^2, E||T||^2 and the ratios of expectations.
+    """Expected energies E||L||^2, E||S||^2, E||T||^2 and the ratios of expectations (docs/mathematics.md §5).
 
-    ``symmetric_ratio`` = E||S||^2 / E||L||^2, ``skew_ratio`` = E||T||^2 / E||L||^2.
     These are ratios of expectations; they equal the expectation of the ratio
     only under extra symmetry (Gaussian entries, Proposition 6).
+
+    Parameters
+    ----------
+    total, symmetric, skew : float
+        E||L||^2, E||S||^2 and E||T||^2.
+    symmetric_ratio, skew_ratio : float
+        E||S||^2 / E||L||^2 and E||T||^2 / E||L||^2.
     """
 
     total: float
@@ -52,20 +58,48 @@ class EnergyExpectations:
 
 @dataclass(frozen=True)
 class RatioExpectations:
-    """Expectations of the normalized energies E[||S||^2/||L||^2] and E[||T||^2/||L||^2]."""
+    """Expectations of the normalized energies (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    symmetric : float
+        E[||S||^2 / ||L||^2] = E[s].
+    skew : float
+        E[||T||^2 / ||L||^2] = 1 - E[s].
+    """
 
     symmetric: float
     skew: float
 
 
 def symmetric_ratio(N: int) -> float:
-    """(N+1)/(2N): E||S||^2/E||L||^2 (Corollaries 1, 2) and E[s] for Gaussian heads (Proposition 6)."""
+    """(N+1)/(2N): E||S||^2/E||L||^2 (Corollaries 1, 2) and E[s] for Gaussian heads (Proposition 6).
+
+    Parameters
+    ----------
+    N : int
+        Residual width (or the size of a square L).
+
+    Returns
+    -------
+    float
+    """
     N = check_integer(N, "N")
     return (N + 1) / (2 * N)
 
 
 def skew_ratio(N: int) -> float:
-    """(N-1)/(2N): E||T||^2/E||L||^2 (Corollaries 1, 2) and E[||T||^2/||L||^2] for Gaussian heads."""
+    """(N-1)/(2N): E||T||^2/E||L||^2 (Corollaries 1, 2) and E[||T||^2/||L||^2] for Gaussian heads.
+
+    Parameters
+    ----------
+    N : int
+        Residual width (or the size of a square L).
+
+    Returns
+    -------
+    float
+    """
     N = check_integer(N, "N")
     return (N - 1) / (2 * N)
 
@@ -73,7 +107,20 @@ def skew_ratio(N: int) -> float:
 def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
     """Corollary 1: E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2.
 
-    L is N x N with independent centred entries of common variance ``sigma2``.
+    L is N x N with independent centred entries of common variance s2 = ``sigma2``
+    (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    N : int
+        Size of L.
+    sigma2 : float
+        Variance of the entries, > 0.
+
+    Returns
+    -------
+    EnergyExpectations
+        The three expected energies and the ratios of expectations (N+1)/(2N), (N-1)/(2N).
     """
     N = check_integer(N, "N")
     sigma2 = check_positive(sigma2, "sigma2")
@@ -89,10 +136,30 @@ def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
 def qk_product_expectations(
     n: int, N: int, sigma2_K: float = 1.0, sigma2_Q: float = 1.0
 ) -> EnergyExpectations:
-    """Corollary 2: for L = W_K^T W_Q with n x N factors of variances sK2, sQ2,
+    """Corollary 2: the expected energies of L = W_K^T W_Q with iid centred n x N factors.
 
-    E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, E||T||^2 = n N(N-1)/2 sK2 sQ2.
-    No restriction n <= N is needed here.
+    E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, E||T||^2 = n N(N-1)/2 sK2 sQ2;
+    no restriction n <= N is needed (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    n : int
+        Head dimension (rows of W_K and W_Q).
+    N : int
+        Residual width.
+    sigma2_K, sigma2_Q : float
+        Variances sK2, sQ2 of the entries of W_K and W_Q, > 0.
+
+    Returns
+    -------
+    EnergyExpectations
+        The expected energies; ``symmetric_ratio`` = (N+1)/(2N) for every entry law.
+
+    Examples
+    --------
+    >>> from qkenergy.math.baselines import qk_product_expectations
+    >>> qk_product_expectations(n=32, N=384, sigma2_K=0.02, sigma2_Q=0.05).symmetric_ratio
+    0.5013020833333334
     """
     n = check_integer(n, "n")
     N = check_integer(N, "N")
@@ -109,8 +176,31 @@ def qk_product_expectations(
 def gaussian_head_ratio_expectations(n: int, N: int) -> RatioExpectations:
     """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N), E[||T||^2/||L||^2] = (N-1)/(2N).
 
-    For Gaussian W_K, W_Q (n x N, any nonzero variances), requires 1 <= n <= N;
-    independent of n.
+    For Gaussian W_K, W_Q (n x N, any nonzero variances); independent of n
+    (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    n : int
+        Head dimension, 1 <= n <= N.
+    N : int
+        Residual width.
+
+    Returns
+    -------
+    RatioExpectations
+        The exact expectations of s and of 1 - s.
+
+    Raises
+    ------
+    QKEnergyError
+        n or N not a positive integer, or n > N.
+
+    Examples
+    --------
+    >>> from qkenergy.math.baselines import gaussian_head_ratio_expectations
+    >>> gaussian_head_ratio_expectations(32, 384).symmetric == 385 / 768
+    True
     """
     n = check_integer(n, "n")
     N = check_integer(N, "N")
@@ -126,11 +216,27 @@ proposition6 = gaussian_head_ratio_expectations
 
 
 def gaussian_square_law(N: int) -> stats.rv_continuous:
-    """Exact law of s = ||S||^2/||L||^2 for an iid Gaussian N x N L (Corollary 1):
+    """Exact law of s = ||S||^2/||L||^2 for an iid Gaussian N x N L (Corollary 1).
 
     s ~ Beta(N(N+1)/4, N(N-1)/4), since ||S||^2 and ||T||^2 are independent
-    scaled chi-squares with N(N+1)/2 and N(N-1)/2 degrees of freedom.
-    Its mean is (N+1)/(2N). Requires N >= 2 (for N = 1, s = 1 surely).
+    scaled chi-squares with N(N+1)/2 and N(N-1)/2 degrees of freedom; its mean
+    is (N+1)/(2N) (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    N : int
+        Size of L, N >= 2 (for N = 1, s = 1 surely).
+
+    Returns
+    -------
+    scipy.stats.rv_continuous
+        The frozen Beta law.
+
+    Examples
+    --------
+    >>> from qkenergy.math.baselines import gaussian_square_law
+    >>> float(gaussian_square_law(2).mean())
+    0.75
     """
     N = check_integer(N, "N")
     if N < 2:
@@ -141,11 +247,20 @@ def gaussian_square_law(N: int) -> stats.rv_continuous:
 
 
 def rank_one_law(N: int) -> stats.rv_continuous:
-    """Exact law of s for a rank-one Gaussian head (n = 1, Proposition 6 setting):
+    """Exact law of s for a rank-one Gaussian head (n = 1, Proposition 6).
 
-    s = (1 + cos^2 theta)/2 with cos^2 theta ~ Beta(1/2, (N-1)/2), i.e. a beta
-    law with loc = 1/2 and scale = 1/2. Its mean is (N+1)/(2N).
-    Requires N >= 2 (for N = 1, s = 1 surely).
+    s = (1 + cos^2 theta)/2 with cos^2 theta ~ Beta(1/2, (N-1)/2): a Beta law with
+    loc = 1/2 and scale = 1/2, of mean (N+1)/(2N) (docs/mathematics.md §6).
+
+    Parameters
+    ----------
+    N : int
+        Residual width, N >= 2 (for N = 1, s = 1 surely).
+
+    Returns
+    -------
+    scipy.stats.rv_continuous
+        The frozen law of s.
     """
     N = check_integer(N, "N")
     if N < 2:

@@ -43,6 +43,18 @@ def outlier_excess(norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA) ->
 
     The R (or C) of Saponati et al.: the excess of the outlying norms above the
     threshold, not the norms themselves.
+
+    Parameters
+    ----------
+    norms : (..., N) ndarray
+        Row or column norms.
+    gamma : float
+        Threshold in standard deviations above the mean.
+
+    Returns
+    -------
+    (...) ndarray
+        The excess, >= 0.
     """
     x = np.asarray(norms, dtype=np.float64)
     threshold = np.mean(x, axis=-1, keepdims=True) + gamma * np.std(x, axis=-1, ddof=1, keepdims=True)
@@ -52,10 +64,25 @@ def outlier_excess(norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA) ->
 def directionality_raw(
     row_norms: np.ndarray, column_norms: np.ndarray, *, gamma: float = DIRECTIONALITY_GAMMA
 ) -> np.ndarray | float:
-    """Raw score (C - R)/(C + R) of M from its row norms r (..., N) and column norms c (..., N).
+    """Raw score (C - R)/(C + R) of M from its row norms r and column norms c.
 
-    Positive: key-side features (columns of M = W_Q^T W_K) stand out. 0 when no
-    norm exceeds its threshold (C + R = 0); NaN when M = 0 or a norm is not finite.
+    R and C are the excesses of the outlying norms (:func:`outlier_excess`).
+    Positive: key-side features (columns of M = W_Q^T W_K) stand out.
+
+    Parameters
+    ----------
+    row_norms : (..., N) ndarray
+        r_i = ||M_{i,:}||.
+    column_norms : (..., N) ndarray
+        c_j = ||M_{:,j}||.
+    gamma : float
+        Threshold t = mean + gamma sd of each set of norms.
+
+    Returns
+    -------
+    (...) ndarray or float
+        The score in [-1, 1]; 0 when no norm exceeds its threshold (C + R = 0), NaN when
+        M = 0 or a norm is not finite (a float for 1-d norms).
     """
     r = np.asarray(row_norms, dtype=np.float64)
     c = np.asarray(column_norms, dtype=np.float64)
@@ -74,13 +101,49 @@ def directionality(
 ) -> np.ndarray | float:
     """Published directionality of Saponati et al. 2025: -(C - R)/(C + R) = (R - C)/(R + C).
 
-    Positive: query-side features (rows of M = W_Q^T W_K) stand out. See
-    :func:`directionality_raw` for the arguments and the undefined cases.
+    Positive: query-side features (rows of M = W_Q^T W_K) stand out; the
+    negative of :func:`directionality_raw`, which says when it is 0 or NaN.
+
+    Parameters
+    ----------
+    row_norms : (..., N) ndarray
+        r_i = ||M_{i,:}||.
+    column_norms : (..., N) ndarray
+        c_j = ||M_{:,j}||.
+    gamma : float
+        Threshold t = mean + gamma sd of each set of norms.
+
+    Returns
+    -------
+    (...) ndarray or float
+        The score in [-1, 1] (a float for 1-d norms).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.directionality import dense_norms, directionality
+    >>> L = np.eye(8)
+    >>> L[0, :] = 5.0  # one row of L (a column of M, key side) stands out
+    >>> float(directionality(*dense_norms(L)))
+    -1.0
     """
     return -directionality_raw(row_norms, column_norms, gamma=gamma)
 
 
 def dense_norms(form: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row norms, column norms) of M = L^T from dense L (..., N, N): the columns and rows of L."""
+    """Row and column norms of M = L^T from a dense L: the column and row norms of L.
+
+    Parameters
+    ----------
+    form : (..., N, N) ndarray
+        The bilinear form L = W_K^T W_Q.
+
+    Returns
+    -------
+    row_norms : (..., N) ndarray
+        r_i = ||M_{i,:}|| (query-side features).
+    column_norms : (..., N) ndarray
+        c_j = ||M_{:,j}|| (key-side features).
+    """
     L = np.asarray(form, dtype=np.float64)
     return np.sqrt(np.einsum("...ij,...ij->...j", L, L)), np.sqrt(np.einsum("...ij,...ij->...i", L, L))

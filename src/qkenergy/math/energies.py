@@ -19,11 +19,16 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Energies:
-    """Energies of L (Lemma 5), arrays of the batch shape.
+    """Energies of L (Lemma 5, docs/mathematics.md §2), arrays of the batch shape.
 
-    norm_l_sq = ||L||^2, norm_s_sq = ||S||^2, norm_t_sq = ||T||^2,
-    trace_l_sq = tr(L^2), symmetric_ratio = ||S||^2/||L||^2,
-    skew_ratio = ||T||^2/||L||^2 (NaN where L = 0).
+    Parameters
+    ----------
+    norm_l_sq, norm_s_sq, norm_t_sq : (...) ndarray
+        ||L||^2, ||S||^2 and ||T||^2.
+    trace_l_sq : (...) ndarray
+        tr(L^2).
+    symmetric_ratio, skew_ratio : (...) ndarray
+        ||S||^2/||L||^2 and ||T||^2/||L||^2 (NaN where L = 0).
     """
 
     norm_l_sq: np.ndarray
@@ -35,7 +40,17 @@ class Energies:
 
 
 def divide_or_nan(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """numerator / denominator, NaN where the denominator is 0 (no warning)."""
+    """numerator / denominator, NaN where the denominator is 0 (no warning).
+
+    Parameters
+    ----------
+    numerator, denominator : ndarray
+        Broadcast against each other.
+
+    Returns
+    -------
+    ndarray
+    """
     numerator, denominator = np.broadcast_arrays(
         np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
     )
@@ -51,6 +66,16 @@ def power_of_two_scale(max_abs: np.ndarray) -> np.ndarray:
     Scaling by a power of two is exact in binary floating point, so a rescaled
     matrix carries exactly the same ratios as the original (s and the other ratios
     are scale-free: docs/mathematics.md §2).
+
+    Parameters
+    ----------
+    max_abs : ndarray
+        The largest absolute entry of each matrix.
+
+    Returns
+    -------
+    ndarray of int
+        e, of the shape of ``max_abs``.
     """
     max_abs = np.asarray(max_abs, dtype=np.float64)
     finite = np.isfinite(max_abs)
@@ -66,6 +91,19 @@ def scale_by_power_of_two(x: np.ndarray, exponent: np.ndarray, out: np.ndarray |
     the same bit for bit; a multiplication is several times faster than ldexp.
     Exponents whose power is not representable (2**132 for a subnormal
     bfloat16 weight scaled up in float32) take np.ldexp.
+
+    Parameters
+    ----------
+    x : ndarray
+        The values.
+    exponent : ndarray of int
+        Broadcast against ``x``.
+    out : ndarray, optional
+        Where to write the result.
+
+    Returns
+    -------
+    ndarray
     """
     exponent = np.asarray(exponent)
     info = np.finfo(x.dtype)
@@ -83,6 +121,20 @@ def rescale_by_power_of_two(x: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> 
     The rescaled entries have largest magnitude in [0.5, 1), so their squares
     and products neither overflow nor underflow; ratios are unchanged exactly.
     Non-finite matrices are returned unscaled (e = 0).
+
+    Parameters
+    ----------
+    x : ndarray
+        A batch of matrices.
+    axes : tuple of int
+        The axes of one matrix.
+
+    Returns
+    -------
+    scaled : ndarray
+        x * 2**-e, of the shape of ``x``.
+    exponent : ndarray of int
+        e, of the batch shape.
     """
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
@@ -99,6 +151,23 @@ def energies(L: np.ndarray) -> Energies:
     symmetric or antisymmetric L gives an exactly zero T or S. L is rescaled by
     a power of two before squaring: the ratios are exact for entries of any
     size; the energies themselves are scaled back (and may overflow to inf).
+
+    Parameters
+    ----------
+    L : (..., N, N) ndarray
+        Dense bilinear forms.
+
+    Returns
+    -------
+    Energies
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.energies import energies
+    >>> e = energies(np.array([[1.0, 2.0], [0.0, 1.0]]))  # S = [[1, 1], [1, 1]], T = [[0, 1], [-1, 0]]
+    >>> float(e.norm_l_sq), float(e.norm_s_sq), float(e.norm_t_sq), float(e.symmetric_ratio)
+    (6.0, 4.0, 2.0, 0.6666666666666666)
     """
     L = np.asarray(L, dtype=np.float64)
     if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
@@ -131,6 +200,17 @@ def energies_from_invariants(norm_l_sq: np.ndarray, trace_l_sq: np.ndarray) -> E
     ||S||^2 = (||L||^2 + tr(L^2))/2, ||T||^2 = (||L||^2 - tr(L^2))/2; the
     ratios are 1/2 +- tr(L^2)/(2||L||^2) (NaN where ||L||^2 = 0). Used by the
     Gram route, which knows only these invariants.
+
+    Parameters
+    ----------
+    norm_l_sq : (...) ndarray
+        ||L||^2.
+    trace_l_sq : (...) ndarray
+        tr(L^2).
+
+    Returns
+    -------
+    Energies
     """
     norm_l_sq = np.asarray(norm_l_sq, dtype=np.float64)
     trace_l_sq = np.asarray(trace_l_sq, dtype=np.float64)

@@ -39,7 +39,23 @@ RawSampler = Callable[..., np.ndarray]
 
 @dataclass(frozen=True)
 class LawKind:
-    """A family of centred laws: parameter names with defaults and validity checks."""
+    """A family of centred laws: parameter names with defaults and validity checks.
+
+    Parameters
+    ----------
+    name, description : str
+        The family's name (the spec's first word) and a formula for people.
+    defaults : tuple of (str, float)
+        Parameter names in order, with their defaults.
+    raw : callable
+        ``raw(rng, shape, **params)``: centred, unscaled draws.
+    variance : callable
+        ``variance(**params)``: the exact variance of ``raw``'s draws.
+    check : callable
+        ``check(**params)``: None for valid parameters, else what is wrong.
+    symmetric : bool
+        Whether the law is symmetric about 0.
+    """
 
     name: str
     description: str
@@ -150,7 +166,20 @@ class LawFamily(Protocol):
 
 
 def law_spec(name: str, params: tuple[tuple[str, float], ...]) -> str:
-    """Round-trippable spec string of a law, e.g. ``"bernoulli:p=0.1"``."""
+    """Round-trippable spec string of a law, e.g. ``"bernoulli:p=0.1"``.
+
+    Parameters
+    ----------
+    name : str
+        The family's name.
+    params : tuple of (str, float)
+        Its parameter values in order.
+
+    Returns
+    -------
+    str
+        ``name`` alone without parameters, else ``name:k1=v1,k2=v2``.
+    """
     if not params:
         return name
     return name + ":" + ",".join(f"{k}={v:g}" for k, v in params)
@@ -164,7 +193,16 @@ def _valid_specs(families: Mapping[str, LawFamily]) -> str:
 
 
 def sample_shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
-    """A draw shape as a tuple (an int n means (n,))."""
+    """A draw shape as a tuple (an int n means (n,)).
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+
+    Returns
+    -------
+    tuple of int
+    """
     return (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
 
 
@@ -172,7 +210,12 @@ def sample_shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
 class EntryLaw:
     """A centred entry law with fixed parameters; ``sample`` draws it at a given variance.
 
-    ``params`` is a tuple of (name, value) pairs in the family's order.
+    Parameters
+    ----------
+    kind : LawKind
+        The family (gaussian, rademacher, uniform, exponential, lognormal, bernoulli, student_t).
+    params : tuple of (str, float)
+        The family's parameter values, as (name, value) pairs in the family's order.
     """
 
     kind: LawKind = field(repr=False)
@@ -213,7 +256,26 @@ class EntryLaw:
 
 
 def parse_params(kind: LawFamily, text: str, what: str = "entry law") -> dict[str, float]:
-    """Parse ``"0.1"`` (positional) or ``"p=0.1"`` (named) parameter text for ``kind``."""
+    """Parse ``"0.1"`` (positional) or ``"p=0.1"`` (named) parameter text for ``kind``.
+
+    Parameters
+    ----------
+    kind : LawFamily
+        The family whose parameters the text sets.
+    text : str
+        Comma-separated values, positional first, then ``name=value``.
+    what : str
+        The kind of law, for messages ("entry law", "positive law").
+
+    Returns
+    -------
+    dict of str to float
+
+    Raises
+    ------
+    QKEnergyError
+        Too many values, an unknown name, a value given twice or not a number.
+    """
     names = [p for p, _ in kind.defaults]
     out: dict[str, float] = {}
     if not text.strip():
@@ -251,10 +313,32 @@ def resolve_spec(
 ) -> tuple[F, tuple[tuple[str, float], ...]]:
     """Family and checked parameter values of a spec ``"name"`` or ``"name:v1,k=v2"``.
 
-    Shared by :func:`entry_law` and ``lobes.positive_law`` (``what`` names the
-    kind of law in messages). Keyword ``params`` override those in the spec.
-    Unknown names or parameters, or invalid values, raise QKEnergyError
-    listing the valid choices.
+    Shared by :func:`entry_law` and ``lobes.positive_law``.
+
+    Parameters
+    ----------
+    spec : object
+        The spec string (anything else is refused).
+    families : mapping of str to family
+        The families by name.
+    what : str
+        The kind of law, for messages.
+    params : mapping of str to float
+        Keyword values overriding those in the spec.
+    aliases : mapping of str to str, optional
+        Other names of families.
+
+    Returns
+    -------
+    family : LawFamily
+        The family named.
+    values : tuple of (str, float)
+        Every parameter of the family in order (defaults filled in), checked.
+
+    Raises
+    ------
+    QKEnergyError
+        Unknown names or parameters, or invalid values (the message lists the valid choices).
     """
     if not isinstance(spec, str):
         raise QKEnergyError(f"{what} must be a name such as {next(iter(families))!r}, got {spec!r}")
@@ -288,7 +372,31 @@ _ALIASES = {"normal": "gaussian", "exp": "exponential", "t": "student_t", "stude
 def entry_law(name: str | EntryLaw, **params: float) -> EntryLaw:
     """Look up a centred entry law by name or spec (``"bernoulli:0.1"``, ``"student_t:nu=5"``).
 
-    Keyword ``params`` override those in the spec (see :func:`resolve_spec`).
+    The Monte Carlo models of docs/mathematics.md §5 (skewed entries, where E[s]
+    departs from the ratio of expectations).
+
+    Parameters
+    ----------
+    name : str or EntryLaw
+        A family name, a spec with positional or named parameters, or a law (returned as it is
+        unless ``params`` change it).
+    **params : float
+        Parameter values overriding those in the spec (see :func:`resolve_spec`).
+
+    Returns
+    -------
+    EntryLaw
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown law or parameter, or an invalid value (the message lists the valid ones).
+
+    Examples
+    --------
+    >>> from qkenergy.math.entry_laws import entry_law
+    >>> entry_law("bernoulli:0.1").spec
+    'bernoulli:p=0.1'
     """
     if isinstance(name, EntryLaw):
         if not params:

@@ -31,6 +31,15 @@ def accumulator_dtype(*dtypes: np.dtype) -> np.dtype:
     (24 bits, rounding error ~ sqrt(N) 2^-24) adds nothing visible to the
     statistics and halves the cost of the Gram products; float32 and float64
     weights keep float64 products, so their statistics stay exact to rounding.
+
+    Parameters
+    ----------
+    *dtypes : numpy.dtype
+        The dtypes of the weights multiplied together.
+
+    Returns
+    -------
+    numpy.dtype
     """
     sixteen_bit = all(np.dtype(d).itemsize <= 2 for d in dtypes)
     return np.dtype(np.float32) if sixteen_bit else np.dtype(np.float64)
@@ -44,6 +53,16 @@ def max_abs(heads: np.ndarray) -> np.ndarray:
     entry; over the unsigned view with its sign bit cleared, the largest
     magnitude of a negative entry (or, with none, the largest entry). No
     temporary array, and integer maxima need no NaN checks.
+
+    Parameters
+    ----------
+    heads : (..., n, N) ndarray
+        Any IEEE float dtype.
+
+    Returns
+    -------
+    (...) ndarray
+        float64.
     """
     size = heads.dtype.itemsize
     largest = np.max(heads.view(f"i{size}"), axis=(-2, -1))
@@ -125,6 +144,20 @@ def query_pieces(kv_head: np.ndarray, n: int, N: int, heads: np.ndarray | None =
     that size, its key only once). Pieces are the unit of work of
     :func:`piece_gram` (and of threads); they depend only on the shapes and
     the heads asked for.
+
+    Parameters
+    ----------
+    kv_head : (H,) ndarray of int
+        The key head of each query head.
+    n, N : int
+        The head shape.
+    heads : ndarray of int, optional
+        The query heads asked for (default: all), in order.
+
+    Returns
+    -------
+    list of ndarray of int
+        The pieces' query heads.
     """
     kv_head = np.asarray(kv_head)
     heads = np.arange(len(kv_head)) if heads is None else np.asarray(heads)
@@ -160,6 +193,21 @@ def piece_gram(
     exactly symmetric (numpy fills the other triangle of a rank-k update by
     copying, and G_KQ is the transpose of G_QK), which
     statistics.head_statistics relies on.
+
+    Parameters
+    ----------
+    w_query : (H, n, N) ndarray
+        Every query head.
+    w_key : (H_kv, n, N) ndarray
+        Every key head.
+    kv_head : (H,) ndarray of int
+        The key head of each query head.
+    queries : (h,) ndarray of int
+        The piece's query heads (:func:`query_pieces`).
+
+    Returns
+    -------
+    (h, 2n, 2n) ndarray
     """
     n, N = w_query.shape[-2:]
     dtype = accumulator_dtype(w_query.dtype, w_key.dtype)
@@ -241,6 +289,31 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
     Grouped-query attention: with ``kv_head`` (H,), ``w_query`` is (H, n, N)
     and ``w_key`` (H_kv, n, N); query head h pairs with key head kv_head[h],
     and no key is copied per query head (see :func:`piece_gram`).
+
+    Parameters
+    ----------
+    w_query : (..., n, N) ndarray
+        The heads' query blocks (with ``kv_head``: (H, n, N)).
+    w_key : (..., n, N) ndarray
+        The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
+    kv_head : (H,) ndarray of int, optional
+        The key head of each query head.
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
+        float64, keys first: [[G_KK, G_KQ], [G_QK, G_QQ]].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.gram import head_gram
+    >>> w_query, w_key = 0.5 * np.eye(2, 3), 0.5 * np.ones((2, 3))  # largest entries in [0.5, 1): unscaled
+    >>> C = np.concatenate([w_key, w_query])
+    >>> bool(np.array_equal(head_gram(w_query, w_key), C @ C.T))
+    True
+    >>> bool(np.array_equal(head_gram(4 * w_query, w_key), C @ C.T))  # W_Q's power of two is taken out
+    True
     """
     w_query = np.asarray(w_query)
     w_key = np.asarray(w_key)
@@ -274,7 +347,22 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
 
 
 def head_dim(G: np.ndarray) -> int:
-    """Head dimension n of a Gram matrix of shape (..., 2n, 2n)."""
+    """Head dimension n of a Gram matrix of shape (..., 2n, 2n).
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        G not of shape (..., 2n, 2n).
+    """
     size: int = G.shape[-1]
     if G.ndim < 2 or G.shape[-2] != size or size % 2:
         raise ValueError(f"Gram matrix must have shape (..., 2n, 2n), got {G.shape}")
@@ -282,40 +370,116 @@ def head_dim(G: np.ndarray) -> int:
 
 
 def key_block(G: np.ndarray) -> np.ndarray:
-    """G_KK = W_K W_K^T, the top-left n x n block."""
+    """G_KK = W_K W_K^T, the top-left n x n block.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., n, n) ndarray
+        A view of G.
+    """
     n = head_dim(G)
     return G[..., :n, :n]
 
 
 def query_block(G: np.ndarray) -> np.ndarray:
-    """G_QQ = W_Q W_Q^T, the bottom-right n x n block."""
+    """G_QQ = W_Q W_Q^T, the bottom-right n x n block.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., n, n) ndarray
+        A view of G.
+    """
     n = head_dim(G)
     return G[..., n:, n:]
 
 
 def query_key_block(G: np.ndarray) -> np.ndarray:
-    """G_QK = W_Q W_K^T, the bottom-left n x n block."""
+    """G_QK = W_Q W_K^T, the bottom-left n x n block.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., n, n) ndarray
+        A view of G.
+    """
     n = head_dim(G)
     return G[..., n:, :n]
 
 
 def gram_norm_sq(G: np.ndarray) -> np.ndarray:
-    """||L||^2 = sum_ij (G_KK)_ij (G_QQ)_ij = tr(W_K W_K^T W_Q W_Q^T) (docs/mathematics.md §4, the Gram route)."""
+    """||L||^2 = sum_ij (G_KK)_ij (G_QQ)_ij = tr(W_K W_K^T W_Q W_Q^T) (docs/mathematics.md §4, the Gram route).
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (...) ndarray
+        ||L||^2.
+    """
     return np.sum(key_block(G) * query_block(G), axis=(-2, -1))
 
 
 def gram_trace_square(G: np.ndarray) -> np.ndarray:
-    """tr(L^2) = sum_ij (G_QK)_ij (G_QK)_ji (docs/mathematics.md §4, the Gram route)."""
+    """tr(L^2) = sum_ij (G_QK)_ij (G_QK)_ji (docs/mathematics.md §4, the Gram route).
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (...) ndarray
+        tr(L^2).
+    """
     qk = query_key_block(G)
     return np.sum(qk * np.swapaxes(qk, -1, -2), axis=(-2, -1))
 
 
 def gram_trace(G: np.ndarray) -> np.ndarray:
-    """tr L = tr G_QK (docs/mathematics.md §4, the Gram route)."""
+    """tr L = tr G_QK (docs/mathematics.md §4, the Gram route).
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (...) ndarray
+        tr L.
+    """
     return np.trace(query_key_block(G), axis1=-2, axis2=-1)
 
 
 def gram_energies(G: np.ndarray) -> Energies:
-    """Lemma 5 energies of L from its Gram matrix, via ||L||^2 and tr(L^2) (docs/mathematics.md §4, the Gram route)."""
+    """Lemma 5 energies of L from its Gram matrix, via ||L||^2 and tr(L^2) (docs/mathematics.md §4, the Gram route).
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    Energies
+    """
     G = np.asarray(G, dtype=np.float64)
     return energies_from_invariants(gram_norm_sq(G), gram_trace_square(G))

@@ -41,7 +41,18 @@ RADIUS = 0.02
 
 
 def profile_imbalance(c: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """(c - d)/(c + d) in [-1, 1]: which lobe carries the unpaired energy; NaN where c + d = 0."""
+    """(c - d)/(c + d) in [-1, 1]: which lobe carries the unpaired energy.
+
+    Parameters
+    ----------
+    c, d : (...) ndarray
+        The profile's unpaired positive and negative shares.
+
+    Returns
+    -------
+    (...) ndarray
+        NaN where c + d = 0.
+    """
     c, d = np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64)
     return divide_or_nan(c - d, c + d)
 
@@ -53,7 +64,24 @@ def check_type_rule(
     imbalance_cut: float = IMBALANCE_CUT,
     edge_cut: float = EDGE_CUT,
 ) -> None:
-    """QKEnergyError naming the option unless the rule is known and its tolerances in range."""
+    """Refuse an unknown head-type rule or tolerances out of range.
+
+    Parameters
+    ----------
+    type_rule : str
+        "imbalance" or "radius".
+    radius : float
+        The radius rule's tolerance on c_sym + d_sym, in [0, 1).
+    imbalance_cut : float
+        The imbalance rule's cut on |(c - d)/(c + d)|, in [0, 1).
+    edge_cut : float
+        The imbalance rule's tolerance on c + d, in [0, 1).
+
+    Raises
+    ------
+    QKEnergyError
+        Naming the parameter (``type_rule``, ``radius``, ...) and what it must be.
+    """
     if type_rule not in TYPE_RULES:
         raise QKEnergyError(
             f"type_rule must be one of {', '.join(TYPE_RULES)}, got {type_rule!r}", parameter="type_rule"
@@ -76,7 +104,36 @@ def head_types(
     imbalance_cut: float = IMBALANCE_CUT,
     edge_cut: float = EDGE_CUT,
 ) -> np.ndarray:
-    """ "II", "I+", "I-" per head by ``type_rule`` (module docstring); "" where the profile is undefined."""
+    """ "II", "I+", "I-" per head by ``type_rule``; "" where the profile is undefined.
+
+    "imbalance": II when c + d <= edge_cut, else I+ when (c - d)/(c + d) > imbalance_cut,
+    I- below -imbalance_cut, II in between. "radius": II when c_sym + d_sym <= radius,
+    else I+ when c_sym > d_sym, else I- (docs/mathematics.md §3, "Head types").
+
+    Parameters
+    ----------
+    c, d : (...) ndarray
+        The profile's unpaired positive and negative shares of ||L||^2.
+    c_sym, d_sym : (...) ndarray
+        The same in units of ||S||^2.
+    type_rule : str
+        "imbalance" (the published rule, default) or "radius".
+    radius, imbalance_cut, edge_cut : float
+        The rules' tolerances (see :func:`check_type_rule`).
+
+    Returns
+    -------
+    (...) ndarray of str
+        The type of each head (dtype ``<U2``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.head_types import head_types
+    >>> c, d = np.array([0.3, 0.001, 0.05]), np.array([0.05, 0.001, 0.3])
+    >>> head_types(c, d, 2 * c, 2 * d).tolist()
+    ['I+', 'II', 'I-']
+    """
     c, d = np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64)
     c_sym, d_sym = np.asarray(c_sym, dtype=np.float64), np.asarray(d_sym, dtype=np.float64)
     if type_rule == "radius":

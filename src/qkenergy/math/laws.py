@@ -98,7 +98,12 @@ class Law:
         return self._sampler is not None
 
     def mean(self) -> float:
-        """Null mean: exact where known ((N+1)/(2N) for s, Proposition 6), else the Monte Carlo mean."""
+        """Null mean: exact where known ((N+1)/(2N) for s, Proposition 6), else the Monte Carlo mean.
+
+        Returns
+        -------
+        float
+        """
         if self._exact_mean is not None:
             return float(self._exact_mean)
         return float(np.mean(self._finite)) if self._finite.size else math.nan
@@ -109,32 +114,75 @@ class Law:
         return int(self._finite.size)
 
     def stderr(self) -> float:
-        """Standard error of :meth:`mean`: 0 when exact, else std / sqrt(K)."""
+        """Standard error of :meth:`mean`: 0 when exact, else std / sqrt(K).
+
+        Returns
+        -------
+        float
+        """
         if self._exact_mean is not None:
             return 0.0
         x = self._finite
         return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
 
     def std(self) -> float:
-        """Null standard deviation (Monte Carlo, ddof = 1), as the table's ``X_null_sd``."""
+        """Null standard deviation (Monte Carlo, ddof = 1), as the table's ``X_null_sd``.
+
+        Returns
+        -------
+        float
+        """
         return float(np.std(self._finite, ddof=1)) if self._finite.size > 1 else math.nan
 
     def cdf(self, x: ArrayLike) -> Any:
-        """Empirical P(X <= x) = #{null <= x} / K; vectorised, NaN in, NaN out."""
+        """Empirical P(X <= x) = #{null <= x} / K; vectorised, NaN in, NaN out.
+
+        Parameters
+        ----------
+        x : float or array_like
+            Values of the statistic.
+
+        Returns
+        -------
+        float or ndarray
+            Of the shape of ``x``.
+        """
         xs = np.asarray(x, dtype=np.float64)
         k = max(self._sorted.size, 1)
         p = np.searchsorted(self._sorted, xs, side="right") / k
         return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
 
     def sf(self, x: ArrayLike) -> Any:
-        """Empirical P(X > x) = 1 - cdf(x); vectorised, NaN in, NaN out."""
+        """Empirical P(X > x) = 1 - cdf(x); vectorised, NaN in, NaN out.
+
+        Parameters
+        ----------
+        x : float or array_like
+            Values of the statistic.
+
+        Returns
+        -------
+        float or ndarray
+            Of the shape of ``x``.
+        """
         xs = np.asarray(x, dtype=np.float64)
         k = max(self._sorted.size, 1)
         p = (self._sorted.size - np.searchsorted(self._sorted, xs, side="right")) / k
         return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
 
     def ppf(self, q: ArrayLike) -> Any:
-        """Empirical quantile at probability q in [0, 1] (linear interpolation between draws)."""
+        """Empirical quantile at probability q in [0, 1] (linear interpolation between draws).
+
+        Parameters
+        ----------
+        q : float or array_like
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        float or ndarray
+            Of the shape of ``q``.
+        """
         qs = np.asarray(q, dtype=np.float64)
         if np.any(~((qs >= 0) & (qs <= 1))):
             raise QKEnergyError(f"q must lie in [0, 1], got {q!r}")
@@ -146,6 +194,16 @@ class Law:
         """Two-sided empirical p of x, the table's ``X_p``: min(1, 2 min(1 + #below, 1 + #above)/(1 + K)).
 
         Never 0: the smallest p that K draws can give is 2/(K + 1).
+
+        Parameters
+        ----------
+        x : float or array_like
+            Values of the statistic.
+
+        Returns
+        -------
+        float or ndarray
+            Of the shape of ``x``.
         """
         xs = np.asarray(x, dtype=np.float64)
         k = self._sorted.size
@@ -155,14 +213,39 @@ class Law:
         return _scalar_or_array(np.where(np.isnan(xs), np.nan, p))
 
     def z(self, x: ArrayLike) -> Any:
-        """(x - mean) / std, the table's ``X_z``."""
+        """(x - mean) / std, the table's ``X_z``.
+
+        Parameters
+        ----------
+        x : float or array_like
+            Values of the statistic.
+
+        Returns
+        -------
+        float or ndarray
+            Of the shape of ``x``.
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
             return _scalar_or_array((np.asarray(x, dtype=np.float64) - self.mean()) / self.std())
 
     def rvs(self, size: int = 1, random_state: int | np.random.Generator | None = None) -> np.ndarray:
-        """``size`` fresh draws of the statistic (seeded by ``random_state``), where the law can be drawn.
+        """``size`` fresh draws of the statistic, where the law can be drawn.
 
-        Raises QKEnergyError for a law that holds its samples only (:attr:`drawable` is False).
+        Parameters
+        ----------
+        size : int
+            Draws.
+        random_state : int or numpy.random.Generator, optional
+            Seed or generator of the draws.
+
+        Returns
+        -------
+        (size,) ndarray
+
+        Raises
+        ------
+        QKEnergyError
+            For a law that holds its samples only (:attr:`drawable` is False).
         """
         if self._sampler is None:
             raise QKEnergyError(

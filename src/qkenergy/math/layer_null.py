@@ -55,13 +55,42 @@ def _route_flops(n: int, N: int) -> dict[str, float]:
 
 
 def layer_null_route(n: int, N: int) -> str:
-    """The route with the least arithmetic per draw for a form W_K^T W_Q of (n, N) factors."""
+    """The route with the least arithmetic per draw for a form W_K^T W_Q of (n, N) factors.
+
+    Parameters
+    ----------
+    n : int
+        Rows of the factors.
+    N : int
+        Residual width.
+
+    Returns
+    -------
+    str
+        "gram" or "dense".
+    """
     costs = _route_flops(check_integer(n, "n"), check_integer(N, "N"))
     return min(costs, key=costs.__getitem__)
 
 
 def layer_null_flops(n: int, N: int, samples: int, route: str | None = None) -> float:
-    """Approximate floating-point operations of :func:`layer_null_law` (products only)."""
+    """Approximate floating-point operations of :func:`layer_null_law` (products only).
+
+    Parameters
+    ----------
+    n : int
+        The layer form's factor rows, H_kv * head_dim.
+    N : int
+        Residual width.
+    samples : int
+        Draws.
+    route : str, optional
+        "gram" (about 8 n^2 N flops per draw) or "dense" (2 n N^2); default the cheaper.
+
+    Returns
+    -------
+    float
+    """
     route = route or layer_null_route(n, N)
     return _route_flops(n, N)[route] * samples
 
@@ -84,11 +113,30 @@ def layer_null_samples(
     route: str | None = None,
     gamma: float = DIRECTIONALITY_GAMMA,
 ) -> np.ndarray:
-    """(size, 2) draws of (symmetric_energy, directionality) of a Gaussian layer's form.
+    """Draws of (symmetric_energy, directionality) of a Gaussian layer's form.
 
-    ``group_sizes[k]``: query heads reading key head k (all H / H_kv under
-    grouped-query attention, all 1 for multi-head attention); ``head_dim``: n
-    per head; ``N``: residual width. Directionality with the published sign.
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    group_sizes : sequence of int
+        ``group_sizes[k]``: query heads reading key head k (H / H_kv under grouped-query
+        attention, all 1 for multi-head attention).
+    head_dim : int
+        n of one head.
+    N : int
+        Residual width.
+    size : int
+        Draws.
+    route : str, optional
+        "gram" or "dense" (default: :func:`layer_null_route`).
+    gamma : float
+        Directionality's outlier threshold (mean + gamma sd).
+
+    Returns
+    -------
+    (size, 2) ndarray
+        symmetric_energy and directionality (the published sign) of each draw.
     """
     scales = _check_groups(group_sizes, head_dim)
     n = scales.size
@@ -134,9 +182,32 @@ def layer_null_law(
 ) -> NullLaw:
     """The null law of (symmetric_energy, directionality) for a Gaussian layer of this shape.
 
-    Seeded through :func:`montecarlo.draw` (SeedSequence blocks, chunk-invariant).
-    Returned as a :class:`nulls.NullLaw` with n = H_kv * head_dim; its exact mean
-    of symmetric_energy is (N+1)/(2N) (module docstring).
+    The layer's form is one W_K^T W_Q of n = H_kv * head_dim rows, the rows of key
+    head k's queries of variance m_k; the exact mean of symmetric_energy is (N+1)/(2N)
+    (docs/mathematics.md §8). Seeded through :func:`montecarlo.draw` (SeedSequence
+    blocks, chunk-invariant).
+
+    Parameters
+    ----------
+    group_sizes : sequence of int
+        ``group_sizes[k]``: the query heads reading key head k (all 1 for multi-head attention).
+    head_dim : int
+        n of one head.
+    N : int
+        Residual width.
+    samples : int
+        Draws.
+    seed : int
+        Seed of the draws.
+    route : str, optional
+        "gram" or "dense" (default: :func:`layer_null_route`).
+    progress : bool
+        Show a progress bar on stderr.
+
+    Returns
+    -------
+    NullLaw
+        ``kind`` "layer", n = H_kv * head_dim, statistics ``LAYER_NULL_STATISTICS``.
     """
     n = len(_check_groups(group_sizes, head_dim))
     N = check_integer(N, "N")

@@ -93,7 +93,15 @@ POSITIVE_LAWS: Mapping[str, _Family] = {
 
 @dataclass(frozen=True)
 class PositiveLaw:
-    """A positive law X > 0 with fixed parameters; ``sample(rng, shape)`` draws it."""
+    """A positive law X > 0 with fixed parameters; ``sample(rng, shape)`` draws it.
+
+    Parameters
+    ----------
+    family : family of positive laws
+        One of ``POSITIVE_LAWS`` (exponential, half_normal, lognormal, chi, pareto).
+    params : tuple of (str, float)
+        Its parameter values in order.
+    """
 
     family: _Family = field(repr=False)
     params: tuple[tuple[str, float], ...] = ()
@@ -124,7 +132,24 @@ class PositiveLaw:
 
 
 def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
-    """Look up a positive law by name or spec: ``"exponential"``, ``"pareto:1.5"``, ``"chi:k=3"``."""
+    """Look up a positive law by name or spec: ``"exponential"``, ``"pareto:1.5"``, ``"chi:k=3"``.
+
+    Parameters
+    ----------
+    name : str or PositiveLaw
+        A family name or spec, or a law (returned as it is unless ``params`` change it).
+    **params : float
+        Parameter values overriding those in the spec.
+
+    Returns
+    -------
+    PositiveLaw
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown law or parameter, or an invalid value.
+    """
     if isinstance(name, PositiveLaw):
         if not params:
             return name
@@ -135,9 +160,26 @@ def positive_law(name: str | PositiveLaw, **params: float) -> PositiveLaw:
 
 
 def lobe_departure(alpha: np.ndarray, beta: np.ndarray, rho: float) -> np.ndarray:
-    """D = ||beta - rho alpha|| / ||alpha|| over the last axis (Lemma 6).
+    """D = ||beta - rho alpha|| / ||alpha|| over the last axis (Lemma 6, docs/mathematics.md §3).
 
-    ``alpha`` and ``beta`` must already be sorted the same way (both decreasing).
+    Parameters
+    ----------
+    alpha, beta : (..., n) ndarray
+        Two lobes sorted the same way (both decreasing).
+    rho : float
+        The scale ratio u / v of beta to alpha.
+
+    Returns
+    -------
+    (...) ndarray
+        NaN (or inf) where alpha = 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.lobes import lobe_departure
+    >>> float(lobe_departure(np.array([2.0, 1.0]), np.array([1.0, 0.5]), 0.5))
+    0.0
     """
     alpha = np.asarray(alpha, dtype=np.float64)
     beta = np.asarray(beta, dtype=np.float64)
@@ -147,8 +189,24 @@ def lobe_departure(alpha: np.ndarray, beta: np.ndarray, rho: float) -> np.ndarra
 
 @dataclass(frozen=True, eq=False)
 class LobeCurve:
-    """D_n for each n in ``ns``: per-repeat ``values`` (repeats, len(ns)), ``mean``, its
-    ``stderr`` and the ``median`` over repeats (robust for heavy tails such as Pareto)."""
+    """D_n for each n in ``ns`` over independent repeats (:func:`lobe_departure_curve`).
+
+    Parameters
+    ----------
+    law : str
+        The positive law's spec.
+    rho : float
+        The scale ratio of the two lobes.
+    ns : (k,) ndarray of int
+        The lobe lengths.
+    values : (repeats, k) ndarray
+        D_n of each repeat.
+    mean, stderr, median : (k,) ndarray
+        Over the repeats: the mean, its standard error, and the median (robust for heavy
+        tails such as Pareto).
+    seed : int
+        The seed the repeats were drawn from.
+    """
 
     law: str
     rho: float
@@ -178,7 +236,31 @@ def lobe_departure_curve(
     (scale u = rho). Each repeat follows one sample path (the first n of two
     iid sequences), as in the almost-sure statement; repeats are independent,
     each from its own child of ``SeedSequence(seed)``. D_n -> 0 when
-    E[X^2] < inf; for Pareto with alpha < 2 it does not.
+    E[X^2] < inf; for Pareto with alpha < 2 it does not (docs/mathematics.md §3,
+    "Proportional lobes").
+
+    Parameters
+    ----------
+    law : str or PositiveLaw
+        The law of the lobe entries (:func:`positive_law`).
+    rho : float
+        The scale ratio, > 0.
+    ns : sequence of int
+        Lobe lengths, each >= 1.
+    seed : int
+        Seed of the repeats.
+    repeats : int
+        Independent pairs of lobes.
+
+    Returns
+    -------
+    LobeCurve
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown law, rho not positive, ``ns`` empty or not integers >= 1, or lobes too
+        large for memory.
     """
     law = positive_law(law)
     rho = check_positive(rho, "rho")

@@ -50,11 +50,23 @@ MOMENT_STATISTICS: tuple[str, ...] = ("lobe_imbalance", "lobe_overlap", "moment_
 
 
 def normalised_spectrum(eigs: np.ndarray, *, zero_tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
-    """(lambda, kept): eigenvalues of S (..., m) over the norm of those kept, and the mask of those kept.
+    """The eigenvalues of S over the norm of those kept, and the mask of those kept (docs/mathematics.md §9).
 
     Kept: |eigenvalue| above zero_tol * max|eigenvalue| (the counts n_pos, n_neg);
-    the others are 0 in lambda. Same order as ``eigs``. A head with no eigenvalue
-    kept gives lambda = 0.
+    the others are 0 in lambda.
+
+    Parameters
+    ----------
+    eigs : (..., m) ndarray
+        Eigenvalues of S.
+    zero_tol : float
+        Relative tolerance below which an eigenvalue counts as 0.
+
+    Returns
+    -------
+    lam : (..., m) ndarray
+        In the order of ``eigs``, ||lambda|| = 1 (0 for a head with no eigenvalue kept).
+    kept : (..., m) ndarray of bool
     """
     eigs = np.asarray(eigs, dtype=np.float64)
     kept = np.abs(eigs) > eigenvalue_tolerance(eigs, zero_tol)
@@ -64,7 +76,25 @@ def normalised_spectrum(eigs: np.ndarray, *, zero_tol: float = 1e-9) -> tuple[np
 
 
 def involution(lam: np.ndarray) -> np.ndarray:
-    """(iota lambda)_i = -lambda_{k+1-i} of increasingly sorted lambda (..., k): the spectrum of -S (Lemma 8)."""
+    """(iota lambda)_i = -lambda_{k+1-i}: the spectrum of -S (Lemma 8, docs/mathematics.md §9).
+
+    Parameters
+    ----------
+    lam : (..., k) ndarray
+        Increasingly sorted spectra.
+
+    Returns
+    -------
+    (..., k) ndarray
+        Increasingly sorted again.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.moments import involution
+    >>> involution(np.array([-0.6, 0.0, 0.8])).tolist()
+    [-0.8, -0.0, 0.6]
+    """
     return -np.flip(np.asarray(lam, dtype=np.float64), axis=-1)
 
 
@@ -87,7 +117,17 @@ def _one_minus_square(lam: np.ndarray, kept: np.ndarray) -> np.ndarray:
 def moment_statistics(lam: np.ndarray, kept: np.ndarray) -> dict[str, np.ndarray]:
     """moment_O, moment_E, moment_R of normalised spectra (Lemma 9), over the kept entries only.
 
-    NaN where fewer than two entries are kept (then |lambda_1| = 1 or lambda = 0).
+    Parameters
+    ----------
+    lam : (..., m) ndarray
+        Normalised spectra (:func:`normalised_spectrum`).
+    kept : (..., m) ndarray of bool
+        The entries counted.
+
+    Returns
+    -------
+    dict of str to (...) ndarray
+        NaN where fewer than two entries are kept (then |lambda_1| = 1 or lambda = 0).
     """
     lam = np.asarray(lam, dtype=np.float64)
     defined = np.sum(kept, axis=-1) >= 2
@@ -114,7 +154,22 @@ def lobe_moments(
 
     I = (||alpha||^2 - ||beta||^2)/(||alpha||^2 + ||beta||^2) and
     C = <alpha, beta>/(||alpha||^2 + ||beta||^2): the lobes of lambda are
-    alpha, beta over their joint norm (Lemma 7). NaN for S = 0.
+    alpha, beta over their joint norm (Lemma 7); O, E, R by :func:`moment_statistics`
+    (docs/mathematics.md §9).
+
+    Parameters
+    ----------
+    eigs : (..., m) ndarray
+        Eigenvalues of S.
+    alpha, beta : (..., k) ndarray
+        The positive and negative lobes, decreasing magnitudes, zero-padded.
+    zero_tol : float
+        Eigenvalues below zero_tol * max|eigenvalue| count as 0.
+
+    Returns
+    -------
+    dict of str to (...) ndarray
+        One array per name of MOMENT_STATISTICS; NaN for S = 0.
     """
     a2 = np.sum(alpha * alpha, axis=-1)
     b2 = np.sum(beta * beta, axis=-1)
@@ -128,9 +183,19 @@ def lobe_moments(
 
 
 def gram_operator(G: np.ndarray) -> np.ndarray:
-    """H = J G/(2||S||) (..., 2n, 2n), J the block swap, ||S||^2 = tr((JG)^2)/4 (Lemma 10).
+    """H = J G/(2||S||), J the block swap, ||S||^2 = tr((JG)^2)/4 (Lemma 10).
 
-    Its nonzero eigenvalues are the normalised nonzero spectrum lambda of S.
+    Its nonzero eigenvalues are the normalised nonzero spectrum lambda of S
+    (docs/mathematics.md §9, "The Gram route for the moments").
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q] (:func:`qkenergy.math.gram.head_gram`).
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
     """
     G = np.asarray(G, dtype=np.float64)
     n = G.shape[-1] // 2
@@ -143,8 +208,20 @@ def gram_operator(G: np.ndarray) -> np.ndarray:
 def trace_moments(H: np.ndarray, nonzero: np.ndarray) -> dict[str, np.ndarray]:
     """O, E, R as traces (Lemma 10): tr(H (I - H^2)^-1), tr(H^2 (I - H^2)^-1), tr((I - H)^-1) - (m - k).
 
-    ``nonzero``: k, the nonzero eigenvalues of H (each of the m - k zero
-    eigenvalues adds 1 to tr((I - H)^-1)). A reference route: two m x m solves.
+    A reference route: two m x m solves (docs/mathematics.md §9, "The Gram route for the moments").
+
+    Parameters
+    ----------
+    H : (..., m, m) ndarray
+        :func:`gram_operator` of the heads.
+    nonzero : (...) ndarray of int
+        k, the nonzero eigenvalues of H (each of the m - k zero eigenvalues adds 1 to
+        tr((I - H)^-1)).
+
+    Returns
+    -------
+    dict of str to (...) ndarray
+        moment_O, moment_E, moment_R.
     """
     H = np.asarray(H, dtype=np.float64)
     m = H.shape[-1]

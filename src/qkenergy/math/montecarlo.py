@@ -66,6 +66,17 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
 
     Same stream as ``SeedSequence(seed).spawn(block + 1)[block]``, built lazily
     so that millions of samples need no list of children.
+
+    Parameters
+    ----------
+    seed : int
+        The draw's seed.
+    block : int
+        The block's index, from 0.
+
+    Returns
+    -------
+    numpy.random.Generator
     """
     root = np.random.SeedSequence(seed)
     child = np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, block), pool_size=root.pool_size)
@@ -73,7 +84,17 @@ def block_generator(seed: int, block: int) -> np.random.Generator:
 
 
 def block_count(samples: int) -> int:
-    """Number of seeded blocks that ``samples`` draws span (the last one may be partial)."""
+    """Number of seeded blocks that ``samples`` draws span (the last one may be partial).
+
+    Parameters
+    ----------
+    samples : int
+
+    Returns
+    -------
+    int
+        ceil(samples / BLOCK_SIZE).
+    """
     return -(-check_integer(samples, "samples") // BLOCK_SIZE)
 
 
@@ -92,6 +113,24 @@ def draw_blocks(
     ``transform`` on them at once: bitwise the rows that :func:`draw` puts
     there, so the blocks of one draw can be computed anywhere (threads, Dask
     tasks) and concatenated.
+
+    Parameters
+    ----------
+    sampler : callable
+        As :func:`draw`'s.
+    samples : int
+        The whole draw's rows.
+    first, last : int
+        The blocks, ``first`` included, ``last`` not.
+    seed : int
+        The whole draw's seed.
+    transform : callable, optional
+        As :func:`draw`'s.
+
+    Returns
+    -------
+    ndarray
+        The rows of these blocks.
     """
     if not 0 <= first < last <= block_count(samples):
         raise QKEnergyError(
@@ -121,15 +160,41 @@ def draw(
 ) -> np.ndarray:
     """Draw ``samples`` rows: ``sampler(rng, size)`` per block, then ``transform`` per chunk.
 
-    ``sampler`` must return an array of shape ``(size, ...)``; ``transform``
-    (optional) maps a chunk of sampler rows to rows of output, row by row
-    (it must treat rows independently, as batched numpy code does).
-    ``chunk_size`` is in samples and rounded up to whole blocks; the result
-    does not depend on it. ``threads`` > 1 runs chunks on that many threads
-    (BLAS on one thread each; sampler and transform must be thread-safe, as
-    numpy code without shared state is); the result does not depend on it
-    either, since every block draws from its own generator. A rich progress
-    bar is shown when ``progress`` and there is more than one chunk.
+    Every block of BLOCK_SIZE rows draws from its own generator
+    (:func:`block_generator`), so the rows depend on ``seed`` only: neither on
+    ``chunk_size`` nor on ``threads``.
+
+    Parameters
+    ----------
+    sampler : callable
+        ``sampler(rng, size)`` returns an array of shape ``(size, ...)``.
+    samples : int
+        Rows drawn.
+    seed : int
+        The draw's seed.
+    chunk_size : int, optional
+        Samples per chunk handed to ``transform`` (rounded up to whole blocks).
+    transform : callable, optional
+        Maps a chunk of sampler rows to rows of output, row by row (it must treat rows
+        independently, as batched numpy code does).
+    progress : bool
+        A rich progress bar when there is more than one chunk.
+    description : str
+        The progress bar's text.
+    threads : int
+        Chunks run on this many threads (BLAS on one thread each; sampler and transform
+        must be thread-safe, as numpy code without shared state is).
+
+    Returns
+    -------
+    (samples, ...) ndarray
+
+    Examples
+    --------
+    >>> from qkenergy.math.montecarlo import draw
+    >>> rows = draw(lambda rng, size: rng.standard_normal((size, 2)), 5000, seed=0)
+    >>> rows.shape, bool((rows == draw(lambda rng, size: rng.standard_normal((size, 2)), 5000, seed=0, chunk_size=1)).all())
+    ((5000, 2), True)
     """
     samples = check_integer(samples, "samples")
     seed = check_integer(seed, "seed", 0)
@@ -187,7 +252,17 @@ def _chunks_in_threads(
 
 @dataclass(frozen=True)
 class Estimate:
-    """A Monte Carlo estimate: value, standard error, confidence interval, sample count."""
+    """A Monte Carlo estimate: value, standard error, confidence interval, sample count.
+
+    Parameters
+    ----------
+    value, stderr : float
+        The estimate and its standard error.
+    ci_low, ci_high : float
+        The confidence interval's ends.
+    samples : int
+        The draws it rests on.
+    """
 
     value: float
     stderr: float
@@ -223,7 +298,16 @@ def _as_samples(x: np.ndarray, name: str) -> np.ndarray:
 def estimate_mean(x: np.ndarray, confidence: float = 0.95) -> Estimate:
     """Sample mean with stderr sd/sqrt(K) (ddof = 1) and a Student-t interval.
 
-    NaN samples propagate (the estimate is NaN): drop them first if intended.
+    Parameters
+    ----------
+    x : (K,) ndarray
+        Samples; NaN samples propagate (drop them first if intended).
+    confidence : float
+        Level of the interval.
+
+    Returns
+    -------
+    Estimate
     """
     x = _as_samples(x, "x")
     k = x.size
@@ -238,6 +322,17 @@ def estimate_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) -
 
     stderr^2 = Var(num - R den) / (K mean(den)^2): the first-order error of
     the ratio estimator of E[num]/E[den] (e.g. E||S||^2/E||L||^2, Corollary 1).
+
+    Parameters
+    ----------
+    num, den : (K,) ndarray
+        Paired samples of the numerator and denominator.
+    confidence : float
+        Level of the interval (as :func:`estimate_mean`'s).
+
+    Returns
+    -------
+    Estimate
     """
     num = _as_samples(num, "num")
     den = _as_samples(den, "den")
@@ -255,11 +350,28 @@ def estimate_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) -
 
 @dataclass(frozen=True)
 class EnergyEstimates:
-    """Monte Carlo energies of a random model with its closed-form baseline.
+    """Monte Carlo energies of a random model with its closed-form baseline (:func:`energy_expectations`).
 
-    ``ratio_of_expectations`` estimates E||S||^2/E||L||^2 (Corollaries 1, 2);
-    ``expectation_of_ratio`` estimates E[||S||^2/||L||^2] (Corollary 1 Gaussian,
-    Proposition 6; differs for skewed laws). ``baseline`` holds the closed forms.
+    Parameters
+    ----------
+    model : str
+        "square" (an iid N x N L, Corollary 1) or "qk" (L = W_K^T W_Q, Corollary 2).
+    law : str
+        The entry law's spec.
+    N : int
+        Residual width (size of L).
+    n : int or None
+        Head dimension of the "qk" model.
+    samples, seed : int
+        Draws and their seed.
+    total, symmetric, skew : Estimate
+        E||L||^2, E||S||^2, E||T||^2.
+    ratio_of_expectations : Estimate
+        E||S||^2/E||L||^2 (Corollaries 1, 2: (N+1)/(2N) for every law).
+    expectation_of_ratio : Estimate
+        E[||S||^2/||L||^2] (Corollary 1 Gaussian, Proposition 6; differs for skewed laws).
+    baseline : EnergyExpectations
+        The closed forms.
     """
 
     model: str
@@ -347,11 +459,34 @@ def energy_samples(
     chunk_size: int | None = None,
     progress: bool = False,
 ) -> np.ndarray:
-    """Per-sample (||L||^2, ||S||^2, ||T||^2, s) of shape (samples, 4) for a random model.
+    """Per-sample (||L||^2, ||S||^2, ||T||^2, s) of a random model.
 
     ``model="square"``: L is N x N with iid entries of variance ``sigma2`` (Corollary 1).
     ``model="qk"``: L = W_K^T W_Q, n x N factors of variances ``sigma2_K``, ``sigma2_Q``
     (Corollary 2). Energies use Lemma 5, without loops over entries.
+
+    Parameters
+    ----------
+    model : str
+        "square" or "qk".
+    law : str or EntryLaw
+        The entry law.
+    N : int
+        Residual width.
+    n : int, optional
+        Head dimension, for "qk".
+    samples, seed : int
+        Draws and their seed.
+    sigma2, sigma2_K, sigma2_Q : float
+        Entry variances.
+    chunk_size : int, optional
+        As :func:`draw`'s.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    (samples, 4) ndarray
     """
     _closed_form(model, N, n, sigma2, sigma2_K, sigma2_Q)  # validates every argument
     law = entry_law(law)
@@ -391,7 +526,33 @@ def energy_expectations(
 
     Compare with Corollary 1 (``model="square"``) or Corollary 2 (``model="qk"``)
     in ``.baseline``; the expectation of the ratio equals (N+1)/(2N) for
-    Gaussian entries (Corollary 1, Proposition 6) but not for skewed laws.
+    Gaussian entries (Corollary 1, Proposition 6) but not for skewed laws
+    (docs/mathematics.md §5).
+
+    Parameters
+    ----------
+    model : str
+        "square" or "qk" (see :func:`energy_samples`).
+    law : str or EntryLaw
+        The entry law (:func:`qkenergy.math.entry_laws.entry_law`).
+    N : int
+        Residual width.
+    n : int, optional
+        Head dimension, for "qk".
+    samples, seed : int
+        Draws and their seed.
+    sigma2, sigma2_K, sigma2_Q : float
+        Entry variances of the square L, of W_K and of W_Q.
+    chunk_size : int, optional
+        As :func:`draw`'s.
+    progress : bool
+        Show a progress bar.
+    confidence : float
+        Level of the intervals.
+
+    Returns
+    -------
+    EnergyEstimates
     """
     law = entry_law(law)
     x = energy_samples(

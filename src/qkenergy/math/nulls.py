@@ -136,6 +136,21 @@ def bartlett_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.nda
     forms U U^T (and L^T L) in place reading and writing only its own triangle,
     with p^3/3 flops where a general product needs 2 p^3 (syrk p^3).
     The null laws never form G: see :func:`bartlett_spectra`.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    n : int
+        Head dimension (G is 2n x 2n).
+    N : int
+        Residual width, N >= 2n.
+    size : int
+        Samples.
+
+    Returns
+    -------
+    (size, 2n, 2n) ndarray
     """
     n, N = _check_shape(n, N)
     size = check_integer(size, "size", minimum=0)
@@ -192,6 +207,24 @@ def bartlett_spectra(
     nor re-factored) and their eigenvalues taken a stack at a time: keys ``eigs`` (size, 2n),
     ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,) and ``h`` (size, n)
     with ``with_h``, else None (docs/mathematics.md §6).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    n : int
+        Head dimension.
+    N : int
+        Residual width, N >= 2n.
+    size : int
+        Samples.
+    with_h : bool
+        Also the singular values h of L.
+
+    Returns
+    -------
+    dict of str to ndarray or None
+        ``eigs``, ``norm_s_sq``, ``norm_l_sq``, ``trace_l``, ``h``.
     """
     p = 2 * n
     _load_scipy_blas()
@@ -228,6 +261,23 @@ def direct_gram(
     route, O(n^2 N) per sample, and the route for N < 2n where G is singular
     (rank N). ``law`` (an entry_laws.EntryLaw, unit variance) gives the random
     heads of any other entry law (the non-Gaussian baselines).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    size : int
+        Samples.
+    law : EntryLaw, optional
+        The entry law (default Gaussian).
+
+    Returns
+    -------
+    (size, 2n, 2n) ndarray
     """
     n, N = _check_shape(n, N)
     size = check_integer(size, "size", minimum=0)
@@ -243,7 +293,24 @@ def direct_gram(
 
 
 def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray:
-    """Gram matrices (size, 2n, 2n) of a random Gaussian head: Bartlett if N >= 2n, else C C^T."""
+    """Gram matrices (size, 2n, 2n) of a random Gaussian head: Bartlett if N >= 2n, else C C^T.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    size : int
+        Samples.
+
+    Returns
+    -------
+    (size, 2n, 2n) ndarray
+        Wishart_2n(N, I) draws (docs/mathematics.md §6).
+    """
     n, N = _check_shape(n, N)
     if 2 * n <= N:
         return bartlett_gram(rng, n, N, size)
@@ -279,6 +346,20 @@ def null_statistics_sampler(
     ``names`` need them) into ``statistics.spectra_statistic_columns``. For
     N < 2n, G = C C^T (:func:`direct_gram`) into ``statistics.statistic_columns``.
     A subset of names gives bitwise the same columns as all of them.
+
+    Parameters
+    ----------
+    n, N : int
+        The head shape.
+    names : sequence of str
+        The statistics drawn.
+    radius : float
+        The radius rule's tolerance.
+
+    Returns
+    -------
+    callable
+        ``sampler(rng, size) -> (size, len(names)) ndarray``.
     """
     statistics = _statistics_module()
     names = _statistic_names(names)
@@ -304,6 +385,19 @@ class NullLaw:
     ``law[name]`` is that statistic's :class:`~qkenergy.math.laws.Law` (mean, std,
     sf, cdf, ppf, pvalue; ``rvs`` fresh draws for the Gaussian null, ``kind``
     "gaussian"; the rotation and layer nulls hold their samples only).
+
+    Parameters
+    ----------
+    n, N : int
+        The head shape: head dimension and residual width.
+    seed : int
+        The seed of the draws.
+    names : tuple of str
+        The statistics drawn, one column of ``values`` each.
+    values : (size, len(names)) ndarray
+        The null samples.
+    kind : str
+        "gaussian", "rotation" or "layer" (docs/mathematics.md §6, §8).
     """
 
     n: int
@@ -347,7 +441,17 @@ class NullLaw:
             raise QKEnergyError(f"unknown statistic {name!r}; valid: {', '.join(self.names)}") from None
 
     def samples(self, name: str) -> np.ndarray:
-        """All null samples of ``name`` (read-only view, NaN included)."""
+        """All null samples of ``name`` (read-only view, NaN included).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        (K,) ndarray
+        """
         x = self.values[:, self._index(name)]
         x.flags.writeable = False
         return x
@@ -363,14 +467,34 @@ class NullLaw:
         return cache[name]
 
     def exact_mean(self, name: str) -> float | None:
-        """The spec's exact null mean of ``name``, or None when only Monte Carlo is available."""
+        """The spec's exact null mean of ``name``, or None when only Monte Carlo is available.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float or None
+        """
         self._index(name)
         if name == "symmetric_energy" and self.n <= self.N:
             return gaussian_head_ratio_expectations(self.n, self.N).symmetric
         return None
 
     def mean(self, name: str) -> float:
-        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo."""
+        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         exact = self.exact_mean(name)
         if exact is not None:
             return exact
@@ -378,19 +502,52 @@ class NullLaw:
         return float(np.mean(x)) if x.size else math.nan
 
     def stderr(self, name: str) -> float:
-        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K)."""
+        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         if self.exact_mean(name) is not None:
             return 0.0
         x = self._finite(name)
         return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
 
     def sd(self, name: str) -> float:
-        """Null standard deviation (Monte Carlo, ddof = 1)."""
+        """Null standard deviation (Monte Carlo, ddof = 1).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+
+        Returns
+        -------
+        float
+        """
         x = self._finite(name)
         return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
 
     def quantiles(self, name: str, qs: float | Sequence[float] | np.ndarray) -> np.ndarray:
-        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation)."""
+        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation).
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        qs : float or sequence of float
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        ndarray
+            One quantile per probability.
+        """
         q = np.asarray(qs, dtype=np.float64)
         if np.any(~((q >= 0) & (q <= 1))):
             raise QKEnergyError(f"quantile probabilities must lie in [0, 1], got {qs!r}")
@@ -400,7 +557,20 @@ class NullLaw:
         return np.quantile(x, q)
 
     def z(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
-        """z-score (x - mean)/sd against the null law; NaN in, NaN out."""
+        """z-score (x - mean)/sd against the null law; NaN in, NaN out.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        x : float or ndarray
+            Values of the statistic.
+
+        Returns
+        -------
+        ndarray or float
+            Of the shape of ``x``.
+        """
         mu, sd = self.mean(name), self.sd(name)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (np.asarray(x, dtype=np.float64) - mu) / sd
@@ -411,6 +581,18 @@ class NullLaw:
 
         p = min(1, 2 min(1 + #{null <= x}, 1 + #{null >= x}) / (1 + K)), never 0;
         vectorised over x; NaN in, NaN out.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names`.
+        x : float or ndarray
+            Values of the statistic.
+
+        Returns
+        -------
+        ndarray or float
+            Of the shape of ``x``, in (0, 1].
         """
         xs = np.asarray(x, dtype=np.float64)
         null = self._sorted(name)
@@ -444,6 +626,40 @@ def null_law(
     any ``threads`` and ``chunk_size``. This module does no I/O:
     :func:`qkenergy.analysis.null_cache.null_law` (same parameters plus ``cache_dir``)
     keeps the samples on disk and calls this function on a miss.
+
+    Parameters
+    ----------
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    samples : int
+        Null draws K.
+    seed : int
+        Seed of the draws.
+    progress : bool
+        Show a progress bar on stderr.
+    radius : float
+        The radius rule's tolerance (the head types of the draws).
+    chunk_size : int, optional
+        As :func:`montecarlo.draw`'s; the values do not depend on it.
+    names : sequence of str, optional
+        The statistics drawn.
+    threads : int or None
+        Threads for the blocks (None: every core); the values do not depend on it.
+
+    Returns
+    -------
+    NullLaw
+        ``kind`` "gaussian"; the exact mean (N+1)/(2N) of symmetric_energy (Proposition 6,
+        docs/mathematics.md §6).
+
+    Examples
+    --------
+    >>> from qkenergy.math.nulls import null_law
+    >>> law = null_law(4, 16, samples=200, seed=0, names=["symmetric_energy", "pairing"])
+    >>> law.mean("symmetric_energy") == 17 / 32, law["pairing"].size
+    (True, 200)
     """
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
@@ -483,6 +699,26 @@ def null_law_blocks(
     so the blocks of one law can be drawn by different processes (a survey's
     Dask workers) and joined by :func:`null_law_from_blocks` into exactly the
     law that :func:`null_law` draws in one piece.
+
+    Parameters
+    ----------
+    n, N : int
+        The head shape.
+    first, last : int
+        The blocks, ``first`` included, ``last`` not.
+    samples : int
+        The whole law's draws.
+    seed : int
+        The whole law's seed.
+    radius : float
+        As :func:`null_law`'s.
+    names : sequence of str, optional
+        The statistics drawn.
+
+    Returns
+    -------
+    ndarray
+        The rows of these blocks, one column per name.
     """
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)
@@ -497,7 +733,23 @@ def null_law_blocks(
 def null_law_from_blocks(
     n: int, N: int, blocks: Sequence[np.ndarray], *, seed: int = 0, names: Sequence[str] | None = None
 ) -> NullLaw:
-    """The :class:`NullLaw` whose values are ``blocks`` (from :func:`null_law_blocks`, in block order)."""
+    """The :class:`NullLaw` whose values are ``blocks`` (from :func:`null_law_blocks`, in block order).
+
+    Parameters
+    ----------
+    n, N : int
+        The head shape.
+    blocks : sequence of ndarray
+        The rows of every block, in block order.
+    seed : int
+        The law's seed.
+    names : sequence of str, optional
+        The statistics, one column each.
+
+    Returns
+    -------
+    NullLaw
+    """
     values = np.concatenate(blocks, axis=0) if len(blocks) > 1 else np.array(blocks[0])
     names = _statistic_names(names)
     if values.ndim != 2 or values.shape[1] != len(names):
@@ -512,6 +764,18 @@ def check_null_memory(n: int, N: int, samples: int) -> None:
     Counts the samples of every statistic with a sorted copy, one block of
     2n x 2n matrices with the statistics' work space (about three times the
     block), and the direct route's C (2n x N) for N < 2n or non-Gaussian heads.
+
+    Parameters
+    ----------
+    n, N : int
+        The head shape.
+    samples : int
+        Null samples.
+
+    Raises
+    ------
+    QKEnergyError
+        When the law would not fit in memory (``base.errors.check_memory``).
     """
     n, N = _check_shape(n, N)
     samples = check_integer(samples, "samples", minimum=2)

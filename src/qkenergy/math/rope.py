@@ -65,7 +65,35 @@ Pairs = Literal["half", "interleaved"]
 
 @dataclass(frozen=True)
 class Rope:
-    """The rotary settings of one attention layer (names as in transformers' ``rope_parameters``)."""
+    """The rotary settings of one attention layer (names as in transformers' ``rope_parameters``).
+
+    Parameters
+    ----------
+    rotary_dim : int
+        r: rotated coordinates per head (even).
+    theta : float
+        Base of the frequencies.
+    kind : str
+        One of ROPE_KINDS: default, linear, dynamic, llama3, yarn, longrope.
+    pairs : str
+        How coordinates pair: "half" (i with i + r/2) or "interleaved" (2i with 2i + 1).
+    rotary_start : int
+        First rotated coordinate (multi-head latent attention rotates the tail).
+    factor : float, optional
+        The scaling kinds' factor.
+    max_position_embeddings, original_max_position_embeddings : int, optional
+        The model's context length, and the one it was trained at.
+    low_freq_factor, high_freq_factor : float
+        llama3's bands.
+    beta_fast, beta_slow, mscale, mscale_all_dim : float
+        yarn's ramp and attention scaling (mscale, mscale_all_dim optional).
+    truncate : bool
+        yarn: round the ramp's ends.
+    attention_factor : float, optional
+        yarn, longrope: the factor on cos and sin (None: the kind's default).
+    short_factor, long_factor : tuple of float, optional
+        longrope's per-frequency factors.
+    """
 
     rotary_dim: int  # r: rotated coordinates per head (even)
     theta: float = 10000.0  # base of the frequencies
@@ -148,7 +176,19 @@ def _llama3_frequencies(rope: Rope) -> np.ndarray:
 
 
 def inverse_frequencies(rope: Rope, seq_len: int | None = None) -> np.ndarray:
-    """Angular frequencies w_k (k < r/2) of the rotation, float64; ``seq_len`` for the dynamic kinds."""
+    """Angular frequencies w_k (k < r/2) of the rotation, float64.
+
+    Parameters
+    ----------
+    rope : Rope
+        The layer's settings.
+    seq_len : int, optional
+        The sequence length, for the dynamic kinds.
+
+    Returns
+    -------
+    (r/2,) ndarray
+    """
     r, theta = rope.rotary_dim, rope.theta
     if rope.kind == "default":
         return _default_frequencies(r, theta)
@@ -175,7 +215,16 @@ def inverse_frequencies(rope: Rope, seq_len: int | None = None) -> np.ndarray:
 
 
 def attention_factor(rope: Rope) -> float:
-    """The factor multiplying cos and sin (yarn, longrope; 1 otherwise): L_d scales by its square."""
+    """The factor multiplying cos and sin (yarn, longrope; 1 otherwise): L_d scales by its square.
+
+    Parameters
+    ----------
+    rope : Rope
+
+    Returns
+    -------
+    float
+    """
     if rope.attention_factor is not None:
         return float(rope.attention_factor)
     factor = rope.scale_factor
@@ -211,6 +260,22 @@ def rotate(x: np.ndarray, rope: Rope, offset: int, *, axis: int = -2) -> np.ndar
     with t = d w_k and g the square of the attention factor (query and key
     each carry one): the relative rotation between a query at position j + d
     and a key at position j, as transformers applies them.
+
+    Parameters
+    ----------
+    x : (..., n, N) ndarray
+        W_Q (batched over heads), or any array whose ``axis`` runs over the n head coordinates.
+    rope : Rope
+        The layer's rotary settings.
+    offset : int
+        The relative offset d.
+    axis : int
+        The axis of the head coordinates.
+
+    Returns
+    -------
+    ndarray
+        R_d x, float, of the shape of ``x``.
     """
     x = np.asarray(x)
     out = np.array(x, dtype=np.result_type(x.dtype, np.float32), copy=True)
@@ -242,6 +307,20 @@ def rotated_gram(G: np.ndarray, rope: Rope, offset: int) -> np.ndarray:
 
     ``G``: (..., 2n, 2n) with C = [W_K; W_Q] (keys first, as gram.head_gram).
     Equal to ``head_gram(rotate(w_query, rope, d), w_key)`` up to rounding.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+    rope : Rope
+        The layer's rotary settings.
+    offset : int
+        The relative offset d.
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
+        G_d.
     """
     G = np.asarray(G, dtype=np.float64)
     n = G.shape[-1] // 2
@@ -252,7 +331,23 @@ def rotated_gram(G: np.ndarray, rope: Rope, offset: int) -> np.ndarray:
 
 
 def log_offsets(context: int) -> list[int]:
-    """0, 1, 2, 4, ... (powers of two below ``context``) and ``context - 1``: log-spaced offsets."""
+    """0, 1, 2, 4, ... (powers of two below ``context``) and ``context - 1``: log-spaced offsets.
+
+    Parameters
+    ----------
+    context : int
+        The model's context length.
+
+    Returns
+    -------
+    list of int
+
+    Examples
+    --------
+    >>> from qkenergy.math.rope import log_offsets
+    >>> log_offsets(10)
+    [0, 1, 2, 4, 8, 9]
+    """
     if context < 1:
         raise ValueError(f"context length must be positive, got {context}")
     offsets = [0] + [2**k for k in range(int(math.log2(context)) + 1) if 2**k < context]

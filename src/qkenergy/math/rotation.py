@@ -68,6 +68,19 @@ def haar_orthogonal(rng: np.random.Generator, N: int, size: int) -> np.ndarray:
     Q from A = Q R with each column of Q multiplied by the sign of R's diagonal
     (so R has a positive diagonal, which makes the factorization unique and Q
     Haar). O(N^3) per draw: the direct reference for the exact block sampler.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    N : int
+        Size of the matrices.
+    size : int
+        Draws.
+
+    Returns
+    -------
+    (size, N, N) ndarray
     """
     N = check_integer(N, "N")
     size = check_integer(size, "size", minimum=0)
@@ -93,6 +106,21 @@ def haar_block(rng: np.random.Generator, r_Q: int, r_K: int, N: int, size: int) 
     B = X R^{-1}, R^T R = X^T X + W, X an r_Q x r_K Gaussian matrix and
     W ~ Wishart_{r_K}(N - r_Q, I): Bartlett when N - r_Q >= r_K, else W = Y^T Y
     from the (N - r_Q) x r_K Gaussian Y itself. Needs r_Q, r_K <= N.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    r_Q, r_K : int
+        The block's rows and columns, <= N.
+    N : int
+        Size of the orthogonal group.
+    size : int
+        Draws.
+
+    Returns
+    -------
+    (size, r_Q, r_K) ndarray
     """
     r_Q = check_integer(r_Q, "r_Q", minimum=0)
     r_K = check_integer(r_K, "r_K", minimum=0)
@@ -125,12 +153,20 @@ def _factor(block: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RotatedHead:
-    """What the rotation null keeps of a head: its Gram blocks and their factors.
+    """What the rotation null keeps of a head: its Gram blocks and their factors (:func:`rotated_head`).
 
-    ``gram``: the head's 2n x 2n Gram matrix (rescaled by a power of two);
-    ``query_factor`` F_Q (n, r_Q) and ``key_factor`` F_K (n, r_K) with
-    F_Q F_Q^T = G_QQ, F_K F_K^T = G_KK; ``N``: residual width;
-    ``norm_l_sq`` = ||L||^2, unchanged by the rotation.
+    Parameters
+    ----------
+    gram : (2n, 2n) ndarray
+        The head's Gram matrix (rescaled by a power of two).
+    query_factor : (n, r_Q) ndarray
+        F_Q with F_Q F_Q^T = G_QQ.
+    key_factor : (n, r_K) ndarray
+        F_K with F_K F_K^T = G_KK.
+    N : int
+        Residual width.
+    norm_l_sq : float
+        ||L||^2, unchanged by the rotation.
     """
 
     gram: np.ndarray
@@ -150,7 +186,19 @@ class RotatedHead:
 
 
 def rotated_head(gram: np.ndarray, N: int) -> RotatedHead:
-    """The rotation null's view of one head from its Gram matrix G (2n, 2n) and residual width N."""
+    """The rotation null's view of one head from its Gram matrix and residual width.
+
+    Parameters
+    ----------
+    gram : (2n, 2n) ndarray
+        G of C = [W_K; W_Q] (:func:`qkenergy.math.gram.head_gram`).
+    N : int
+        Residual width.
+
+    Returns
+    -------
+    RotatedHead
+    """
     G = np.asarray(gram, dtype=np.float64)
     n = head_dim(G)
     N = check_integer(N, "N")
@@ -171,7 +219,21 @@ def rotated_head(gram: np.ndarray, N: int) -> RotatedHead:
 
 
 def rotation_gram(rng: np.random.Generator, head: RotatedHead, size: int) -> np.ndarray:
-    """Gram matrices (size, 2n, 2n) of the rotated head [W_K; W_Q U], U Haar on O(N): exact, O(n^3)."""
+    """Gram matrices of the rotated head [W_K; W_Q U], U Haar on O(N): exact, O(n^3) per draw.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    head : RotatedHead
+        The head (:func:`rotated_head`).
+    size : int
+        Draws.
+
+    Returns
+    -------
+    (size, 2n, 2n) ndarray
+    """
     r_Q, r_K = head.ranks
     B = haar_block(rng, r_Q, r_K, head.N, size)
     cross = head.query_factor @ B @ head.key_factor.T  # G_QK(U) = F_Q B F_K^T
@@ -185,7 +247,21 @@ def rotation_gram(rng: np.random.Generator, head: RotatedHead, size: int) -> np.
 
 
 def rotation_symmetric_energy(rng: np.random.Generator, head: RotatedHead, size: int) -> np.ndarray:
-    """s(L U) for ``size`` Haar U: 1/2 + tr((B K)^2)/(2 ||L||^2), K = F_K^T F_Q (no eigenproblem)."""
+    """s(L U) for ``size`` Haar U: 1/2 + tr((B K)^2)/(2 ||L||^2), K = F_K^T F_Q (no eigenproblem).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The source of the draws.
+    head : RotatedHead
+        The head (:func:`rotated_head`).
+    size : int
+        Draws.
+
+    Returns
+    -------
+    (size,) ndarray
+    """
     r_Q, r_K = head.ranks
     B = haar_block(rng, r_Q, r_K, head.N, size)
     BK = B @ (head.key_factor.T @ head.query_factor)  # (size, r_Q, r_Q); tr((G_QK)^2) = tr((B K)^2)
@@ -212,11 +288,29 @@ def rotation_law(
 ) -> NullLaw:
     """The rotation null of one head: samples of ``names`` for L U, U Haar on O(N).
 
-    ``gram``: the head's Gram matrix (2n, 2n) (``gram.head_gram``); only its
-    diagonal blocks matter. Returns a :class:`nulls.NullLaw` (same questions:
-    mean, sd, z, p_two_sided); its exact mean of symmetric_energy,
-    (N+1)/(2N), holds for the rotation null of any head (module docstring).
-    When ``names`` is only symmetric_energy, no eigenproblem is solved.
+    Only G's diagonal blocks matter. Its exact mean of symmetric_energy, (N+1)/(2N),
+    holds for the rotation null of any head (docs/mathematics.md §6). When ``names``
+    is only symmetric_energy, no eigenproblem is solved.
+
+    Parameters
+    ----------
+    gram : (2n, 2n) ndarray
+        The head's Gram matrix (:func:`qkenergy.math.gram.head_gram`).
+    N : int
+        Residual width.
+    samples : int
+        Haar draws.
+    seed : int
+        Seed of the draws.
+    names : sequence of str
+        The statistics drawn.
+    radius : float
+        The radius rule's tolerance.
+
+    Returns
+    -------
+    NullLaw
+        ``kind`` "rotation" (mean, sd, z, p_two_sided; ``law[name]`` a Law of samples).
     """
     head = rotated_head(gram, N)
     samples = check_integer(samples, "samples", minimum=2)

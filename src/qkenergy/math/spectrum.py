@@ -49,12 +49,34 @@ def psd_factor(G: np.ndarray) -> np.ndarray:
     eigenvalues of relative size ~1e-8. The price: singular values of
     C = [W_K; W_Q] below sqrt(m * eps) * max (about 1e-7 for n = 128) count
     as 0, which is the resolution of any route through G.
+
+    Parameters
+    ----------
+    G : (..., m, m) ndarray
+        Symmetric positive semidefinite.
+
+    Returns
+    -------
+    (..., m, m) ndarray
+        V.
     """
     return psd_factor_lower(G)[0]
 
 
 def psd_factor_lower(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`psd_factor` and a mask (...,) of the heads whose V is the lower Cholesky factor."""
+    """:func:`psd_factor` and a mask (...,) of the heads whose V is the lower Cholesky factor.
+
+    Parameters
+    ----------
+    G : (..., m, m) ndarray
+        Symmetric positive semidefinite.
+
+    Returns
+    -------
+    V : (..., m, m) ndarray
+    lower : (...) ndarray of bool
+        Whether V is the lower Cholesky factor.
+    """
     G = np.asarray(G, dtype=np.float64)
     m = G.shape[-1]
     try:
@@ -83,6 +105,17 @@ def triangular_blocks(V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
     An upper-triangular V = [[D, B], [0, A]] (the Bartlett factor) gives the
     same with X = A^T B, Y = A^T D: see :func:`factor_spectrum`.
+
+    Parameters
+    ----------
+    V : (..., 2n, 2n) ndarray
+        The lower-triangular factor of G = V V^T.
+
+    Returns
+    -------
+    X, Y : (..., n, n) ndarray
+    Z : (..., n, 2n) ndarray
+        [X, Y].
     """
     n = V.shape[-1] // 2
     anchor, rest = V[..., :n, :n], V[..., n:, :]
@@ -100,6 +133,18 @@ def block_symmetric_core(X: np.ndarray, Y: np.ndarray, *, upper_only: bool = Fal
     with UPLO="U", which reads only the upper triangle): saves a transposed
     copy. The memory holds the transpose, so the symmetric X + X^T is written
     as X^T + X, row by row.
+
+    Parameters
+    ----------
+    X, Y : (..., n, n) ndarray
+        The blocks of :func:`triangular_blocks`.
+    upper_only : bool
+        Leave the block below the diagonal unset.
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
+        In Fortran order.
     """
     n = X.shape[-1]
     memory = np.empty((*X.shape[:-2], 2 * n, 2 * n))
@@ -115,13 +160,34 @@ def block_symmetric_core(X: np.ndarray, Y: np.ndarray, *, upper_only: bool = Fal
 
 
 def block_skew_energy(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """||T||^2 = ||X - X^T||^2/4 + ||Y||^2/2 from the blocks of :func:`triangular_blocks` (O(n^2))."""
+    """||T||^2 = ||X - X^T||^2/4 + ||Y||^2/2 from the blocks of :func:`triangular_blocks` (O(n^2)).
+
+    Parameters
+    ----------
+    X, Y : (..., n, n) ndarray
+        The blocks of :func:`triangular_blocks`.
+
+    Returns
+    -------
+    (...) ndarray
+        ||T||^2.
+    """
     skew = X - np.swapaxes(X, -1, -2)
     return 0.25 * np.sum(skew * skew, axis=(-2, -1)) + 0.5 * np.sum(Y * Y, axis=(-2, -1))
 
 
 def block_singular_values(Z: np.ndarray) -> np.ndarray:
-    """Singular values h of L (descending, n per head) from Z of :func:`triangular_blocks`: h^2 = eig(Z Z^T)."""
+    """Singular values h of L (descending, n per head) from Z of :func:`triangular_blocks`: h^2 = eig(Z Z^T).
+
+    Parameters
+    ----------
+    Z : (..., n, 2n) ndarray
+        Z of :func:`triangular_blocks`.
+
+    Returns
+    -------
+    (..., n) ndarray
+    """
     h_sq = np.linalg.eigvalsh(Z @ np.swapaxes(Z, -1, -2))
     return np.flip(np.sqrt(np.maximum(h_sq, 0.0)), axis=-1)
 
@@ -137,6 +203,15 @@ class CoreBuffers:
     """Work arrays of :func:`fill_core` for heads of dimension n, reused from sample to sample.
 
     Reuse keeps them in cache and spares fresh pages per sample; one set per thread.
+
+    Parameters
+    ----------
+    cores : (CORE_STACK, 2n, 2n) ndarray
+        Slots for the symmetric cores of a stack of heads (their bottom-right blocks stay zero).
+    columns : (2n, n) ndarray
+        Z^T / 2 for a transposed factor.
+    scratch : (n, n) ndarray
+        X / 2, in padded rows.
     """
 
     cores: np.ndarray  # (CORE_STACK, 2n, 2n): symmetric cores; their bottom-right blocks stay zero
@@ -170,6 +245,26 @@ def fill_core(
     triangle of the core that :func:`core_eigenvalues` reads is written (upper
     factor: the top rows; transposed: the left columns), in Fortran order
     (eigvalsh's copy of a C-ordered matrix reads columns: 8% slower).
+
+    Parameters
+    ----------
+    factor : (2n, 2n) ndarray
+        The head's triangular factor (in its triangle; the other one is never read).
+    transposed : bool
+        The factor is V^T in the lower triangle rather than V in the upper one.
+    buffers : CoreBuffers
+        Work arrays for heads of this n.
+    slot : int
+        The slot of ``buffers.cores`` to write.
+    with_h : bool
+        Also the singular values h of L.
+
+    Returns
+    -------
+    norm_s_sq, norm_l_sq, trace_l : float
+        ||S||^2, ||L||^2 and tr L.
+    h : (n,) ndarray or None
+        Singular values of L (with ``with_h``).
     """
     from scipy.linalg.blas import dtrmm  # scipy.linalg: ~0.25 s to import, only when sampling
 
@@ -212,6 +307,19 @@ def core_eigenvalues(buffers: CoreBuffers, count: int, *, transposed: bool) -> n
 
     One eigvalsh over the stack, each core read in Fortran order from the
     triangle fill_core wrote (the same ``transposed`` for the whole stack).
+
+    Parameters
+    ----------
+    buffers : CoreBuffers
+        The cores :func:`fill_core` wrote.
+    count : int
+        Slots 0..count-1.
+    transposed : bool
+        As fill_core's (the same for the whole stack).
+
+    Returns
+    -------
+    (count, 2n) ndarray
     """
     uplo: Literal["L", "U"] = "U" if transposed else "L"  # the triangle written, seen in Fortran order
     return np.linalg.eigvalsh(np.swapaxes(buffers.cores[:count], -1, -2), UPLO=uplo)
@@ -220,7 +328,28 @@ def core_eigenvalues(buffers: CoreBuffers, count: int, *, transposed: bool) -> n
 def factor_spectrum(
     factor: np.ndarray, *, transposed: bool, buffers: CoreBuffers, with_h: bool = False
 ) -> tuple[np.ndarray, float, float, float, np.ndarray | None]:
-    """(eigenvalues of S, ||S||^2, ||L||^2, tr L, h or None) of ONE head: :func:`fill_core`, then its eigenvalues."""
+    """(eigenvalues of S, ||S||^2, ||L||^2, tr L, h or None) of ONE head: :func:`fill_core`, then its eigenvalues.
+
+    Parameters
+    ----------
+    factor : (2n, 2n) ndarray
+        The head's triangular factor (in its triangle; the other one is never read).
+    transposed : bool
+        The factor is V^T in the lower triangle rather than V in the upper one.
+    buffers : CoreBuffers
+        Work arrays for heads of this n.
+    with_h : bool
+        Also the singular values h of L.
+
+    Returns
+    -------
+    eigs : (2n,) ndarray
+        Eigenvalues of S, ascending.
+    norm_s_sq, norm_l_sq, trace_l : float
+        ||S||^2, ||L||^2 and tr L.
+    h : (n,) ndarray or None
+        Singular values of L (with ``with_h``).
+    """
     values = fill_core(factor, transposed=transposed, buffers=buffers, with_h=with_h)
     return (core_eigenvalues(buffers, 1, transposed=transposed)[0], *values)
 
@@ -249,17 +378,46 @@ def symmetric_core(V: np.ndarray) -> np.ndarray:
 
     One product V^T (J V) rather than P + P^T: adding a batched transpose is
     strided memory traffic that costs more than the extra multiplication.
+
+    Parameters
+    ----------
+    V : (..., 2n, 2n) ndarray
+        A factor of G = V V^T (:func:`psd_factor`).
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
     """
     return 0.5 * (np.swapaxes(V, -1, -2) @ _swap_halves(V, 1.0))
 
 
 def skew_core(V: np.ndarray) -> np.ndarray:
-    """1/2 V^T J' V = (P - P^T)/2: real skew, its eigenvalue moduli are the singular values of T."""
+    """1/2 V^T J' V = (P - P^T)/2: real skew, its eigenvalue moduli are the singular values of T.
+
+    Parameters
+    ----------
+    V : (..., 2n, 2n) ndarray
+        A factor of G = V V^T (:func:`psd_factor`).
+
+    Returns
+    -------
+    (..., 2n, 2n) ndarray
+    """
     return 0.5 * (np.swapaxes(V, -1, -2) @ _swap_halves(V, -1.0))
 
 
 def symmetric_eigenvalues(G: np.ndarray) -> np.ndarray:
-    """Eigenvalues of S (ascending, 2n per head; the other N - 2n are 0). docs/mathematics.md §4, the Gram route."""
+    """Eigenvalues of S (ascending, 2n per head; the other N - 2n are 0). docs/mathematics.md §4, the Gram route.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., 2n) ndarray
+    """
     head_dim(G)
     return np.linalg.eigvalsh(symmetric_core(psd_factor(G)))
 
@@ -269,26 +427,68 @@ def skew_singular_values_of_core(M: np.ndarray) -> np.ndarray:
 
     i M is Hermitian with real eigenvalues +-sigma, so this is a stable
     symmetric eigenproblem rather than an SVD or a square root of M^T M.
+
+    Parameters
+    ----------
+    M : (..., m, m) ndarray
+        Real skew matrices.
+
+    Returns
+    -------
+    (..., m) ndarray
     """
     moduli = np.abs(np.linalg.eigvalsh(1j * M))
     return np.flip(np.sort(moduli, axis=-1), axis=-1)
 
 
 def skew_singular_values(G: np.ndarray) -> np.ndarray:
-    """Singular values of T (descending, 2n per head, in equal pairs). docs/mathematics.md §4, the Gram route."""
+    """Singular values of T (descending, 2n per head, in equal pairs). docs/mathematics.md §4, the Gram route.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., 2n) ndarray
+    """
     head_dim(G)
     return skew_singular_values_of_core(skew_core(psd_factor(G)))
 
 
 def singular_values(G: np.ndarray) -> np.ndarray:
-    """Singular values h of L (descending, n per head): h^2 = eig(R^T G_QQ R), G_KK = R R^T."""
+    """Singular values h of L (descending, n per head): h^2 = eig(R^T G_QQ R), G_KK = R R^T.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q].
+
+    Returns
+    -------
+    (..., n) ndarray
+        In G's units (the weights' powers of two taken out).
+    """
     R = psd_factor(key_block(G))
     h_sq = np.linalg.eigvalsh(np.swapaxes(R, -1, -2) @ query_block(G) @ R)
     return np.flip(np.sqrt(np.maximum(h_sq, 0.0)), axis=-1)
 
 
 def eigenvalue_tolerance(eigs: np.ndarray, zero_tol: float = 1e-9) -> np.ndarray:
-    """zero_tol * max|eigenvalue| per head (shape (..., 1)): smaller eigenvalues count as 0."""
+    """zero_tol * max|eigenvalue| per head (shape (..., 1)): smaller eigenvalues count as 0.
+
+    Parameters
+    ----------
+    eigs : (..., m) ndarray
+        Eigenvalues of S.
+    zero_tol : float
+        The relative tolerance.
+
+    Returns
+    -------
+    (..., 1) ndarray
+    """
     return zero_tol * np.max(np.abs(eigs), axis=-1, keepdims=True, initial=0.0)
 
 
@@ -300,6 +500,20 @@ def lobes(
     alpha: the eigenvalues above zero_tol * max|eigenvalue|, decreasing;
     beta: the absolute values of those below -zero_tol * max|eigenvalue|,
     decreasing; both zero-padded to `length` (default: eigs.shape[-1]).
+
+    Parameters
+    ----------
+    eigs : (..., m) ndarray
+        Eigenvalues of S.
+    zero_tol : float
+        The relative tolerance below which an eigenvalue counts as 0.
+    length : int, optional
+        The padded length (default m).
+
+    Returns
+    -------
+    alpha, beta : (..., length) ndarray
+        Decreasing, zero-padded.
     """
     eigs = np.asarray(eigs, dtype=np.float64)
     length = eigs.shape[-1] if length is None else length
@@ -316,17 +530,47 @@ def lobes(
 
 
 def dense_symmetric_eigenvalues(L: np.ndarray) -> np.ndarray:
-    """Eigenvalues of S = (L + L^T)/2 (ascending, N per head), eigvalsh."""
+    """Eigenvalues of S = (L + L^T)/2 (ascending, N per head), eigvalsh.
+
+    Parameters
+    ----------
+    L : (..., N, N) ndarray
+        Dense bilinear forms.
+
+    Returns
+    -------
+    (..., N) ndarray
+    """
     L = np.asarray(L, dtype=np.float64)
     return np.linalg.eigvalsh(0.5 * (L + np.swapaxes(L, -1, -2)))
 
 
 def dense_skew_singular_values(L: np.ndarray) -> np.ndarray:
-    """Singular values of T = (L - L^T)/2 (descending, N per head)."""
+    """Singular values of T = (L - L^T)/2 (descending, N per head).
+
+    Parameters
+    ----------
+    L : (..., N, N) ndarray
+        Dense bilinear forms.
+
+    Returns
+    -------
+    (..., N) ndarray
+    """
     L = np.asarray(L, dtype=np.float64)
     return skew_singular_values_of_core(0.5 * (L - np.swapaxes(L, -1, -2)))
 
 
 def dense_singular_values(L: np.ndarray) -> np.ndarray:
-    """Singular values of L (descending, N per head), SVD."""
+    """Singular values of L (descending, N per head), SVD.
+
+    Parameters
+    ----------
+    L : (..., N, N) ndarray
+        Dense bilinear forms.
+
+    Returns
+    -------
+    (..., N) ndarray
+    """
     return np.linalg.svd(np.asarray(L, dtype=np.float64), compute_uv=False)

@@ -110,6 +110,17 @@ class HeadStatistics:
     NaN); lobes `alpha`, `beta` of shape (..., m), decreasing, zero-padded,
     in units of ||L|| (the eigenvalues of S / ||L||, so the weights' scale
     drops out); m = n on the Gram route, N on the dense route.
+
+    Parameters
+    ----------
+    symmetric_energy, a, b, c, d, b_sym, c_sym, d_sym, imbalance, balance, n_pos, n_neg, n_zero, rho, pairing, pairing_bound, pairing_gap, lobe_departure, trace_ratio, participation_ratio, stable_rank, leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance, lobe_imbalance, lobe_overlap, moment_O, moment_E, moment_R : (...) ndarray
+        The scalar statistics, float (docs/columns.md; each field's comment gives its formula).
+    head_type : (...) ndarray of str
+        "II", "I+", "I-" or "".
+    reason : (...) ndarray of str
+        "" for a fine head, else why its statistics are NaN.
+    alpha, beta : (..., m) ndarray
+        The positive and negative lobes of S in units of ||L||, decreasing, zero-padded.
     """
 
     symmetric_energy: np.ndarray  # s = ||S||^2/||L||^2 (Lemma 5)
@@ -465,6 +476,26 @@ def gram_statistics(
     imbalance (c - d)/(c + d) against +-imbalance_cut; "radius": Type II when
     c_sym + d_sym <= radius, else by the sign of c_sym - d_sym), see
     :mod:`qkenergy.math.head_types`.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices of C = [W_K; W_Q] (:func:`qkenergy.math.gram.head_gram`).
+    N : int
+        Residual width.
+    radius : float
+        The radius rule's tolerance on c_sym + d_sym.
+    zero_tol : float
+        Eigenvalues below zero_tol * max|eigenvalue of S| count as 0 (n_pos, n_neg, n_zero).
+    type_rule : str
+        "imbalance" or "radius" (:mod:`qkenergy.math.head_types`).
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+
+    Returns
+    -------
+    HeadStatistics
+        Batch shape ``G.shape[:-2]``, lobes of length n.
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types)
@@ -484,6 +515,21 @@ def statistic_columns(
     The fast path for null laws: without a name of ``SINGULAR_VALUE_STATISTICS``
     the singular values of L (an n x n eigenproblem per head) are skipped; the
     values are the same numbers gram_statistics gives.
+
+    Parameters
+    ----------
+    G : (..., 2n, 2n) ndarray
+        Gram matrices.
+    N : int
+        Residual width.
+    names : sequence of str
+        The statistics, in column order.
+    radius, zero_tol : float
+        As :func:`gram_statistics`'s.
+
+    Returns
+    -------
+    (..., len(names)) ndarray
     """
     names = _check_names(names)
     with_h = any(name in SINGULAR_VALUE_STATISTICS for name in names)
@@ -508,6 +554,21 @@ def spectra_statistic_columns(
     nearly symmetric, takes ||T||^2 from its blocks instead). Every head is
     taken as a full-rank head: no zero-head or non-finite checks (a Wishart
     sample with N >= 2n has rank 2n almost surely).
+
+    Parameters
+    ----------
+    spectra : dict of str to ndarray or None
+        The heads' spectra.
+    N : int
+        Residual width.
+    names : sequence of str
+        The statistics, in column order.
+    radius, zero_tol : float
+        As :func:`gram_statistics`'s.
+
+    Returns
+    -------
+    (H, len(names)) ndarray
     """
     names = _check_names(names)
     eigs = spectra["eigs"]
@@ -544,6 +605,24 @@ def dense_statistics(
     Without the weights there is no scale to compare with, so only an exactly
     zero L is a zero head here. Lobes have length N. Head types as in
     :func:`gram_statistics`.
+
+    Parameters
+    ----------
+    L : (..., N, N) ndarray
+        Dense bilinear forms L = W_K^T W_Q.
+    radius : float
+        The radius rule's tolerance on c_sym + d_sym.
+    zero_tol : float
+        Eigenvalues below zero_tol * max|eigenvalue of S| count as 0 (n_pos, n_neg, n_zero).
+    type_rule : str
+        "imbalance" or "radius" (:mod:`qkenergy.math.head_types`).
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+
+    Returns
+    -------
+    HeadStatistics
+        Batch shape ``L.shape[:-2]``.
     """
     L = np.asarray(L, dtype=np.float64)
     if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
@@ -599,6 +678,43 @@ def head_statistics(
     order. The work goes in pieces of query heads sharing a key head
     (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
     results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
+
+    Parameters
+    ----------
+    w_query : (..., n, N) ndarray
+        The heads' query blocks (with ``kv_head``: (H, n, N)); any float dtype.
+    w_key : (..., n, N) ndarray
+        The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
+    kv_head : (H,) ndarray of int, optional
+        The key head of each query head.
+    heads : sequence of int, optional
+        With ``kv_head``: the query heads, in order.
+    threads : int
+        Threads for the pieces.
+    radius : float
+        The radius rule's tolerance.
+    zero_tol : float
+        Eigenvalues below zero_tol * max|eigenvalue| count as 0 (n_pos, n_neg, n_zero).
+    type_rule : str
+        "imbalance" or "radius" (:func:`qkenergy.math.head_types.head_types`).
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+
+    Returns
+    -------
+    HeadStatistics
+        Every statistic of docs/columns.md per head, batch shape ``w_query.shape[:-2]``
+        (docs/mathematics.md §2-§4).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qkenergy.math.statistics import head_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.standard_normal((2, 4, 16))
+    >>> stats = head_statistics(w, w)  # W_K = W_Q: L = W^T W is symmetric
+    >>> stats.symmetric_energy.tolist(), stats.head_type.tolist()
+    ([1.0, 1.0], ['I+', 'I+'])
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     N = np.shape(w_query)[-1]

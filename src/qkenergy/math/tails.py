@@ -40,9 +40,19 @@ def _beta_parameters(mean: float, var: float) -> tuple[float, float] | None:
 
 
 def matched_beta(mean: float, var: float) -> rv_continuous | None:
-    """The Beta law on [0, 1] with this mean and variance (scipy.stats, frozen); None when none exists.
+    """The Beta law on [0, 1] with this mean and variance (method of moments).
 
-    A Beta law needs 0 < mean < 1 and 0 < var < mean (1 - mean).
+    Parameters
+    ----------
+    mean : float
+        Needs 0 < mean < 1.
+    var : float
+        Needs 0 < var < mean (1 - mean).
+
+    Returns
+    -------
+    scipy.stats.rv_continuous or None
+        The frozen law; None when no Beta law has these moments.
     """
     parameters = _beta_parameters(mean, var)
     if parameters is None:
@@ -57,7 +67,25 @@ def beta_p_two_sided(x: float | np.ndarray, mean: float, var: float) -> np.ndarr
 
     F is the matched Beta cdf, the regularized incomplete beta function; its
     upper tail comes from the complementary function, so p stays accurate far
-    below 1e-16. NaN where x is NaN or no Beta law matches.
+    below 1e-16: the p-value beyond the Monte Carlo floor (docs/mathematics.md §7).
+
+    Parameters
+    ----------
+    x : float or ndarray
+        The observed statistics.
+    mean, var : float
+        The null law's mean and variance.
+
+    Returns
+    -------
+    ndarray or float
+        p of each x (a float for a scalar x); NaN where x is NaN or no Beta law matches.
+
+    Examples
+    --------
+    >>> from qkenergy.math.tails import beta_p_two_sided
+    >>> float(beta_p_two_sided(0.5, 0.5, 0.01))
+    1.0
     """
     xs = np.asarray(x, dtype=np.float64)
     parameters = _beta_parameters(mean, var)

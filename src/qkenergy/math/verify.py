@@ -85,8 +85,23 @@ LOBE_REPEATS = 30
 class Check:
     """One claim in one setting: the theory's value, the numerical estimate, and the verdict.
 
-    ``theory`` is None where the claim is a behaviour rather than a number
-    (Lemma 6, KS tests); ``stderr`` is None for exact computations.
+    Parameters
+    ----------
+    claim : str
+        The spec item ("Lemma 5", "Corollary 2", ...).
+    setting : str
+        What was checked, and how.
+    theory : float or None
+        The claim's value; None where the claim is a behaviour rather than a number
+        (Lemma 6, KS tests).
+    estimate : float
+        The numerical value (a KS row's p-value).
+    stderr : float or None
+        The estimate's standard error; None for exact computations.
+    passed : bool
+        The verdict.
+    note : str
+        The tolerance, or why a row passes (an expected departure).
     """
 
     claim: str
@@ -200,7 +215,22 @@ def _lemma5_families(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np
 
 
 def check_lemma5(samples: int, seed: int) -> list[Check]:
-    """Lemma 5: ||L||^2 = ||S||^2 + ||T||^2, ||S||^2, ||T||^2 = (||L||^2 +- tr L^2)/2, exactly."""
+    """Lemma 5: ||L||^2 = ||S||^2 + ||T||^2, ||S||^2, ||T||^2 = (||L||^2 +- tr L^2)/2, exactly.
+
+    The claim: docs/mathematics.md §2.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rng = np.random.default_rng(_subseed(seed, "lemma5"))
     rows = []
     for setting, L, expected_s in _lemma5_families(rng):
@@ -330,7 +360,22 @@ def _energy_rows(claim: str, setting: str, result: montecarlo.EnergyEstimates) -
 
 
 def check_corollary1(samples: int, seed: int) -> list[Check]:
-    """Corollary 1: iid square L, E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2."""
+    """Corollary 1: iid square L, E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2.
+
+    The claim: docs/mathematics.md §5.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rows: list[Check] = []
     for N, law, sigma2 in COROLLARY1_SETTINGS:
         setting = f"N = {N}, {law} entries, variance {sigma2:g}, K = {samples}"
@@ -369,7 +414,22 @@ def check_corollary1(samples: int, seed: int) -> list[Check]:
 
 
 def check_corollary2(samples: int, seed: int) -> list[Check]:
-    """Corollary 2: L = W_K^T W_Q, E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, ..."""
+    """Corollary 2: L = W_K^T W_Q, E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, ...
+
+    The claim: docs/mathematics.md §5.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rows: list[Check] = []
     for n, N, law, var_k, var_q in COROLLARY2_SETTINGS:
         setting = f"n = {n}, N = {N}, {law}, sigma_K^2 = {var_k:g}, sigma_Q^2 = {var_q:g}, K = {samples}"
@@ -400,7 +460,22 @@ def _gram_symmetric_energy(G: np.ndarray) -> np.ndarray:
 
 
 def check_proposition6(samples: int, seed: int) -> list[Check]:
-    """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N) for Gaussian heads, independently of 1 <= n <= N."""
+    """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N) for Gaussian heads, independently of 1 <= n <= N.
+
+    The claim: docs/mathematics.md §5.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     N = PROPOSITION6_N
     theory = baselines.gaussian_head_ratio_expectations(1, N).symmetric
     rows: list[Check] = []
@@ -461,7 +536,22 @@ def _decreases_to_zero(mean: np.ndarray) -> bool:
 
 
 def check_lemma6(samples: int, seed: int) -> list[Check]:
-    """Lemma 6: D_n = ||beta_n - rho alpha_n||/||alpha_n|| -> 0 iff (here) the second moment is finite."""
+    """Lemma 6: D_n = ||beta_n - rho alpha_n||/||alpha_n|| -> 0 iff (here) the second moment is finite.
+
+    The claim: docs/mathematics.md §3.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rows = []
     for law, rho in LEMMA6_SETTINGS:
         curve = lobes.lobe_departure_curve(
@@ -512,7 +602,22 @@ DEPARTURE_N = 2
 
 
 def check_departures(samples: int, seed: int) -> list[Check]:
-    """Skewed entries: E[s] != E||S||^2/E||L||^2 = (N+1)/(2N) (the Gaussian-symmetry hypothesis fails)."""
+    """Skewed entries: E[s] != E||S||^2/E||L||^2 = (N+1)/(2N) (the Gaussian-symmetry hypothesis fails).
+
+    The claim: docs/mathematics.md §5.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     samples = max(samples, MIN_DEPARTURE_SAMPLES)
     N = DEPARTURE_N
     theory = baselines.symmetric_ratio(N)
@@ -577,7 +682,20 @@ def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
 
 
 def check_samplers(samples: int, seed: int) -> list[Check]:
-    """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS)."""
+    """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS).
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     size = max(200, samples // 4)
     rows = []
     for n, N in KS_SHAPES:
@@ -655,7 +773,22 @@ def _haar_symmetric_energy(L: np.ndarray, rng: np.random.Generator, size: int) -
 
 
 def check_rotation(samples: int, seed: int) -> list[Check]:
-    """E[s(L U)] = (N+1)/(2N) for ANY fixed L, U Haar; the exact block sampler against direct Haar."""
+    """E[s(L U)] = (N+1)/(2N) for ANY fixed L, U Haar; the exact block sampler against direct Haar.
+
+    The claim: docs/mathematics.md §6.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     N = ROTATION_N
     rows: list[Check] = []
     for rank in ROTATION_RANKS:
@@ -719,7 +852,22 @@ def _direct_layer(rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def check_layer_null(samples: int, seed: int) -> list[Check]:
-    """A whole Gaussian layer: exact mean of s, and the summed-query-groups reduction against direct sampling."""
+    """A whole Gaussian layer: exact mean of s, and the summed-query-groups reduction against direct sampling.
+
+    The claim: docs/mathematics.md §8.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     H, H_kv, d, N = LAYER_SHAPE
     setting = f"H = {H} query heads, {H_kv} key heads, head dim {d}, N = {N}"
     direct = montecarlo.draw(_direct_layer, samples, seed=_subseed(seed, "layer direct"))
@@ -750,7 +898,22 @@ TAIL_LEVELS: tuple[float, ...] = (0.01, 0.001)
 
 
 def check_tails(samples: int, seed: int) -> list[Check]:
-    """The Beta law matched to the null's mean and variance: exact for iid square L, close for heads."""
+    """The Beta law matched to the null's mean and variance: exact for iid square L, close for heads.
+
+    The claim: docs/mathematics.md §7.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rows: list[Check] = []
     N = 10
     exact = baselines.gaussian_square_law(N)
@@ -859,7 +1022,22 @@ def _spectrum_row(
 
 
 def check_lemma7(samples: int, seed: int) -> list[Check]:
-    """Lemma 7: ||lambda_+||^2 = (1 + I)/2, ||lambda_-||^2 = (1 - I)/2, ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C)."""
+    """Lemma 7: ||lambda_+||^2 = (1 + I)/2, ||lambda_-||^2 = (1 - I)/2, ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C).
+
+    The claim: docs/mathematics.md §9.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rng = np.random.default_rng(_subseed(seed, "lemma7"))
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
@@ -888,7 +1066,22 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
 
 
 def check_lemma8(samples: int, seed: int) -> list[Check]:
-    """Lemma 8: iota is an orthogonal involution, I o iota = -I, C and P invariant, P = 1 - ||lambda - iota lambda||/sqrt 2."""
+    """Lemma 8: iota is an orthogonal involution, I o iota = -I, C and P invariant, P = 1 - ||lambda - iota lambda||/sqrt 2.
+
+    The claim: docs/mathematics.md §9.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rng = np.random.default_rng(_subseed(seed, "lemma8"))
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
@@ -935,7 +1128,22 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
 
 
 def check_lemma9(samples: int, seed: int) -> list[Check]:
-    """Lemma 9: O = (R - R o iota)/2, k + E = (R + R o iota)/2, and the power series of O, E, R."""
+    """Lemma 9: O = (R - R o iota)/2, k + E = (R + R o iota)/2, and the power series of O, E, R.
+
+    The claim: docs/mathematics.md §9.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rng = np.random.default_rng(_subseed(seed, "lemma9"))
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
@@ -973,7 +1181,22 @@ def check_lemma9(samples: int, seed: int) -> list[Check]:
 
 
 def check_lemma10(samples: int, seed: int) -> list[Check]:
-    """Lemma 10: S = M^T J M/2, tr(S^j) = tr((JG/2)^j), ||S||^2 = tr((JG)^2)/4, O, E, R as traces of H = JG/(2||S||)."""
+    """Lemma 10: S = M^T J M/2, tr(S^j) = tr((JG/2)^j), ||S||^2 = tr((JG)^2)/4, O, E, R as traces of H = JG/(2||S||).
+
+    The claim: docs/mathematics.md §9.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
     rng = np.random.default_rng(_subseed(seed, "lemma10"))
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
@@ -1047,6 +1270,20 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     and passes when the first land on the face (the coordinate exactly 0 where the
     condition is a strict inequality of eigenvalues, at most FACE_TOLERANCE where it is an
     equality) and the second do not.
+
+    The claim: docs/mathematics.md §9.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "theorem4"))
     n, N, count = 4, 24, 12
@@ -1204,6 +1441,20 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
     rows use at least MIN_DEPARTURE_SAMPLES, the KS rows samples/4 per side);
     ``seed`` makes the run reproducible; ``progress`` shows a transient
     progress bar on stderr.
+
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row.
+    seed : int
+        The run's seed.
+    progress : bool
+        Show a transient progress bar on stderr.
+
+    Returns
+    -------
+    list of Check
+        In the order of ``CHECKS``; :func:`qkenergy.verify` wraps them in a Verification.
     """
     samples = check_integer(samples, "samples", 2)
     seed = check_integer(seed, "seed", 0)

@@ -106,20 +106,41 @@ def build_report(
 ) -> Report:
     """Write the comparison report of the models in ``heads`` (and ``layers``) to ``out_html``.
 
-    ``heads``: head table with a ``model`` column (several models; optional
-    ``group``, ``step``, ``stack``); ``layers``: the per-layer forms table or
-    None. ``baseline``: a model to compare every model of its architecture
-    with, head by head. ``models``: per-model facts (``model`` plus
-    ``architecture`` / ``model_type``, ``n_layers``) when the heads lack
-    them. ``settings``: shown in the page (how the survey was run).
+    The page itself needs no browser.
 
-    The page itself needs no browser. ``static``: the PNG / SVG figures.
-    None (the default): every figure that can be drawn, by plotly's kaleido
-    where a Chrome or Chromium is found, else with matplotlib
-    (:mod:`qkenergy.figures.static`), with one warning saying so and naming
-    any figure left out; True: every figure, or QKEnergyError; False: none.
-    ``losses``: training loss curves (``run``, ``step``, ``loss``; :func:`training_losses`),
-    drawn as one more figure.
+    Parameters
+    ----------
+    heads : DataFrame
+        Head table with a ``model`` column (several models; optional ``group``, ``step``,
+        ``stack``).
+    layers : DataFrame or None
+        The per-layer forms table.
+    out_html : path
+        The page; its figures and tables go in the folder beside it (NAME_files).
+    baseline : str, optional
+        A model to compare every model of its architecture with, head by head.
+    models : DataFrame, optional
+        Per-model facts (``model`` plus ``architecture`` / ``model_type``, ``n_layers``) when the
+        heads lack them.
+    settings : dict, optional
+        Shown in the page (how the survey was run).
+    title : str, optional
+        The page's title.
+    static : bool, optional
+        The PNG / SVG figures. None (the default): every figure that can be drawn, by plotly's
+        kaleido where a Chrome or Chromium is found, else with matplotlib
+        (:mod:`qkenergy.figures.static`), with one warning saying so and naming any figure left
+        out; True: every figure, or QKEnergyError; False: none.
+    formats : sequence of str
+        The static figures' formats.
+    losses : DataFrame, optional
+        Training loss curves (``run``, ``step``, ``loss``; :func:`training_losses`), drawn as one
+        more figure.
+
+    Returns
+    -------
+    Report
+        The page, the folder beside it, every file written, the figures and the per-model summary.
     """
     check_heads(heads)
     target = Path(out_html)

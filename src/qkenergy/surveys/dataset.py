@@ -239,6 +239,23 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
     head. The Benjamini-Hochberg columns are recomputed per model over all its
     heads (as ``analyze`` does for one model), so the head table has the
     columns of ``analyze``'s plus group, step, source and revision.
+
+    Parameters
+    ----------
+    out : path
+        The survey's output folder (``qkenergy survey -o OUT``, :func:`qkenergy.survey`).
+
+    Returns
+    -------
+    heads : DataFrame
+        One row per head of every model.
+    layers : DataFrame or None
+        One row per layer's whole form (``per_layer``), else None.
+
+    Raises
+    ------
+    QKEnergyError
+        OUT holds no survey results, no readable settings, or a head twice.
     """
     import pandas as pd
 

@@ -115,10 +115,47 @@ def survey(
     the same and whose tensors are unchanged is never recomputed or rewritten;
     a failed unit is retried ``retries`` times, then reported in the returned
     :class:`SurveyRun` (and the ledger); one failing model never stops the
-    others. ``null_kind``, ``rotation_samples``: as for ``analyze_model``. ``scheduler``: address of an existing Dask scheduler; default: a
-    LocalCluster of ``workers`` (default: one per core) single-threaded
-    processes, stopped at the end. ``cache_dir``: the null-law cache (read and
-    written by this process, not by the workers).
+    others.
+
+    Parameters
+    ----------
+    manifest : path
+        The models: ``[[model]]`` TOML tables or one source per line (docs/survey.md).
+    out : path
+        The output folder (heads/, layers/, ledger.sqlite, survey.json); read back with
+        :func:`qkenergy.load_survey`.
+    per_layer : bool
+        Also each layer's whole form (the layers table).
+    samples, seed : int
+        The null laws' Monte Carlo draws and seed, as for ``analyze_model``.
+    null : bool
+        Judge the heads against null laws.
+    null_kind : str
+        "gaussian" or "rotation", as for ``analyze_model``.
+    rotation_samples : int
+        Draws of the rotation null per head.
+    radius : float
+        The radius rule's tolerance.
+    type_rule : str
+        "imbalance" or "radius" (:func:`qkenergy.math.head_types.head_types`).
+    imbalance_cut, edge_cut : float
+        The imbalance rule's tolerances.
+    retries : int
+        Tries of a failed unit after the first.
+    scheduler : str, optional
+        Address of an existing Dask scheduler; default: a LocalCluster of ``workers``
+        single-threaded processes, stopped at the end.
+    workers : int, optional
+        The LocalCluster's processes (default: one per core).
+    cache_dir : path, optional
+        The null-law cache (read and written by this process, not by the workers).
+    progress : bool
+        Show the progress display.
+
+    Returns
+    -------
+    SurveyRun
+        What ran, was skipped or failed, per unit.
     """
     started = time.monotonic()
     samples = check_integer(samples, "--samples", 2)

@@ -52,18 +52,30 @@ def part_path(out: str | os.PathLike[str], step: int) -> Path:
 class Tracker:
     """Measure a training model's heads at chosen steps; see the module docstring.
 
-    ``model``: the model being trained (read anew at every :meth:`log`, so the
-    values are those of its weights at that moment). ``out``: the folder of the
-    table's part files (None: keep nothing on disk). ``samples``, ``seed``,
-    ``radius``: the null laws' Monte Carlo size and seed, and the Type II
-    radius, as for ``qkenergy analyze``. ``stack``: keep the heads of one
-    attention stack only (``encoder``, ``decoder``, ...: multi-stack models).
-    ``name``: the ``model`` column (default: the model's own name).
-    ``config``: config.json as a dict, for a model that is not a transformers
-    or TransformerLens model (its ``state_dict()`` is read under the
-    checkpoint's names). ``threads``: as for analyze_model (1 keeps the
-    measurement off the cores a training loop may use in other processes).
-    ``cache_dir``: keep the null laws on disk too.
+    Parameters
+    ----------
+    model : object
+        The model being trained (read anew at every :meth:`log`, so the values are those of
+        its weights at that moment).
+    out : path, optional
+        The folder of the table's part files (None: keep nothing on disk).
+    samples, seed : int
+        The null laws' Monte Carlo size and seed, as for ``qkenergy analyze``.
+    radius : float
+        The Type II radius.
+    stack : str, optional
+        Keep the heads of one attention stack only (``encoder``, ``decoder``, ...: multi-stack
+        models).
+    name : str, optional
+        The ``model`` column (default: the model's own name).
+    config : mapping, optional
+        config.json as a dict, for a model that is not a transformers or TransformerLens model
+        (its ``state_dict()`` is read under the checkpoint's names).
+    threads : int or None
+        As for analyze_model (1 keeps the measurement off the cores a training loop may use in
+        other processes).
+    cache_dir : path, optional
+        Keep the null laws on disk too.
     """
 
     def __init__(
@@ -134,7 +146,17 @@ class Tracker:
             )
 
     def measure(self, step: int) -> pd.DataFrame:
-        """The head table of the model's current weights, with ``step`` as its first column."""
+        """The head table of the model's current weights, with ``step`` as its first column.
+
+        Parameters
+        ----------
+        step : int
+            The training step.
+
+        Returns
+        -------
+        DataFrame
+        """
         step = check_integer(step, "step", 0)
         if not self.laws:
             self._draw_laws()
@@ -159,6 +181,15 @@ class Tracker:
         """Measure the heads at ``step``, write their rows (with ``out``), return the step's scalars.
 
         The scalars are :func:`step_scalars` of the rows, keyed ``qkenergy/...``.
+
+        Parameters
+        ----------
+        step : int
+            The training step.
+
+        Returns
+        -------
+        dict of str to float
         """
         heads = self.measure(step)
         if self.out is not None:
@@ -208,7 +239,17 @@ def step_scalars(heads: pd.DataFrame) -> dict[str, float]:
 
 
 def read_tracking(out: str | os.PathLike[str]) -> pd.DataFrame:
-    """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head."""
+    """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head.
+
+    Parameters
+    ----------
+    out : path
+        The folder a :class:`Tracker` wrote its part files to.
+
+    Returns
+    -------
+    DataFrame
+    """
     import pandas as pd
 
     from qkenergy.formats.tables import read_table

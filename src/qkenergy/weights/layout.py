@@ -133,6 +133,61 @@ class Layout:
 
     ``{i}`` in a name is the layer index. A family has one stack per kind of attention
     (see :class:`Family`).
+
+    Parameters
+    ----------
+    query : str
+        The query projection's weight (for fused storage: the tensor holding q, k and v).
+    key : str, optional
+        The key projection's weight (None for fused storage).
+    storage : str
+        How the heads are stored: separate, stacked, conv1d, interleaved, grouped or latent.
+    norm : str, optional
+        The gain of the norm that feeds attention (None if there is none).
+    post_norm : bool
+        BERT-style: layer i is fed by layer i-1's output norm.
+    first_norm : str, optional
+        The norm feeding layer 0 (the embeddings norm) of a post-norm stack, or of a pre-norm
+        layer 0 without its own norm.
+    norm_offset : float
+        Added to the norm's gain (gemma's RMSNorm multiplies by 1 + weight).
+    heads_keys, hidden_keys, layers_keys : tuple of str
+        config.json keys of the head count, residual width and layer count, first match wins
+        (the first is named in errors).
+    kv_heads_key : str, optional
+        The key-head count's key (None: every query head has its own key head).
+    kv_heads : int, optional
+        A fixed key-head count (multi-query: 1), overriding ``kv_heads_key``.
+    head_dim_key : str, optional
+        The head dimension's key (None: hidden_size / heads).
+    stack : str
+        "", encoder, decoder, cross, text or vision.
+    positional : str
+        absolute, rope, rope_2d, alibi, relative_bias or none.
+    rope_pairs : str
+        RoPE coordinate pairs: "half" (k with k + r/2) or "interleaved" (2k with 2k + 1).
+    qk_norm : QKNorm, optional
+        Norms applied to queries and keys after projection (their gains are folded in).
+    latent : LatentAttention, optional
+        Multi-head latent attention's factors.
+    config_section : str, optional
+        The sub-dict of config.json holding the sizes (clip: text_config).
+    section_optional : bool
+        A config without that section keeps the sizes at its top level.
+    key_stack : str, optional
+        Cross-attention: the stack whose output the keys read.
+    final_norm : str, optional
+        That stack's final norm.
+    query_gate : bool
+        The query projection also holds a gate per head (rows (H, 2n), the query rows first).
+    attention_layers : tuple of LayerPattern
+        Hybrid models: the layers with softmax attention (none: every layer).
+    rope_layers : tuple of LayerPattern
+        Models with NoPE layers: the layers that rotate (none: every layer of a rope stack).
+    within : str, optional
+        A multimodal tower's name inside the checkpoint prefix (language_model, vision_tower).
+    adjust : callable, optional
+        ``adjust(config, layout) -> Layout``: config-dependent variants.
     """
 
     query: str
