@@ -31,7 +31,11 @@ _LAZY = {
     "NullSpec": "qkenergy.analysis.nullspec",
     "QKEnergyError": "qkenergy.base.errors",
     "analyze_model": "qkenergy.analysis.analyze",
-    "survey": "qkenergy.surveys.engine",
+    "survey": "qkenergy.api.survey",
+    "Survey": "qkenergy.api.survey",
+    "open_survey": "qkenergy.api.survey",
+    "report": "qkenergy.api.survey",
+    "TypeRule": "qkenergy.analysis.type_rule",
     "load_survey": "qkenergy.surveys.dataset",
     "Tracker": "qkenergy.training.tracker",
 }

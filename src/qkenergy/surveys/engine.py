@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.surveys.cluster import dask_client, early_cluster
 from qkenergy.surveys.dataset import clean_partial_files, file_sha256, write_unit
 from qkenergy.surveys.display import Display
@@ -93,16 +95,10 @@ def survey(
     manifest: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
+    null: NullSpec | bool = True,
+    null_spec: NullSpec | None = None,
+    types: TypeRule | None = None,
     per_layer: bool = False,
-    samples: int = 2000,
-    seed: int = 0,
-    null: bool = True,
-    null_kind: str = "gaussian",
-    rotation_samples: int = 500,
-    radius: float = 0.02,
-    type_rule: str = "imbalance",
-    imbalance_cut: float = 0.20,
-    edge_cut: float = 0.01,
     retries: int = 2,
     scheduler: str | None = None,
     workers: int | None = None,
@@ -115,33 +111,22 @@ def survey(
     the same and whose tensors are unchanged is never recomputed or rewritten;
     a failed unit is retried ``retries`` times, then reported in the returned
     :class:`SurveyRun` (and the ledger); one failing model never stops the
-    others. ``null_kind``, ``rotation_samples``: as for ``analyze_model``. ``scheduler``: address of an existing Dask scheduler; default: a
-    LocalCluster of ``workers`` (default: one per core) single-threaded
-    processes, stopped at the end. ``cache_dir``: the null-law cache (read and
+    others. ``null``: a :class:`~qkenergy.analysis.nullspec.NullSpec` (how every head's null
+    laws are drawn), True (the default spec) or False (none drawn; ``null_spec`` then still
+    gives the radius and the values recorded in the settings). ``types``: the head-type rule
+    (:class:`~qkenergy.analysis.type_rule.TypeRule`, default the published one). ``per_layer``:
+    also each layer's whole form, as ``analyze_model``. ``scheduler``: address of an existing
+    Dask scheduler; default: a LocalCluster of ``workers`` (default: one per core)
+    single-threaded processes, stopped at the end. ``cache_dir``: the null-law cache (read and
     written by this process, not by the workers).
     """
     started = time.monotonic()
-    samples = check_integer(samples, "--samples", 2)
-    seed = check_integer(seed, "--seed", 0)
-    retries = check_integer(retries, "--retries", 0)
-    rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
-    from qkenergy.math.head_types import check_type_rule
-
-    check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
+    drawn, spec = null_settings(null, null_spec)
+    types = TypeRule() if types is None else types
+    retries = check_integer(retries, "retries", 0)
     if workers is not None:
-        workers = check_integer(workers, "--workers", 1)
-    settings = {
-        "samples": samples,
-        "seed": seed,
-        "null": bool(null),
-        "null_kind": null_kind,
-        "rotation_samples": rotation_samples,
-        "radius": float(radius),
-        "type_rule": type_rule,
-        "imbalance_cut": float(imbalance_cut),
-        "edge_cut": float(edge_cut),
-        "per_layer": bool(per_layer),
-    }
+        workers = check_integer(workers, "workers", 1)
+    settings = {**spec.settings(null=drawn), **types.settings(), "per_layer": bool(per_layer)}
     entries, manifest_sha = read_manifest(manifest)
     out = Path(out)
     if os.path.lexists(out) and not out.is_dir():
@@ -158,10 +143,8 @@ def survey(
         early_cluster(scheduler, workers, new=new) as early,
     ):
         # The client's own imports (half a second) and planning, while the cluster starts.
-        from qkenergy.analysis.analyze import NULL_KINDS
+        import qkenergy.analysis.analyze  # noqa: F401
 
-        if null_kind not in NULL_KINDS:
-            raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
         clean_partial_files(out)
         return _plan_and_run(
             manifest,
@@ -172,6 +155,8 @@ def survey(
             ledger,
             early,
             started,
+            spec=spec,
+            types=types,
             retries=retries,
             scheduler=scheduler,
             workers=workers,
@@ -190,6 +175,8 @@ def _plan_and_run(
     early: list[Any] | None,
     started: float,
     *,
+    spec: NullSpec,
+    types: TypeRule,
     retries: int,
     scheduler: str | None,
     workers: int | None,
@@ -243,7 +230,8 @@ def _plan_and_run(
                     "scheduler": scheduler_text,
                     "workers": len(client.scheduler_info()["workers"]),
                 }
-                _run(client, todo, out, settings, ledger, result, retries, cache_dir, progress)
+                units = UnitSettings(settings, spec, types)
+                _run(client, todo, out, units, ledger, result, retries, cache_dir, progress)
         status = "done" if result.ok else "failed"
     finally:
         ledger.release_running()
@@ -261,11 +249,41 @@ def _plan_and_run(
     return result
 
 
+@dataclass(frozen=True)
+class UnitSettings:
+    """What every unit of a survey shares: the recorded settings and the objects they come from."""
+
+    settings: dict[str, Any]
+    null_spec: NullSpec
+    types: TypeRule
+
+    @property
+    def null(self) -> bool:
+        return bool(self.settings["null"])
+
+    @property
+    def per_layer(self) -> bool:
+        return bool(self.settings["per_layer"])
+
+
+def null_settings(null: NullSpec | bool, null_spec: NullSpec | None = None) -> tuple[bool, NullSpec]:
+    """(whether null laws are drawn, the spec) from ``null`` (a NullSpec, True or False) and ``null_spec``."""
+    if isinstance(null, NullSpec):
+        if null_spec is not None and null_spec != null:
+            raise QKEnergyError(
+                "null_spec: give the NullSpec once, as null or as null_spec", parameter="null_spec"
+            )
+        return True, null
+    if not isinstance(null, bool):
+        raise QKEnergyError(f"null must be a NullSpec, True or False, got {null!r:.60}", parameter="null")
+    return null, NullSpec() if null_spec is None else null_spec
+
+
 def _run(
     client: Any,
     todo: list[tuple[ModelPlan, int, str | None]],
     out: Path,
-    settings: dict[str, Any],
+    shared: UnitSettings,
     ledger: Ledger,
     result: SurveyRun,
     retries: int,
@@ -275,10 +293,11 @@ def _run(
     from distributed import as_completed
 
     cache = None if cache_dir is None else str(cache_dir)
+    settings, null_spec = shared.settings, shared.null_spec
     shapes: list[tuple[int, int]] = []
-    if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
+    if shared.null and null_spec.gaussian:
         shapes = sorted({(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]})
-    laws, drawing = shared_laws(client, shapes, settings, cache, result.run)
+    laws, drawing = shared_laws(client, shapes, null_spec, cache, result.run)
     block_shape = {future.key: shape for shape, blocks in drawing.items() for future in blocks}
     # Largest layers first: the long tasks start early and the short ones fill the gaps.
     todo = sorted(
@@ -309,9 +328,12 @@ def _run(
             layer=layer,
             path=str(plan.path),
             fold_norm=plan.entry.fold_norm,
+            per_layer=shared.per_layer,
+            null=shared.null,
+            null_spec=null_spec,
+            types=shared.types,
             expected_fingerprint=expected,
             cache_dir=cache,
-            **settings,
         )
         ledger.mark_running(plan.entry.name, layer, unit_params(plan, settings))
         if shapes_of(plan) & set(drawing):
@@ -331,7 +353,7 @@ def _run(
                     del drawing[shape]
                     client.cancel(blocks)
                 elif all(block.status == "finished" for block in blocks):
-                    laws[shape] = join_law(client, shape, drawing.pop(shape), settings, cache)
+                    laws[shape] = join_law(client, shape, drawing.pop(shape), null_spec, cache)
                 else:
                     continue
                 for plan, spec in [w for w in waiting if not shapes_of(w[0]) & set(drawing)]:
