@@ -34,7 +34,7 @@ _LAZY = {
     "survey": "qkenergy.api.survey",
     "Survey": "qkenergy.api.survey",
     "open_survey": "qkenergy.api.survey",
-    "report": "qkenergy.api.survey",
+    "write_report": "qkenergy.api.survey",  # not "report": the qkenergy.report package
     "TypeRule": "qkenergy.analysis.type_rule",
     "load_survey": "qkenergy.surveys.dataset",
     "Tracker": "qkenergy.training.tracker",

@@ -153,7 +153,7 @@ def test_rotation_null_and_tail_columns(cache_dir: Path) -> None:
         again.heads["pairing_rotation_null_sd"], df["pairing_rotation_null_sd"].iloc[1:]
     )
     assert again.heads["symmetric_energy_z"].isna().all()
-    with pytest.raises(QKEnergyError, match="--null"):
+    with pytest.raises(QKEnergyError, match="^null_kind must be one of"):
         analyze_model(layers=[0], null_kind="uniform")
 
 

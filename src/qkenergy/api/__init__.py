@@ -2,6 +2,6 @@
 
 ``qk.open(model) -> Model``, ``Model.head(layer, head) -> Head``, ``Head.null() -> Law``,
 ``qk.analyze(model) -> Analysis``, ``qk.read(path) -> Analysis``, ``qk.survey(manifest, out) ->
-Survey``, ``qk.open_survey(out) -> Survey``, ``qk.report(sources, output)``; the package root
+Survey``, ``qk.open_survey(out) -> Survey``, ``qk.write_report(sources, output)``; the package root
 (``import qkenergy as qk``) exports them lazily.
 """

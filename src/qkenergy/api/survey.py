@@ -1,4 +1,4 @@
-"""A survey as one object: :func:`survey` runs one, :func:`open_survey` opens one, :func:`report` draws the page.
+"""A survey as one object: :func:`survey` runs one, :func:`open_survey` opens one; :func:`write_report` draws the page.
 
 A :class:`Survey` is a survey's output folder OUT (``qkenergy survey -o OUT``):
 its dataset (``heads``, ``layers``: read on first use, as
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.report.page import Report, ReportInputs
     from qkenergy.surveys.engine import SurveyRun
 
-__all__ = ["Survey", "open_survey", "report", "survey"]
+__all__ = ["Survey", "open_survey", "survey", "write_report"]
 
 
 class Survey:
@@ -277,7 +277,7 @@ def open_survey(out: str | os.PathLike[str]) -> Survey:
     return Survey(out)
 
 
-def report(
+def write_report(
     sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
