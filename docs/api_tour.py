@@ -1,4 +1,8 @@
+import tempfile
+from pathlib import Path
+
 import numpy as np
+from distributed import LocalCluster
 
 import qkenergy as qk
 from qkenergy.analysis.analyze import analyze_model
@@ -40,3 +44,13 @@ print(s_law.mean(), s_law.ppf([0.05, 0.95]), s_law.pvalue(head.symmetric_energy)
 analysis = model.analyze(layers=[2], samples=500)  # the same run as result above, as one object
 print(analysis.top(1)[["layer", "head", "symmetric_energy", "head_type"]])
 fig = analysis.figure("symmetric_profiles")  # a matplotlib Figure; analysis.write("x.parquet"), qk.read
+
+# Many models in one restartable run (docs/survey.md) as one object: here the MiniLM's first layer, on
+# a Dask cluster of threads in this process (by default qk.survey starts worker processes of its own).
+with tempfile.TemporaryDirectory() as work, LocalCluster(n_workers=1, processes=False) as cluster:
+    manifest = Path(work) / "models.toml"
+    manifest.write_text('[[model]]\nsource = "embedded"\nname = "minilm"\nlayers = "0"\n')
+    spec = qk.NullSpec(samples=500)  # the null laws' settings, one object (qk.TypeRule: the head types')
+    survey = qk.survey(manifest, Path(work) / "out", null=spec, scheduler=cluster.scheduler_address)
+    print(survey.null == spec, len(survey.heads), survey.figures[:2])  # survey.summary(), survey.layers
+    survey_figure = survey.figure("symmetric_energy_by_depth")  # plotly; survey.report("report.html")

@@ -10,23 +10,28 @@ survey`` prints, every figure of the comparison report and the report itself.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.surveys.engine import SurveyRun
+from qkenergy.surveys.engine import survey as run_survey
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from qkenergy.report.page import Report, ReportInputs
-    from qkenergy.surveys.engine import SurveyRun
 
 __all__ = ["Survey", "open_survey", "survey", "write_report"]
+
+P = ParamSpec("P")
 
 
 class Survey:
@@ -112,7 +117,6 @@ class Survey:
         """The last run's counts: this call's, or as survey.json and the ledger recorded them."""
         if self.last_run is not None:
             return self.last_run
-        from qkenergy.surveys.engine import SurveyRun
         from qkenergy.surveys.ledger import Ledger
 
         run = self.record.get("run", {})
@@ -217,21 +221,17 @@ class Survey:
         return _build(self._read(), output, baseline=baseline, title=title, static=static)
 
 
-def survey(
-    manifest: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    null: NullSpec | bool = True,
-    null_spec: NullSpec | None = None,
-    types: TypeRule | None = None,
-    per_layer: bool = False,
-    retries: int = 2,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    progress: bool = False,
-) -> Survey:
-    """Analyse every layer of every model of MANIFEST on Dask, restartably; results in OUT.
+def _returning_survey(run: Callable[P, SurveyRun]) -> Callable[P, Survey]:
+    """``run`` (the engine's survey), returning the :class:`Survey` of its OUT instead of its counts."""
+
+    @functools.wraps(run)
+    def survey(*args: P.args, **kwargs: P.kwargs) -> Survey:
+        done = run(*args, **kwargs)
+        return Survey(done.out, last_run=done)
+
+    survey.__module__ = __name__
+    survey.__signature__ = inspect.signature(run).replace(return_annotation="Survey")  # type: ignore[attr-defined]
+    survey.__doc__ = """Analyse every layer of every model of MANIFEST on Dask, restartably; results in OUT.
 
     Parameters
     ----------
@@ -247,29 +247,17 @@ def survey(
     per_layer : bool
         Also each layer's whole form (the ``layers`` table).
     retries, scheduler, workers, cache_dir, progress
-        As :func:`qkenergy.surveys.engine.survey`.
+        As :func:`qkenergy.surveys.engine.survey` (whose signature this is).
 
     Returns
     -------
     Survey
         OUT's results, with ``last_run`` saying what this call did.
     """
-    from qkenergy.surveys.engine import survey as run_survey
+    return survey
 
-    run = run_survey(
-        manifest,
-        out,
-        null=null,
-        null_spec=null_spec,
-        types=types,
-        per_layer=per_layer,
-        retries=retries,
-        scheduler=scheduler,
-        workers=workers,
-        cache_dir=cache_dir,
-        progress=progress,
-    )
-    return Survey(run.out, last_run=run)
+
+survey = _returning_survey(run_survey)
 
 
 def open_survey(out: str | os.PathLike[str]) -> Survey:

@@ -10,12 +10,11 @@ import click
 
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
-    BYTES_PER_NULL_SAMPLE,
     IndexSelectionType,
     NullOptions,
     RopeOffsetsType,
     default_cache_dir,
-    fits_in_memory,
+    draws_option,
     null_options,
     plot_options,
 )
@@ -56,20 +55,12 @@ if TYPE_CHECKING:  # pragma: no cover
     "--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3."
 )
 @click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
-@click.option(
-    "--samples",
-    type=click.IntRange(min=2),
-    default=None,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    help="Null-law samples per head shape (cached per shape).  [default: 2000]",
+@draws_option(
+    "--samples", default=None, help="Null-law samples per head shape (cached per shape).  [default: 2000]"
 )
 @null_options
-@click.option(
-    "--rotation-samples",
-    type=click.IntRange(min=2),
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    default=None,
-    help="Rotation-null draws per head (not cached).  [default: 500]",
+@draws_option(
+    "--rotation-samples", default=None, help="Rotation-null draws per head (not cached).  [default: 500]"
 )
 @click.option(
     "--cache-dir",

@@ -178,6 +178,21 @@ def default_cache_dir() -> Path:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def draws_option(
+    flag: str, *, default: int | None, help: str, show_default: bool = False
+) -> Callable[[F], F]:
+    """A count of null-law draws (--samples, --rotation-samples): at least 2, refused at parse time when
+    its memory would be absurd (exit 2)."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=2),
+        default=default,
+        show_default=show_default,
+        callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+        help=help,
+    )
+
+
 @dataclass(frozen=True)
 class NullOptions:
     """The null options of a command line as the library takes them: whether laws are drawn, and how."""

@@ -10,11 +10,10 @@ import click
 
 from qkenergy.cli.output import fail, stdout_console
 from qkenergy.cli.params import (
-    BYTES_PER_NULL_SAMPLE,
     DEFAULT_BASELINE_SAMPLES,
     NullOptions,
     default_cache_dir,
-    fits_in_memory,
+    draws_option,
     null_options,
 )
 
@@ -33,19 +32,15 @@ if TYPE_CHECKING:  # pragma: no cover
     help="Survey directory: heads/ (and layers/) Parquet datasets, ledger.sqlite, survey.json.",
 )
 @click.option("--per-layer", is_flag=True, help="Also analyse each layer's whole form (OUT/layers/).")
-@click.option(
+@draws_option(
     "--samples",
-    type=click.IntRange(min=2),
     default=DEFAULT_BASELINE_SAMPLES,
     show_default=True,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (one law per shape per survey).",
 )
 @null_options
-@click.option(
+@draws_option(
     "--rotation-samples",
-    type=click.IntRange(min=2),
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
     default=500,
     show_default=True,
     help="Rotation-null draws per head (with --null rotation or both).",
