@@ -13,6 +13,7 @@ MODULES = [
     "qkenergy.api.results",
     "qkenergy.math.laws",
     "qkenergy.analysis.nullspec",
+    "qkenergy.analysis.type_rule",
 ]
 
 

@@ -126,7 +126,8 @@ def survey(
     retries = check_integer(retries, "retries", 0)
     if workers is not None:
         workers = check_integer(workers, "workers", 1)
-    settings = {**spec.settings(null=drawn), **types.settings(), "per_layer": bool(per_layer)}
+    shared = SurveySettings.of(spec, types, null=drawn, per_layer=per_layer)
+    settings = shared.settings
     entries, manifest_sha = read_manifest(manifest)
     out = Path(out)
     if os.path.lexists(out) and not out.is_dir():
@@ -151,12 +152,10 @@ def survey(
             manifest_sha,
             entries,
             out,
-            settings,
+            shared,
             ledger,
             early,
             started,
-            spec=spec,
-            types=types,
             retries=retries,
             scheduler=scheduler,
             workers=workers,
@@ -170,13 +169,11 @@ def _plan_and_run(
     manifest_sha: str,
     entries: list[ModelEntry],
     out: Path,
-    settings: dict[str, Any],
+    shared: SurveySettings,
     ledger: Ledger,
     early: list[Any] | None,
     started: float,
     *,
-    spec: NullSpec,
-    types: TypeRule,
     retries: int,
     scheduler: str | None,
     workers: int | None,
@@ -184,6 +181,7 @@ def _plan_and_run(
     progress: bool,
 ) -> SurveyRun:
     """:func:`survey` once its arguments are checked: resolve the models, plan the units, run them."""
+    settings = shared.settings
     plans = [resolve_entry(entry) for entry in entries]
     record: dict[str, Any] = {
         "format": 1,
@@ -230,8 +228,7 @@ def _plan_and_run(
                     "scheduler": scheduler_text,
                     "workers": len(client.scheduler_info()["workers"]),
                 }
-                units = UnitSettings(settings, spec, types)
-                _run(client, todo, out, units, ledger, result, retries, cache_dir, progress)
+                _run(client, todo, out, shared, ledger, result, retries, cache_dir, progress)
         status = "done" if result.ok else "failed"
     finally:
         ledger.release_running()
@@ -250,12 +247,18 @@ def _plan_and_run(
 
 
 @dataclass(frozen=True)
-class UnitSettings:
+class SurveySettings:
     """What every unit of a survey shares: the recorded settings and the objects they come from."""
 
     settings: dict[str, Any]
     null_spec: NullSpec
     types: TypeRule
+
+    @classmethod
+    def of(cls, spec: NullSpec, types: TypeRule, *, null: bool, per_layer: bool) -> SurveySettings:
+        """The settings survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer."""
+        settings = {**spec.settings(null=null), **types.settings(), "per_layer": bool(per_layer)}
+        return cls(settings, spec, types)
 
     @property
     def null(self) -> bool:
@@ -283,7 +286,7 @@ def _run(
     client: Any,
     todo: list[tuple[ModelPlan, int, str | None]],
     out: Path,
-    shared: UnitSettings,
+    shared: SurveySettings,
     ledger: Ledger,
     result: SurveyRun,
     retries: int,
