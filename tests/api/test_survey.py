@@ -77,6 +77,8 @@ def test_report_from_the_object_and_from_the_folder(done: qk.Survey, tmp_path: P
     assert first.figures == second.figures == done.figures
     assert first.html.is_file() and second.html.is_file()
     pd.testing.assert_frame_equal(first.summary, second.summary)
+    with pytest.raises(qk.QKEnergyError, match="no survey.json; not the folder of a survey"):
+        qk.open_survey(tmp_path)
 
 
 def test_no_null_keeps_the_spec_it_records(manifest: Path, scheduler: str, tmp_path: Path) -> None:
@@ -87,3 +89,6 @@ def test_no_null_keeps_the_spec_it_records(manifest: Path, scheduler: str, tmp_p
     assert result.heads["symmetric_energy_p"].isna().all()
     with pytest.raises(qk.QKEnergyError, match="^null must be a NullSpec, True or False"):
         qk.survey(manifest, tmp_path / "other", null="yes")  # type: ignore[arg-type]
+    with pytest.raises(qk.QKEnergyError, match="^types must be a TypeRule"):
+        qk.survey(manifest, tmp_path / "other", types="radius")  # type: ignore[arg-type]
+    assert not (tmp_path / "other").exists()  # refused before anything is written

@@ -123,6 +123,8 @@ def survey(
     started = time.monotonic()
     drawn, spec = null_settings(null, null_spec)
     types = TypeRule() if types is None else types
+    if not isinstance(types, TypeRule):
+        raise QKEnergyError(f"types must be a TypeRule, got {types!r:.60}", parameter="types")
     retries = check_integer(retries, "retries", 0)
     if workers is not None:
         workers = check_integer(workers, "workers", 1)
@@ -279,6 +281,8 @@ def null_settings(null: NullSpec | bool, null_spec: NullSpec | None = None) -> t
         return True, null
     if not isinstance(null, bool):
         raise QKEnergyError(f"null must be a NullSpec, True or False, got {null!r:.60}", parameter="null")
+    if null_spec is not None and not isinstance(null_spec, NullSpec):
+        raise QKEnergyError(f"null_spec must be a NullSpec, got {null_spec!r:.60}", parameter="null_spec")
     return null, NullSpec() if null_spec is None else null_spec
 
 
