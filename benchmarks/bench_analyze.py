@@ -215,7 +215,7 @@ def main() -> None:
         child_analyze(args.child_analyze)
         return
 
-    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.statistics import dense_statistics, head_statistics
 
     print("command:", shlex.join([Path(sys.executable).name, *sys.argv]))
@@ -255,10 +255,10 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory(prefix="qkenergy-null-") as cache:
             t0 = time.perf_counter()
-            null_law(n, N, samples=args.samples, seed=0, cache_dir=cache)
+            NullSpec(samples=args.samples).null_law(n, N, cache_dir=cache)
             cold = time.perf_counter() - t0
             t0 = time.perf_counter()
-            null_law(n, N, samples=args.samples, seed=0, cache_dir=cache)
+            NullSpec(samples=args.samples).null_law(n, N, cache_dir=cache)
             warm = time.perf_counter() - t0
         print(
             f"null law n={n}, N={N}, {args.samples} samples: cold {cold:.2f} s, warm (disk cache) {warm:.3f} s"

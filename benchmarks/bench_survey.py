@@ -135,7 +135,7 @@ def _timed(what: str, run: Callable[[], Table], times: dict[str, list[float]]) -
 def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: int) -> pd.DataFrame:
     """Section 1: the survey against three plain loops of analyze, every run with its own fresh null cache
     (each side draws each shape's law once), interleaved, ``repeat`` rounds; medians reported."""
-    from qkenergy import load_survey, survey
+    from qkenergy import NullSpec, load_survey, survey
     from qkenergy.analysis.analyze import analyze_model
 
     def shell_loop(where: Path) -> Table:
@@ -157,7 +157,13 @@ def bench_speed(manifest: Path, tmp: Path, samples: int, workers: int, repeat: i
         return lambda: pd.concat(frames, ignore_index=True)
 
     def survey_api(where: Path) -> Table:
-        survey(manifest, where / "out", samples=samples, cache_dir=where / "cache", workers=workers)
+        survey(
+            manifest,
+            where / "out",
+            null=NullSpec(samples=samples),
+            cache_dir=where / "cache",
+            workers=workers,
+        )
         return lambda: load_survey(where / "out")[0]
 
     def survey_cli(where: Path) -> Table:

@@ -39,7 +39,7 @@ def requantised(tensors: dict[str, np.ndarray], names: list[str], qtype: str) ->
 def measure(samples: int = 2000, seed: int = 0, cache_dir: Any = None) -> dict[str, Any]:
     """Per-head s of MiniLM as stored and re-quantised, and the null law's sd for its head shape."""
     from qkenergy.analysis.analyze import analyze_model
-    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.weights.checkpoint import open_model
 
     with open_model("minilm") as source:
@@ -49,7 +49,9 @@ def measure(samples: int = 2000, seed: int = 0, cache_dir: Any = None) -> dict[s
     plain = analyze_model(tensors, config=config, null=False, progress=False)
     s = np.asarray(plain.columns["symmetric_energy"])
     n, N = int(plain.columns["n"][0]), int(plain.columns["N"][0])
-    law = null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, names=("symmetric_energy",))
+    law = NullSpec(samples=samples, seed=seed).null_law(
+        n, N, cache_dir=cache_dir, names=("symmetric_energy",)
+    )
     sd = float(np.std(law.samples("symmetric_energy"), ddof=1))
     baseline = (N + 1) / (2 * N)
     out: dict[str, Any] = {"heads": s.size, "n": n, "N": N, "samples": samples, "sd": sd, "s": s}

@@ -1,4 +1,8 @@
+import tempfile
+from pathlib import Path
+
 import numpy as np
+from distributed import LocalCluster
 
 import qkenergy as qk
 from qkenergy.analysis.analyze import analyze_model
@@ -46,3 +50,12 @@ checks = qk.verify(samples=200)  # every claim of the mathematics checked numeri
 curve = qk.lobes("pareto:1.5", ns=[10, 1000], repeats=5)  # Lemma 6's D_n along n (`qkenergy lobes`)
 print(checks.passed, curve.finite_second_moment, "llama" in qk.layouts().model_types)
 print(qk.coverage(["llama", "mamba", "no_such_type"]).counts)  # `qkenergy layouts --coverage`
+# Many models in one restartable run (docs/survey.md) as one object: here the MiniLM's first layer, on
+# a Dask cluster of threads in this process (by default qk.survey starts worker processes of its own).
+with tempfile.TemporaryDirectory() as work, LocalCluster(n_workers=1, processes=False) as cluster:
+    manifest = Path(work) / "models.toml"
+    manifest.write_text('[[model]]\nsource = "embedded"\nname = "minilm"\nlayers = "0"\n')
+    spec = qk.NullSpec(samples=500)  # the null laws' settings, one object (qk.TypeRule: the head types')
+    survey = qk.survey(manifest, Path(work) / "out", null=spec, scheduler=cluster.scheduler_address)
+    print(survey.null == spec, len(survey.heads), survey.figures[:2])  # survey.summary(), survey.layers
+    survey_figure = survey.figure("symmetric_energy_by_depth")  # plotly; survey.report("report.html")

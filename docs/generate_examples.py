@@ -214,11 +214,10 @@ def example_survey(ws: Workspace) -> dict[str, str]:
     from rich.console import Console
 
     import qkenergy
-    from qkenergy.surveys.summary import print_survey
 
     (ws.root / "docs").mkdir()
     shutil.copyfile(ROOT / "docs" / "survey_example.toml", ws.root / "docs" / "survey_example.toml")
-    # The summary is print_survey's, as `qkenergy survey` prints it, into a pipe at 80 columns.
+    # The summary is Survey.print_summary's, as `qkenergy survey` prints it, into a pipe at 80 columns.
     with (
         _cwd(ws.root),
         LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
@@ -227,13 +226,13 @@ def example_survey(ws: Workspace) -> dict[str, str]:
             "docs/survey_example.toml",
             "results/survey",
             per_layer=True,
-            samples=200,
+            null=qkenergy.NullSpec(samples=200),
             scheduler=cluster.scheduler_address,
             cache_dir=ws.root / "cache" / "qkenergy",
         )
         heads, layers = qkenergy.load_survey("results/survey")
         printed = io.StringIO()
-        print_survey(run, heads, Console(file=printed, width=COLUMNS, color_system=None))
+        run.print_summary(Console(file=printed, width=COLUMNS, color_system=None))
     if not run.ok or layers is None:
         raise RuntimeError(f"the example survey failed: {run}")
     code = (

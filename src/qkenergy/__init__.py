@@ -39,7 +39,11 @@ _LAZY = {
     "NullSpec": "qkenergy.analysis.nullspec",
     "QKEnergyError": "qkenergy.base.errors",
     "analyze_model": "qkenergy.analysis.analyze",
-    "survey": "qkenergy.surveys.engine",
+    "survey": "qkenergy.api.survey",
+    "Survey": "qkenergy.api.survey",
+    "open_survey": "qkenergy.api.survey",
+    "write_report": "qkenergy.api.survey",  # not "report": the qkenergy.report package
+    "TypeRule": "qkenergy.analysis.type_rule",
     "load_survey": "qkenergy.surveys.dataset",
     "Tracker": "qkenergy.training.tracker",
 }

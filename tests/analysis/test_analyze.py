@@ -153,7 +153,7 @@ def test_rotation_null_and_tail_columns(cache_dir: Path) -> None:
         again.heads["pairing_rotation_null_sd"], df["pairing_rotation_null_sd"].iloc[1:]
     )
     assert again.heads["symmetric_energy_z"].isna().all()
-    with pytest.raises(QKEnergyError, match="--null"):
+    with pytest.raises(QKEnergyError, match="^null_kind must be one of"):
         analyze_model(layers=[0], null_kind="uniform")
 
 
@@ -317,5 +317,5 @@ def test_threads_change_nothing(tmp_path: Path, cache_dir: Path) -> None:
     assert one.settings["threads"] == 1 and two.settings["threads"] == 2
     columns = [c for c in one.heads.columns if c not in ("alpha", "beta")]
     assert one.heads[columns].equals(two.heads[columns])
-    with pytest.raises(QKEnergyError, match="--threads"):
+    with pytest.raises(QKEnergyError, match="^threads must be"):
         analyze_model(tmp_path, null=False, threads=0)

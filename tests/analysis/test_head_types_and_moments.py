@@ -10,6 +10,7 @@ import pytest
 
 from qkenergy.analysis import null_cache
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.math import nulls
 from qkenergy.math.moments import MOMENT_STATISTICS
 from qkenergy.math.statistics import STATISTICS
@@ -73,22 +74,20 @@ def test_new_columns_equal_the_dense_eigenvalues_on_minilm(minilm: tuple[np.ndar
     assert np.all(table["moment_E"] >= 1) and np.all(np.abs(table["lobe_imbalance"]) < 1)
 
 
+SPEC = NullSpec(samples=40, seed=1)
+
+
 def test_a_cached_law_without_the_new_names_is_a_miss(tmp_path: Path) -> None:
     old_names = ("symmetric_energy", "pairing", "lobe_departure")
     old_every = tuple(name for name in STATISTICS if name not in NEW_COLUMNS)
     for names in (old_names, old_every):
         old = nulls.null_law(3, 9, samples=40, seed=1, names=names)
-        null_cache.store_null_law(old, tmp_path, samples=40)
-    assert (
-        null_cache.cached_null_law(3, 9, samples=40, seed=1, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
-        is None
-    )
-    assert null_cache.cached_null_law(3, 9, samples=40, seed=1, cache_dir=tmp_path) is None
-    law = null_cache.null_law(3, 9, samples=40, seed=1, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
+        null_cache.store_null_law(old, SPEC, tmp_path)
+    assert null_cache.cached_null_law(SPEC, 3, 9, cache_dir=tmp_path, names=nulls.NULL_STATISTICS) is None
+    assert null_cache.cached_null_law(SPEC, 3, 9, cache_dir=tmp_path) is None
+    law = null_cache.null_law(SPEC, 3, 9, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
     assert law.names == nulls.NULL_STATISTICS
-    again = null_cache.cached_null_law(
-        3, 9, samples=40, seed=1, cache_dir=tmp_path, names=nulls.NULL_STATISTICS
-    )
+    again = null_cache.cached_null_law(SPEC, 3, 9, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
     assert again is not None
     np.testing.assert_array_equal(again.values, law.values)
 
@@ -96,7 +95,7 @@ def test_a_cached_law_without_the_new_names_is_a_miss(tmp_path: Path) -> None:
 def test_analysis_judges_the_moments_against_the_null(tmp_path: Path) -> None:
     result = analyze_model(layers=[0], samples=300, cache_dir=tmp_path)
     df = result.heads
-    law = null_cache.null_law(32, 384, samples=300, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
+    law = null_cache.null_law(NullSpec(samples=300), 32, 384, cache_dir=tmp_path, names=nulls.NULL_STATISTICS)
     for name in MOMENT_STATISTICS:
         np.testing.assert_allclose(df[f"{name}_null_mean"], law.mean(name))
         np.testing.assert_allclose(df[f"{name}_z"], (df[name] - law.mean(name)) / law.sd(name))

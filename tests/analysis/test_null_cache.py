@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkenergy.analysis import null_cache
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.math import nulls
 
 N_SMALL, SAMPLES, SEED = (1, 3), 300, 0
@@ -26,11 +27,11 @@ def law() -> nulls.NullLaw:
 
 
 def _path(root: Path) -> Path:
-    return null_cache.null_cache_path(root, *N_SMALL, SAMPLES, SEED)
+    return null_cache.null_cache_path(root, NullSpec(samples=SAMPLES, seed=SEED), *N_SMALL)
 
 
 def _cached(root: Path) -> nulls.NullLaw:
-    return null_cache.null_law(*N_SMALL, samples=SAMPLES, seed=SEED, cache_dir=root)
+    return null_cache.null_law(NullSpec(samples=SAMPLES, seed=SEED), *N_SMALL, cache_dir=root)
 
 
 def _assert_miss_then_replaced(root: Path, law: nulls.NullLaw) -> None:
@@ -83,7 +84,7 @@ def test_round_trip_and_the_cache_is_what_is_read(tmp_path: Path, law: nulls.Nul
     assert null_cache.save_cached(_path(tmp_path), planted, law.names)
     np.testing.assert_array_equal(_cached(tmp_path).values, planted)
     # other keys get other files
-    null_cache.null_law(*N_SMALL, samples=SAMPLES, seed=SEED + 1, cache_dir=tmp_path)
+    null_cache.null_law(NullSpec(samples=SAMPLES, seed=SEED + 1), *N_SMALL, cache_dir=tmp_path)
     assert len(os.listdir(tmp_path)) == 2
 
 
@@ -158,7 +159,7 @@ def test_unwritable_cache_directory_warns_once_and_goes_on(tmp_path: Path, law: 
     (tmp_path / "a-file").write_text("")
     cache = tmp_path / "a-file" / "cache"  # a directory that cannot exist, even for root
     with pytest.warns(null_cache.NullCacheWarning) as record:
-        got = null_cache.null_law(*N_SMALL, samples=SAMPLES, seed=SEED, cache_dir=cache)
+        got = null_cache.null_law(NullSpec(samples=SAMPLES, seed=SEED), *N_SMALL, cache_dir=cache)
     np.testing.assert_array_equal(got.values, law.values)
     assert len(record) == 1 and "a-file" in str(record[0].message)
     assert sorted(os.listdir(tmp_path)) == ["a-file"]  # no temporary file left
@@ -206,3 +207,47 @@ def test_mutated_cache_files_are_exact_or_misses(
     got = null_cache.load_cached(path, law.names, SAMPLES)
     if got is not None:
         np.testing.assert_array_equal(got, law.values)
+
+
+# The names the cache gave these laws before the keys derived from a NullSpec (computed with the
+# loose-parameter functions of the previous release): a cache written then is read now.
+OLD_NAMES = [
+    ((8, 32), NullSpec(samples=100), None, "null-v2-gaussian-n8-N32-K100-seed0-1bb4ca92ae90d9c4.npz"),
+    (
+        (8, 32),
+        NullSpec(samples=100, radius=0.05),
+        "null",
+        "null-v2-gaussian-n8-N32-K100-seed0-91947ff2cc31d5df.npz",
+    ),
+    ((64, 384), NullSpec(seed=7), "null", "null-v2-gaussian-n64-N384-K2000-seed7-8f18b22e49bc9729.npz"),
+]
+
+
+@pytest.mark.parametrize(("shape", "spec", "names", "expected"), OLD_NAMES)
+def test_the_spec_keys_name_the_files_older_caches_hold(
+    shape: tuple[int, int], spec: NullSpec, names: str | None, expected: str, tmp_path: Path
+) -> None:
+    drawn = nulls.NULL_STATISTICS if names else None
+    assert null_cache.null_cache_path(tmp_path, spec, *shape, drawn).name == expected
+    # the kind and the rotation draws do not change the Gaussian law, nor its file
+    other = NullSpec(spec.samples, spec.seed, "both", spec.radius, rotation_samples=30)
+    assert null_cache.null_cache_path(tmp_path, other, *shape, drawn).name == expected
+
+
+def test_layer_laws_keep_their_names() -> None:
+    spec = NullSpec(samples=100)
+    assert null_cache.layer_null_cache_path("c", spec, (2, 2), 6, 48).name == (
+        "null-v2-layer-n12-N48-K100-seed0-7efb9e6a98c7d6b5.npz"
+    )
+    assert null_cache.layer_null_cache_path("c", NullSpec(samples=300, seed=5), (1, 0, 3), 4, 32).name == (
+        "null-v2-layer-n8-N32-K300-seed5-f762381875fbe859.npz"
+    )
+
+
+def test_a_law_cached_under_its_old_name_is_served(law: nulls.NullLaw, tmp_path: Path) -> None:
+    """A file saved under the name the previous release computed is a hit, not drawn again."""
+    spec = NullSpec(samples=SAMPLES, seed=SEED)
+    planted = law.values + 1.0  # not what a fresh draw gives: a hit returns exactly these
+    old_name = tmp_path / "null-v2-gaussian-n1-N3-K300-seed0-53e58472ba885c10.npz"
+    assert null_cache.save_cached(old_name, planted, law.names)
+    np.testing.assert_array_equal(null_cache.null_law(spec, *N_SMALL, cache_dir=tmp_path).values, planted)

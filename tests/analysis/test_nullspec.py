@@ -53,6 +53,6 @@ def test_read_back_from_settings_and_cache_key(tmp_path) -> None:
     }
     assert NullSpec.from_settings(settings) == spec
     assert NullSpec.from_settings({**settings, "null": False, "null_kind": None}) is None
-    assert spec.cache_path(tmp_path, 8, 64) == null_cache_path(tmp_path, 8, 64, 300, 4, 0.05)
+    assert spec.cache_path(tmp_path, 8, 64) == null_cache_path(tmp_path, spec, 8, 64)
     law = spec.null_law(2, 8, names=("symmetric_energy",), cache_dir=tmp_path)
     assert law.size == 300 and spec.cache_path(tmp_path, 2, 8, ("symmetric_energy",)).is_file()

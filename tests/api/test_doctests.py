@@ -36,6 +36,7 @@ def test_the_collection_finds_the_examples() -> None:
         "qkenergy.api.results",
         "qkenergy.math.laws",
         "qkenergy.analysis.nullspec",
+        "qkenergy.analysis.type_rule",
     } <= set(MODULES)
 
 

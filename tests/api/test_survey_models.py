@@ -23,8 +23,10 @@ def test_heads_of_a_surveys_models_equal_its_dataset(tmp_path: Path) -> None:
     manifest.write_text(
         "".join(f'[[model]]\nsource = "{root}"\nname = "{name}"\n\n' for name, root in sources.items())
     )
-    run = qk.survey(manifest, tmp_path / "out", samples=SAMPLES, workers=1, cache_dir=tmp_path / "cache")
-    assert run.units == 3 and not run.failed
+    survey = qk.survey(
+        manifest, tmp_path / "out", null=qk.NullSpec(samples=SAMPLES), workers=1, cache_dir=tmp_path / "cache"
+    )
+    assert survey.last_run is not None and survey.last_run.units == 3 and not survey.last_run.failed
     heads, _ = qk.load_survey(tmp_path / "out")
     for name, root in sources.items():
         model = qk.open(root)

@@ -414,14 +414,15 @@ def test_unwritable_cache_directory_is_one_warning(
 def test_cache_file_that_is_a_fifo_is_recomputed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A FIFO planted at the cache path would block a plain open for ever: it is a miss instead."""
     from qkenergy.analysis.null_cache import null_cache_path
+    from qkenergy.analysis.nullspec import NullSpec
 
-    os.mkfifo(null_cache_path(tmp_path, 1, 3, 50, 0))
+    os.mkfifo(null_cache_path(tmp_path, NullSpec(samples=50), 1, 3))
     code, out, err = run(
         capsys, "baseline", "--n", "1", "--N", "3", "--samples", "50", "--cache-dir", str(tmp_path), "--json"
     )
     assert code == 0 and err == ""
     assert strict_json(out)["samples"] == 50
-    assert null_cache_path(tmp_path, 1, 3, 50, 0).is_file()
+    assert null_cache_path(tmp_path, NullSpec(samples=50), 1, 3).is_file()
 
 
 def test_console_script_one_line_error() -> None:

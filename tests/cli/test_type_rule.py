@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.surveys import engine
 from tests.cli.test_commands import run
@@ -58,4 +59,4 @@ def test_bad_rule_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert code == 2 and "--imbalance-cut" in err
     # the survey refuses a bad rule before reading its manifest
     with pytest.raises(QKEnergyError, match="type_rule must be one of imbalance, radius"):
-        engine.survey(tmp_path / "missing.toml", tmp_path / "out", type_rule="nope")
+        engine.survey(tmp_path / "missing.toml", tmp_path / "out", types=TypeRule("nope"))

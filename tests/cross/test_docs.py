@@ -28,6 +28,10 @@ def test_api_tour_runs(capsys) -> None:
     )
     assert namespace["s_law"].pvalue(head.symmetric_energy) == row["symmetric_energy_p"] == 2 / 501
     assert namespace["fig"].axes
+    # the survey's part: a Survey of the MiniLM's first layer, its null spec and a report figure
+    survey = namespace["survey"]
+    assert survey.ok and survey.null == namespace["spec"] and len(survey.heads) == 12
+    assert namespace["survey_figure"].data
 
 
 def test_families_page_lists_the_supported_layouts() -> None:

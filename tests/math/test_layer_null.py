@@ -14,6 +14,7 @@ from scipy import stats
 from qkenergy.analysis import analyze
 from qkenergy.analysis.null_cache import layer_null_cache_path
 from qkenergy.analysis.null_cache import layer_null_law as cached_layer_null_law
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.math import layer_null, montecarlo
 from qkenergy.math.directionality import dense_norms, directionality
 from qkenergy.math.energies import energies
@@ -60,9 +61,9 @@ def test_grouped_query_layer_matches_direct_sampling() -> None:
 
 
 def test_cached_law(tmp_path: Path) -> None:
-    first = cached_layer_null_law((1, 1), 3, 12, samples=300, seed=4, cache_dir=tmp_path)
-    assert layer_null_cache_path(tmp_path, (1, 1), 3, 12, 300, 4).is_file()
-    again = cached_layer_null_law((1, 1), 3, 12, samples=300, seed=4, cache_dir=tmp_path)
+    first = cached_layer_null_law(NullSpec(samples=300, seed=4), (1, 1), 3, 12, cache_dir=tmp_path)
+    assert layer_null_cache_path(tmp_path, NullSpec(samples=300, seed=4), (1, 1), 3, 12).is_file()
+    again = cached_layer_null_law(NullSpec(samples=300, seed=4), (1, 1), 3, 12, cache_dir=tmp_path)
     np.testing.assert_array_equal(first.values, again.values)
     np.testing.assert_array_equal(
         first.values, layer_null.layer_null_law((1, 1), 3, 12, samples=300, seed=4).values

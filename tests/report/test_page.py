@@ -94,7 +94,7 @@ def test_baseline_comparison(tables) -> None:
     # A model lacking one of the reference's heads cannot be compared head by head.
     fewer = heads.drop(heads.index[(heads["model"] == "toy-llama@100") & (heads["head"] == 3)])
     assert "other heads" in baseline_comparison(fewer, "toy-llama@0", models).skipped["toy-llama@100"]
-    with pytest.raises(ArgumentError, match="^--baseline: model 'nope' is not in the table"):
+    with pytest.raises(ArgumentError, match="^baseline: model 'nope' is not in the table"):
         baseline_comparison(heads, "nope")
 
 

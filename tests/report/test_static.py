@@ -125,7 +125,7 @@ def test_static_true_requires_every_figure(
 
     monkeypatch.setattr(page, "report_figures", with_a_pie)
     out = tmp_path / "report.html"
-    with pytest.raises(QKEnergyError, match=r"--static: no Chrome or Chromium found, .* pie \(pie traces\)"):
+    with pytest.raises(QKEnergyError, match=r"^static: no Chrome or Chromium found, .* pie \(pie traces\)"):
         build_report(heads, layers, out, models=models, static=True)
     assert not out.exists() and not files_directory(out).exists()
     # By default the figure matplotlib cannot draw is left out, and the warning names it.

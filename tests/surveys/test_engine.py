@@ -18,12 +18,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.surveys.manifest import read_manifest
 from tests.survey_checkpoints import write_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SAMPLES = 100  # null-law draws per shape: enough for p-values, cheap for tests
+NULL = NullSpec(samples=SAMPLES)
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
 
 
@@ -182,14 +184,15 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
     import duckdb
     import pyarrow.dataset as ds
 
-    from qkenergy import load_survey, survey
     from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.surveys import load_survey, survey
 
     out = tmp_path / "out"
     nulls = {"samples": SAMPLES, "null_kind": "both", "rotation_samples": 20}
+    spec = {"samples": SAMPLES, "kind": "both", "rotation_samples": 20}
     cache = tmp_path / "cache"
     manifest = _toml(tmp_path / "m.toml", models)
-    run = survey(manifest, out, per_layer=True, retries=1, workers=2, cache_dir=cache, **nulls)
+    run = survey(manifest, out, null=NullSpec(**spec), per_layer=True, retries=1, workers=2, cache_dir=cache)
     # Units share the cache: each model's layer null law is drawn once per shape, not once per layer.
     assert len(list(cache.glob("null-*-layer-*.npz"))) == 5  # one per model: five layer shapes
     # minilm 2 + llama 3 + gpt2 2 + phi3 2 + broken 3 units; broken layer 2 fails after 1 retry.
@@ -235,23 +238,23 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
 def test_external_scheduler_restart(tmp_path: Path, models: dict[str, Path], scheduler: str) -> None:
     """`--scheduler`: a rerun skips finished units without rewriting them; a touched checkpoint is
     verified by fingerprint and kept; a changed layer is recomputed alone; other settings are refused."""
-    from qkenergy import load_survey, survey
+    from qkenergy.surveys import load_survey, survey
 
     phi3 = write_checkpoint(tmp_path / "phi3", "phi3", layers=2, N=48, heads=2, head_dim=6, seed=2)
     chosen = {"llama": models["llama"], "phi3": phi3}
     manifest = _toml(tmp_path / "m.toml", chosen, embedded=False)
     out = tmp_path / "out"
-    first = survey(manifest, out, samples=SAMPLES, scheduler=scheduler)
+    first = survey(manifest, out, null=NULL, scheduler=scheduler)
     assert (first.units, first.computed) == (5, 5) and first.ok
     before, heads = _files(out), load_survey(out)[0]
 
-    again = survey(manifest, out, samples=SAMPLES, scheduler=scheduler)
+    again = survey(manifest, out, null=NULL, scheduler=scheduler)
     assert (again.skipped, again.computed) == (5, 0) and _files(out) == before
 
     # Same bytes, new modification time: fingerprints are compared on the workers, nothing rewritten.
     weights = chosen["phi3"] / "model.safetensors"
     os.utime(weights, ns=(time.time_ns(), time.time_ns()))
-    touched = survey(manifest, out, samples=SAMPLES, scheduler=scheduler)
+    touched = survey(manifest, out, null=NULL, scheduler=scheduler)
     assert (touched.skipped, touched.unchanged, touched.computed) == (3, 2, 0) and _files(out) == before
 
     # One layer's query/key bytes change: only that unit is recomputed.
@@ -260,7 +263,7 @@ def test_external_scheduler_restart(tmp_path: Path, models: dict[str, Path], sch
     tensors = load_file(weights)
     tensors["model.layers.1.self_attn.qkv_proj.weight"] *= 2.0
     save_file(tensors, str(weights))
-    changed = survey(manifest, out, samples=SAMPLES, scheduler=scheduler)
+    changed = survey(manifest, out, null=NULL, scheduler=scheduler)
     assert (changed.unchanged, changed.computed) == (1, 1)
     after = _files(out)
     assert [k for k in after if after[k] != before[k]] == ["heads/model=phi3/layer-00001.parquet"]
@@ -271,24 +274,26 @@ def test_external_scheduler_restart(tmp_path: Path, models: dict[str, Path], sch
     # Scaling W_Q by 2 leaves every normalised statistic as it was.
     pd.testing.assert_frame_equal(load_survey(out)[0], heads)
 
-    with pytest.raises(ArgumentError, match="--samples: .* samples = 100, not 50"):
-        survey(manifest, out, samples=50, scheduler=scheduler)
+    with pytest.raises(ArgumentError, match="^samples: .* samples = 100, not 50"):
+        survey(manifest, out, null=NullSpec(samples=50), scheduler=scheduler)
 
 
 def test_null_law_drawn_in_blocks(tmp_path: Path, models: dict[str, Path], scheduler: str) -> None:
     """A law that two workers draw block by block, joined and cached by the client, is bitwise the law
     that analyze draws in one piece, and the units judge their heads against it."""
-    from qkenergy import load_survey, survey
     from qkenergy.analysis.analyze import analyze_model
     from qkenergy.analysis.null_cache import cached_null_law
     from qkenergy.math.montecarlo import BLOCK_SIZE
     from qkenergy.math.nulls import NULL_STATISTICS, null_law
+    from qkenergy.surveys import load_survey, survey
 
     samples = 2 * BLOCK_SIZE + 5  # three block tasks, the last one partial
     cache = tmp_path / "cache"
     manifest = _toml(tmp_path / "m.toml", {"gpt2": models["gpt2"]}, embedded=False)
-    assert survey(manifest, tmp_path / "out", samples=samples, scheduler=scheduler, cache_dir=cache).ok
-    joined = cached_null_law(8, 32, samples=samples, seed=0, cache_dir=cache, names=NULL_STATISTICS)
+    assert survey(
+        manifest, tmp_path / "out", null=NullSpec(samples=samples), scheduler=scheduler, cache_dir=cache
+    ).ok
+    joined = cached_null_law(NullSpec(samples=samples), 8, 32, cache_dir=cache, names=NULL_STATISTICS)
     assert joined is not None
     np.testing.assert_array_equal(
         joined.values, null_law(8, 32, samples=samples, names=NULL_STATISTICS).values
@@ -302,7 +307,7 @@ def test_null_law_drawn_in_blocks(tmp_path: Path, models: dict[str, Path], sched
 def test_sigkill_midway_then_resume(tmp_path: Path, models: dict[str, Path], scheduler: str) -> None:
     """SIGKILL of `qkenergy survey` (LocalCluster) part-way: no partial file, no stray worker; the
     rerun computes exactly the missing units and the dataset equals an uninterrupted run."""
-    from qkenergy import load_survey, survey
+    from qkenergy.surveys import load_survey, survey
 
     root = tmp_path / "models"
     many = {
@@ -350,13 +355,13 @@ def test_sigkill_midway_then_resume(tmp_path: Path, models: dict[str, Path], sch
         visible
     )
 
-    resumed = survey(manifest, out, samples=SAMPLES, scheduler=scheduler)
+    resumed = survey(manifest, out, null=NULL, scheduler=scheduler)
     assert not list(out.rglob("*.tmp"))  # the killed run's temporary files are gone
     assert (resumed.skipped, resumed.computed) == (finished, 18 - finished)
     assert len(
         _ledger(out, f"SELECT * FROM attempts WHERE run = {resumed.run} AND outcome = 'computed'")
     ) == (18 - finished)
-    reference = survey(manifest, tmp_path / "uninterrupted", samples=SAMPLES, scheduler=scheduler)
+    reference = survey(manifest, tmp_path / "uninterrupted", null=NULL, scheduler=scheduler)
     assert reference.computed == 18
     pd.testing.assert_frame_equal(load_survey(out)[0], load_survey(tmp_path / "uninterrupted")[0])
 

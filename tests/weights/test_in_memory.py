@@ -230,7 +230,7 @@ def test_model_type_and_layout_read_an_unknown_architecture(tmp_path: Path, caps
     by_toml = analyze_model(tmp_path / "unknown", layout=toml, null=False)
     _same(reference, by_toml.heads)
     assert by_toml.settings["layout_file"] == str(toml) and by_toml.settings["model_type"] == "mystery"
-    with pytest.raises(ArgumentError, match="--model-type 'nope' is not a supported type"):
+    with pytest.raises(ArgumentError, match="^model_type 'nope' is not a supported type"):
         analyze_model(tmp_path / "unknown", model_type="nope", null=False)
 
     out = tmp_path / "heads.csv"

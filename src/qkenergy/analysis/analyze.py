@@ -26,7 +26,8 @@ import numpy as np
 from qkenergy.analysis.nullspec import NULL_KINDS, ROTATION_SAMPLES, NullSpec
 from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_description
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
-from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.parallel import available_cores, resolve_threads, thread_map
 from qkenergy.base.version import __version__
 from qkenergy.formats import provenance
@@ -35,7 +36,7 @@ from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import head_gram
-from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS, check_type_rule
+from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS
 from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
@@ -64,6 +65,8 @@ __all__ = [
     "NULL_STATISTICS",
     "ROTATION_SAMPLES",
     "Analysis",
+    "NullSpec",
+    "TypeRule",
     "analyze_model",
     "directionality",
     "layer_form_statistics",
@@ -130,6 +133,7 @@ def analyze_model(
     name: str | None = None,
     revision: str | None = None,
     null_spec: NullSpec | None = None,
+    types: TypeRule | None = None,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
@@ -198,6 +202,9 @@ def analyze_model(
     null_spec : NullSpec, optional
         When given, sets samples, seed, null_kind, radius and rotation_samples together
         (:class:`~qkenergy.analysis.nullspec.NullSpec`).
+    types : TypeRule, optional
+        The head-type rule as one object (type_rule, imbalance_cut, edge_cut together;
+        :class:`~qkenergy.analysis.type_rule.TypeRule`).
 
     Returns
     -------
@@ -246,27 +253,15 @@ def analyze_model(
       (0 when nothing stands out, NaN for L = 0); directionality = -raw, the
       sign of their published tables. See :mod:`qkenergy.math.directionality`.
     """
-    threads = resolve_threads(threads, "--threads")
+    threads = resolve_threads(threads, "threads")
     if name is not None:
         name = _model_name(name)
-    if null_spec is not None:
-        samples, seed, null_kind = null_spec.samples, null_spec.seed, null_spec.kind
-        radius, rotation_samples = null_spec.radius, null_spec.rotation_samples
-    if null:
-        samples = check_integer(samples, "samples", 2)
-    if null_kind not in NULL_KINDS:
-        raise QKEnergyError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
-    gaussian = null and null_kind in ("gaussian", "both")
-    rotation = null and null_kind in ("rotation", "both")
-    if rotation:
-        rotation_samples = check_integer(rotation_samples, "rotation_samples", 2)
-    check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
-    types: dict[str, Any] = {
-        "radius": radius,
-        "type_rule": type_rule,
-        "imbalance_cut": imbalance_cut,
-        "edge_cut": edge_cut,
-    }
+    if null_spec is None:
+        null_spec = _loose_spec(null, samples, seed, null_kind, radius, rotation_samples)
+    spec = null_spec
+    gaussian, rotation = null and spec.gaussian, null and spec.rotation
+    rule = types or TypeRule(type_rule, imbalance_cut, edge_cut)
+    keywords: dict[str, Any] = rule.keywords(spec.radius)
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
     given = layout if isinstance(layout, Layout) else None
@@ -296,8 +291,9 @@ def analyze_model(
         if not todo:
             with_attention = sorted({i for a, _ in stacks for i in a.attention_layers})
             raise ArgumentError(
-                f"--layers: none of the layers chosen has softmax attention; the layers with attention are "
-                f"{_layer_list(with_attention)}"
+                f"layers: none of the layers chosen has softmax attention; the layers with attention are "
+                f"{_layer_list(with_attention)}",
+                parameter="layers",
             )
         head_parts: list[Columns] = []
         layer_rows: list[dict[str, Any]] = []
@@ -324,9 +320,9 @@ def analyze_model(
                     stack,
                     weights,
                     stack_heads,
-                    types,
-                    rotation_samples=rotation_samples if rotation else 0,
-                    seed=seed,
+                    keywords,
+                    rotation_samples=spec.rotation_samples if rotation else 0,
+                    seed=spec.seed,
                     threads=threads,
                     rope=rope,
                     offsets=offsets,
@@ -334,7 +330,7 @@ def analyze_model(
                 read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
                 head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
                 if per_layer:
-                    layer_rows.extend(_layer_rows(label, stack, weights, types, rope, offsets))
+                    layer_rows.extend(_layer_rows(label, stack, weights, keywords, rope, offsets))
                 del weights  # release this layer before the one after next is read
                 source.tensors.release()
                 advance()
@@ -347,9 +343,7 @@ def analyze_model(
     table = _with_null_columns(
         concat(head_parts),
         null=gaussian,
-        samples=samples,
-        seed=seed,
-        radius=radius,
+        spec=spec,
         cache_dir=cache_dir,
         progress=progress,
         laws=null_laws or {},
@@ -358,9 +352,7 @@ def analyze_model(
     )
     table = _with_rotation_bh(table)
     layer_table = (
-        _with_layer_null(
-            layer_rows, null=gaussian, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress
-        )
+        _with_layer_null(layer_rows, null=gaussian, spec=spec, cache_dir=cache_dir, progress=progress)
         if per_layer
         else None
     )
@@ -385,14 +377,12 @@ def analyze_model(
         "quantization": None,  # plain weights; a quantised checkpoint's notes say how it is stored
         **source.notes,
         "null": bool(null),
-        "samples": int(samples) if gaussian else 0,
-        "null_kind": null_kind if null else None,
-        "rotation_samples": int(rotation_samples) if rotation else 0,
-        "seed": int(seed),
-        "type_rule": type_rule,
-        "imbalance_cut": float(imbalance_cut),
-        "edge_cut": float(edge_cut),
-        "radius": float(radius),
+        "samples": spec.samples if gaussian else 0,
+        "null_kind": spec.kind if null else None,
+        "rotation_samples": spec.rotation_samples if rotation else 0,
+        "seed": spec.seed,
+        **rule.settings(),
+        "radius": spec.radius,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "directionality_gamma": DIRECTIONALITY_GAMMA if per_layer else None,
         "threads": threads,
@@ -405,11 +395,29 @@ def analyze_model(
     return Analysis(columns=table, layers=layer_table, model=label, settings=settings, null_laws=used)
 
 
-MAX_NAME = 200  # characters of a model name given with --name
+def _loose_spec(
+    null: bool, samples: Any, seed: Any, kind: Any, radius: Any, rotation_samples: Any
+) -> NullSpec:
+    """The NullSpec of analyze_model's separate null parameters; those not used are not checked."""
+    if kind not in NULL_KINDS:
+        raise QKEnergyError(
+            f"null_kind must be one of {', '.join(NULL_KINDS)}, got {kind!r}", parameter="null_kind"
+        )
+    drawn = NullSpec(kind=kind)  # the defaults stand in for values the run does not use
+    return NullSpec(
+        samples=samples if null else drawn.samples,
+        seed=seed,
+        kind=kind,
+        radius=radius,
+        rotation_samples=rotation_samples if null and drawn.rotation else drawn.rotation_samples,
+    )
+
+
+MAX_NAME = 200  # characters of a model name given with a name
 
 
 def _model_name(name: Any) -> str:
-    """A name given with ``--name``: text on one line, not empty, at most MAX_NAME characters."""
+    """A model's ``name``: text on one line, not empty, at most MAX_NAME characters."""
     if not isinstance(name, str) or not name.strip():
         raise ArgumentError(f"name: expected a non-empty name, got {name!r:.60}", parameter="name")
     if len(name) > MAX_NAME or any(not c.isprintable() for c in name):
@@ -738,9 +746,7 @@ def _with_null_columns(
     table: Columns,
     *,
     null: bool,
-    samples: int,
-    seed: int,
-    radius: float,
+    spec: NullSpec,
     cache_dir: str | Path | None,
     progress: bool,
     laws: Mapping[tuple[int, int], NullLaw],
@@ -760,13 +766,11 @@ def _with_null_columns(
 
         for n, N in dict.fromkeys(zip(table["n"].tolist(), table["N"].tolist(), strict=True)):
             law = laws.get((int(n), int(N))) or null_law(
+                spec,
                 int(n),
                 int(N),
-                samples=samples,
-                seed=seed,
                 cache_dir=cache_dir,
                 progress=progress,
-                radius=radius,
                 names=NULL_STATISTICS,
                 threads=threads,
             )
@@ -915,8 +919,7 @@ def _with_layer_null(
     layer_rows: list[dict[str, Any]],
     *,
     null: bool,
-    samples: int,
-    seed: int,
+    spec: NullSpec,
     cache_dir: str | Path | None,
     progress: bool,
 ) -> pd.DataFrame:
@@ -942,16 +945,14 @@ def _with_layer_null(
                 [(g, d, m) == (groups, head_dim, N) for g, d, m in shapes.itertuples(index=False)]
             )
             n = sum(1 for m in groups if m > 0) * head_dim
-            flops = layer_null_flops(n, N, samples)
+            flops = layer_null_flops(n, N, spec.samples)
             if flops > LAYER_NULL_MAX_FLOPS:
                 note[rows] = (
-                    f"not drawn: {samples} draws of a form with n = {n}, N = {N} need about {flops:.1e} "
+                    f"not drawn: {spec.samples} draws of a form with n = {n}, N = {N} need about {flops:.1e} "
                     f"flops, above the limit of {LAYER_NULL_MAX_FLOPS:.0e}"
                 )
                 continue
-            law = layer_null_law(
-                groups, head_dim, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress
-            )
+            law = layer_null_law(spec, groups, head_dim, N, cache_dir=cache_dir, progress=progress)
             route[rows] = layer_null_route(n, N)
             for x in LAYER_NULL_STATISTICS:
                 judged = judge(law, x, layers.loc[rows, x].to_numpy(np.float64))

@@ -296,7 +296,9 @@ def baseline_comparison(
     names = list(info.index)
     if reference not in names:
         shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        raise ArgumentError(f"--baseline: model {reference!r} is not in the table; models: {shown}")
+        raise ArgumentError(
+            f"baseline: model {reference!r} is not in the table; models: {shown}", parameter="baseline"
+        )
     keys = head_keys(heads)
     columns = [*keys, "n", "N", "symmetric_energy"]
     frame = heads.assign(model=heads["model"].astype(str))

@@ -1,4 +1,9 @@
-"""The on-disk cache of null laws: one ``.npz`` file per (n, N, samples, seed, radius).
+"""The on-disk cache of null laws: one ``.npz`` file per head shape (n, N) and :class:`NullSpec`.
+
+A law's file name and key derive from the shape, the statistics drawn and the
+spec's ``samples``, ``seed`` and ``radius`` (its ``kind`` and
+``rotation_samples`` do not change the Gaussian law); the names and keys are
+those of the files written before the spec existed, so older caches stay valid.
 
 The cache lives on a disk other processes (and people) can write to, so a
 file is trusted only when it is exactly what :func:`save_cached` writes: a
@@ -28,6 +33,7 @@ import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +41,9 @@ from qkenergy.base.errors import check_integer
 from qkenergy.math import layer_null, montecarlo, nulls
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA
 from qkenergy.math.statistics import STATISTICS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.nullspec import NullSpec
 
 __all__ = [
     "CACHE_FORMAT_VERSION",
@@ -61,24 +70,32 @@ class NullCacheWarning(UserWarning):
     """The null-law cache could not be written; the run goes on without it."""
 
 
-def _cache_key(n: int, N: int, samples: int, seed: int, names: tuple[str, ...], radius: float) -> str:
-    text = repr((CACHE_FORMAT_VERSION, "gaussian", n, N, samples, seed, names, radius, montecarlo.BLOCK_SIZE))
+def _cache_key(spec: NullSpec, n: int, N: int, names: tuple[str, ...]) -> str:
+    # The text hashed is the one of format 2's files: the same key for the same law.
+    text = repr(
+        (
+            CACHE_FORMAT_VERSION,
+            "gaussian",
+            n,
+            N,
+            spec.samples,
+            spec.seed,
+            names,
+            spec.radius,
+            montecarlo.BLOCK_SIZE,
+        )
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def null_cache_path(
-    cache_dir: str | os.PathLike[str],
-    n: int,
-    N: int,
-    samples: int,
-    seed: int,
-    radius: float = 0.02,
-    names: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike[str], spec: NullSpec, n: int, N: int, names: Sequence[str] | None = None
 ) -> Path:
-    """Path of the cached null law for these arguments (the file may not exist); names None: all."""
-    key = _cache_key(n, N, samples, seed, tuple(STATISTICS) if names is None else tuple(names), radius)
+    """Path of the cached Gaussian null law of shape (n, N) drawn as ``spec`` says (the file may not
+    exist); ``names``: the statistics drawn, None = all."""
+    key = _cache_key(spec, n, N, tuple(STATISTICS) if names is None else tuple(names))
     return Path(cache_dir) / (
-        f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
+        f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{spec.samples}-seed{spec.seed}-{key}.npz"
     )
 
 
@@ -186,13 +203,11 @@ def save_cached(path: str | os.PathLike[str], values: np.ndarray, names: tuple[s
 
 
 def cached_null_law(
+    spec: NullSpec,
     n: int,
     N: int,
     *,
-    samples: int,
-    seed: int,
     cache_dir: str | os.PathLike[str],
-    radius: float = 0.02,
     names: Sequence[str] | None = None,
 ) -> nulls.NullLaw | None:
     """The law :func:`null_law` would return from the cache under ``cache_dir``, or None on a miss.
@@ -201,69 +216,63 @@ def cached_null_law(
     statistic (same draws), when present.
     """
     n, N = check_integer(n, "n"), check_integer(N, "N")
-    samples = check_integer(samples, "samples", minimum=2)
-    seed = check_integer(seed, "seed", minimum=0)
     every = tuple(STATISTICS)
     names = every if names is None else tuple(names)
-    values = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius, names), names, samples)
+    values = load_cached(null_cache_path(cache_dir, spec, n, N, names), names, spec.samples)
     if values is None and names != every and set(names) <= set(every):
-        whole = load_cached(null_cache_path(cache_dir, n, N, samples, seed, radius), every, samples)
+        whole = load_cached(null_cache_path(cache_dir, spec, n, N), every, spec.samples)
         if whole is not None:
             values = whole[:, [every.index(name) for name in names]]
     if values is None:
         return None
     values.flags.writeable = False
-    return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values)
+    return nulls.NullLaw(n=n, N=N, seed=spec.seed, names=names, values=values)
 
 
-def store_null_law(
-    law: nulls.NullLaw, cache_dir: str | os.PathLike[str], *, samples: int, radius: float = 0.02
-) -> bool:
-    """Keep ``law`` (drawn with ``samples`` and ``radius``) where :func:`cached_null_law` finds it."""
-    path = null_cache_path(cache_dir, law.n, law.N, samples, law.seed, radius, law.names)
+def store_null_law(law: nulls.NullLaw, spec: NullSpec, cache_dir: str | os.PathLike[str]) -> bool:
+    """Keep ``law`` (drawn as ``spec`` says) where :func:`cached_null_law` finds it."""
+    path = null_cache_path(cache_dir, spec, law.n, law.N, law.names)
     return save_cached(path, law.values, law.names)
 
 
 def null_law(
+    spec: NullSpec,
     n: int,
     N: int,
     *,
-    samples: int = 2000,
-    seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
-    radius: float = 0.02,
     chunk_size: int | None = None,
     names: Sequence[str] | None = None,
     threads: int | None = 1,
 ) -> nulls.NullLaw:
-    """:func:`qkenergy.math.nulls.null_law`, kept on disk under ``cache_dir`` (None: no cache).
+    """:func:`qkenergy.math.nulls.null_law` with ``spec``'s samples, seed and radius, kept on disk
+    under ``cache_dir`` (None: no cache).
 
     A cached file that is not exactly what this module writes is a miss: the
     law is drawn again and the file replaced. A law of some ``names`` is also
     read from the cached law of every statistic (same draws), when present.
     """
-    draw = dict(samples=samples, seed=seed, progress=progress, radius=radius, chunk_size=chunk_size)
+    draw = dict(
+        samples=spec.samples, seed=spec.seed, progress=progress, radius=spec.radius, chunk_size=chunk_size
+    )
     if cache_dir is None:
         return nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
     names = tuple(STATISTICS) if names is None else tuple(names)
-    law = cached_null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, radius=radius, names=names)
+    law = cached_null_law(spec, n, N, cache_dir=cache_dir, names=names)
     if law is not None:
         return law
     law = nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
-    store_null_law(law, cache_dir, samples=law.size, radius=radius)
+    store_null_law(law, spec, cache_dir)
     return law
 
 
 def layer_null_cache_path(
-    cache_dir: str | os.PathLike[str],
-    group_sizes: tuple[int, ...],
-    head_dim: int,
-    N: int,
-    samples: int,
-    seed: int,
+    cache_dir: str | os.PathLike[str], spec: NullSpec, group_sizes: tuple[int, ...], head_dim: int, N: int
 ) -> Path:
-    """Path of the cached per-layer null law (:mod:`qkenergy.math.layer_null`) for these arguments."""
+    """Path of the cached per-layer null law (:mod:`qkenergy.math.layer_null`) of this layer shape,
+    drawn with ``spec``'s samples and seed."""
+    samples, seed = spec.samples, spec.seed
     n = sum(1 for m in group_sizes if m > 0) * head_dim
     route = layer_null.layer_null_route(n, N)
     text = repr(
@@ -286,25 +295,24 @@ def layer_null_cache_path(
 
 
 def layer_null_law(
+    spec: NullSpec,
     group_sizes: tuple[int, ...],
     head_dim: int,
     N: int,
     *,
-    samples: int = 2000,
-    seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
 ) -> nulls.NullLaw:
-    """:func:`qkenergy.math.layer_null.layer_null_law`, kept on disk under ``cache_dir`` (None: no cache)."""
+    """:func:`qkenergy.math.layer_null.layer_null_law` with ``spec``'s samples and seed, kept on disk
+    under ``cache_dir`` (None: no cache)."""
     group_sizes = tuple(int(m) for m in group_sizes)
+    samples, seed = spec.samples, spec.seed
     if cache_dir is None:
         return layer_null.layer_null_law(
             group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress
         )
-    samples = check_integer(samples, "samples", minimum=2)
-    seed = check_integer(seed, "seed", minimum=0)
     names = layer_null.LAYER_NULL_STATISTICS
-    path = layer_null_cache_path(cache_dir, group_sizes, head_dim, N, samples, seed)
+    path = layer_null_cache_path(cache_dir, spec, group_sizes, head_dim, N)
     values = load_cached(path, names, samples)
     if values is not None:
         values.flags.writeable = False

@@ -4,9 +4,11 @@ A NullSpec says which null laws a head is judged against and how they are
 drawn: ``samples`` Monte Carlo draws of the Gaussian null per head shape (n, N)
 with ``seed``, ``kind`` ("gaussian", "rotation" or "both"), the type II
 ``radius``, and ``rotation_samples`` draws of the rotation null per head
-(docs/mathematics.md §6). The API, the command line and the null-law cache
-read the same five values from it; :meth:`NullSpec.from_settings` reads them
-back from the settings of a table.
+(docs/mathematics.md §6). The API, the command line, analyze, the survey (its
+settings, units and shared laws) and the null-law cache (whose keys derive
+from it: :mod:`qkenergy.analysis.null_cache`) read the same five values from
+it; :meth:`NullSpec.from_settings` reads them back from the settings of a
+table or a survey.
 """
 
 from __future__ import annotations
@@ -102,6 +104,28 @@ class NullSpec:
         """
         return asdict(self)
 
+    def settings(self, *, null: bool = True) -> dict[str, Any]:
+        """The five values under the keys of a survey's settings (``null``: whether laws are drawn).
+
+        Parameters
+        ----------
+        null : bool
+            Whether null laws are drawn (the survey's ``null`` key).
+
+        Returns
+        -------
+        dict
+            samples, seed, null, null_kind, rotation_samples, radius.
+        """
+        return {
+            "samples": self.samples,
+            "seed": self.seed,
+            "null": bool(null),
+            "null_kind": self.kind,
+            "rotation_samples": self.rotation_samples,
+            "radius": self.radius,
+        }
+
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> NullSpec | None:
         """The spec a table's settings record (analyze's keys), or None when the run drew no null law.
@@ -146,7 +170,7 @@ class NullSpec:
         """
         from qkenergy.analysis.null_cache import null_cache_path
 
-        return null_cache_path(cache_dir, n, N, self.samples, self.seed, self.radius, names)
+        return null_cache_path(cache_dir, self, n, N, names)
 
     def null_law(
         self,
@@ -179,14 +203,4 @@ class NullSpec:
         """
         from qkenergy.analysis.null_cache import null_law
 
-        return null_law(
-            n,
-            N,
-            samples=self.samples,
-            seed=self.seed,
-            cache_dir=cache_dir,
-            progress=progress,
-            radius=self.radius,
-            names=names,
-            threads=threads,
-        )
+        return null_law(self, n, N, cache_dir=cache_dir, progress=progress, names=names, threads=threads)

@@ -2,6 +2,7 @@
 
 ``qk.open(model) -> Model``, ``Model.head(layer, head) -> Head``, ``Head.null() -> Law``,
 ``qk.analyze(model) -> Analysis``, ``qk.read(path) -> Analysis``; ``qk.verify() -> Verification``,
-``qk.lobes() -> LobeDeparture``, ``qk.layouts() -> Layouts``, ``qk.coverage() -> Coverage``; the package root
+``qk.lobes() -> LobeDeparture``, ``qk.layouts() -> Layouts``, ``qk.coverage() -> Coverage``;
+``qk.survey(manifest, out) -> Survey``, ``qk.open_survey(out) -> Survey``, ``qk.write_report(sources, output)``; the package root
 (``import qkenergy as qk``) exports them lazily.
 """

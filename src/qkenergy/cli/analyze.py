@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
-    BYTES_PER_NULL_SAMPLE,
     IndexSelectionType,
+    NullOptions,
     RopeOffsetsType,
     default_cache_dir,
-    fits_in_memory,
+    draws_option,
     null_options,
     plot_options,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.type_rule import TypeRule
 
 
 @click.command()
@@ -52,20 +55,12 @@ from qkenergy.cli.params import (
     "--layers", type=IndexSelectionType(), default=None, help="Layers to analyze, e.g. 0,1,5 or 0-3."
 )
 @click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
-@click.option(
-    "--samples",
-    type=click.IntRange(min=2),
-    default=None,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    help="Null-law samples per head shape (cached per shape).  [default: 2000]",
+@draws_option(
+    "--samples", default=None, help="Null-law samples per head shape (cached per shape).  [default: 2000]"
 )
 @null_options
-@click.option(
-    "--rotation-samples",
-    type=click.IntRange(min=2),
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    default=None,
-    help="Rotation-null draws per head (not cached).  [default: 500]",
+@draws_option(
+    "--rotation-samples", default=None, help="Rotation-null draws per head (not cached).  [default: 500]"
 )
 @click.option(
     "--cache-dir",
@@ -123,15 +118,8 @@ def analyze(
     fold_norm: bool,
     layers: tuple[int, ...] | None,
     heads: tuple[int, ...] | None,
-    samples: int | None,
-    seed: int,
-    no_null: bool,
-    null_kind: str,
-    rotation_samples: int | None,
-    radius: float,
-    type_rule: str,
-    imbalance_cut: float,
-    edge_cut: float,
+    null: NullOptions,
+    types: TypeRule,
     cache_dir: Path | None,
     model_type: str | None,
     layout_file: Path | None,
@@ -150,7 +138,6 @@ def analyze(
     Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
     as they are read; other methods are refused (docs/models.md).
     """
-    from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
     from qkenergy.api.results import analyze as run
     from qkenergy.formats import tables
 
@@ -159,13 +146,6 @@ def analyze(
             f"expected a file ending in {', '.join(tables.FORMATS)}, got {str(output)!r}",
             param_hint="'-o' / '--output'",
         )
-    spec = NullSpec(
-        samples=2000 if samples is None else samples,
-        seed=seed,
-        kind=null_kind,
-        radius=radius,
-        rotation_samples=ROTATION_SAMPLES if rotation_samples is None else rotation_samples,
-    )
     result = run(
         model,
         model_type=model_type,
@@ -175,21 +155,19 @@ def analyze(
         heads=heads,
         per_layer=per_layer,
         fold_norm=fold_norm,
-        null=False if no_null else spec,
-        **({"seed": seed, "radius": radius, "null_kind": null_kind} if no_null else {}),
+        null=null.drawn,
+        null_spec=null.spec,
+        types=types,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
         progress=not quiet and sys.stderr.isatty(),
         threads=threads,
-        type_rule=type_rule,
-        imbalance_cut=imbalance_cut,
-        edge_cut=edge_cut,
         name=name,
     )
     if not quiet:
         result.print_summary(stdout_console(), top=top)
     # the tables, their settings and the figures land together or not at all
     written = result.write(
-        output, plots=plot_dir, **plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
+        output, plots=plot_dir, **plot_options(samples=null.samples, seed=null.spec.seed, cache_dir=cache_dir)
     )
     if not quiet:
         for path in written:

@@ -107,14 +107,14 @@ def random_head_baseline(
     Monte Carlo estimate that may differ from the ratio of expectations
     (N+1)/(2N) of Corollary 2, and both are reported.
     """
-    from qkenergy.analysis import null_cache
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math import baselines, entry_laws, montecarlo, nulls
     from qkenergy.math.laws import Law
 
     law = entry_laws.entry_law(dist)
     ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
     if law.name == "gaussian":
-        null = null_cache.null_law(n, N, samples=samples, seed=seed, cache_dir=cache_dir, progress=progress)
+        null = NullSpec(samples=samples, seed=seed).null_law(n, N, cache_dir=cache_dir, progress=progress)
         columns = {name: null.samples(name) for name in BASELINE_STATISTICS}
         exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
         energy_rows = None

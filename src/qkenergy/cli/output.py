@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -30,16 +31,33 @@ FLAGS = {
     "threads": "--threads",
     "kind": "--null",
     "null_kind": "--null",
+    "null": "--no-null",
+    "per_layer": "--per-layer",
+    "retries": "--retries",
+    "workers": "--workers",
+    "scheduler": "--scheduler",
+    "baseline": "--baseline",
+    "static": "--static",
+    "model_type": "--model-type",
 }
 
 
 def flag_message(error: BaseException) -> str:
-    """The message of ``error`` with its leading Python parameter replaced by the command line's flag."""
+    """The message of ``error`` with the command line's flags for its Python parameters.
+
+    The leading parameter (``error.parameter``) becomes its flag, and so does every parameter the
+    message names further on in backquotes (``leave out `static```).
+    """
     message = str(error)
     parameter = getattr(error, "parameter", None)
     if parameter in FLAGS and message.startswith(parameter):
-        return FLAGS[parameter] + message[len(parameter) :]
+        message = FLAGS[parameter] + message[len(parameter) :]
+    if "`" in message:
+        message = _QUOTED.sub(lambda m: FLAGS.get(m.group(1), m.group(0)), message)
     return message
+
+
+_QUOTED = re.compile(r"`([a-z_]+)`")
 
 
 def one_line(error: BaseException | str) -> str:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.cli.output import one_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.nullspec import NullSpec
 
 DEFAULT_BASELINE_SAMPLES = 2_000  # as nulls.null_law and analyze: shares their cache
 
@@ -173,8 +178,37 @@ def default_cache_dir() -> Path:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def draws_option(
+    flag: str, *, default: int | None, help: str, show_default: bool = False
+) -> Callable[[F], F]:
+    """A count of null-law draws (--samples, --rotation-samples): at least 2, refused at parse time when
+    its memory would be absurd (exit 2)."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=2),
+        default=default,
+        show_default=show_default,
+        callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
+        help=help,
+    )
+
+
+@dataclass(frozen=True)
+class NullOptions:
+    """The null options of a command line as the library takes them: whether laws are drawn, and how."""
+
+    drawn: bool  # not --no-null
+    spec: NullSpec
+    samples: int | None  # --samples as given (None: left at its default)
+
+
 def null_options(command: F) -> F:
-    """The options analyze and survey share: seed, null kind and the head-type rule with its tolerances."""
+    """The options analyze and survey share: seed, null kind and the head-type rule with its tolerances.
+
+    The command receives them as two objects: ``null`` (:class:`NullOptions`, with --samples and
+    --rotation-samples, which each command declares with its own default and help) and ``types``
+    (a :class:`~qkenergy.analysis.type_rule.TypeRule`).
+    """
     options = [
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed."),
         click.option("--no-null", is_flag=True, help="Skip the random null laws (no z-scores or p-values)."),
@@ -218,9 +252,29 @@ def null_options(command: F) -> F:
             help="Imbalance rule: Type II whenever c + d is at most this.",
         ),
     ]
+
+    @functools.wraps(command)
+    def with_objects(*args: Any, **values: Any) -> Any:
+        from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
+        from qkenergy.analysis.type_rule import TypeRule
+
+        samples, rotation_samples = values.pop("samples"), values.pop("rotation_samples")
+        spec = NullSpec(
+            samples=DEFAULT_BASELINE_SAMPLES if samples is None else samples,
+            seed=values.pop("seed"),
+            kind=values.pop("null_kind"),
+            radius=values.pop("radius"),
+            rotation_samples=ROTATION_SAMPLES if rotation_samples is None else rotation_samples,
+        )
+        values["null"] = NullOptions(drawn=not values.pop("no_null"), spec=spec, samples=samples)
+        rule = TypeRule(values.pop("type_rule"), values.pop("imbalance_cut"), values.pop("edge_cut"))
+        values["types"] = rule
+        return command(*args, **values)
+
+    wrapped: Any = with_objects
     for option in reversed(options):  # click lists the options in the order they are declared
-        command = option(command)
-    return command
+        wrapped = option(wrapped)
+    return wrapped  # type: ignore[no-any-return]
 
 
 def plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> dict[str, Any]:

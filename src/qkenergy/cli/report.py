@@ -34,23 +34,12 @@ def report_command(
     sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, static: bool | None
 ) -> None:
     """Compare models in one report: a survey's OUT directory, or head tables from `analyze -o`."""
-    from qkenergy.report import page as survey_report
+    from qkenergy.api.survey import write_report
 
     if output.suffix.lower() not in (".html", ".htm"):
         raise click.BadParameter(
             f"expected a file ending in .html, got {str(output)!r}", param_hint="'-o' / '--output'"
         )
-    inputs = survey_report.read_inputs(sources)
-    result = survey_report.build_report(
-        inputs.heads,
-        inputs.layers,
-        output,
-        baseline=reference,
-        models=inputs.models,
-        settings=inputs.settings,
-        title=title,
-        static=static,
-        losses=inputs.losses,
-    )
+    result = write_report(sources, output, baseline=reference, title=title, static=static)
     click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
     click.echo(f"wrote {len(result.files)} files in {result.directory}")

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from qkenergy.cli.output import fail, stdout_console
 from qkenergy.cli.params import (
-    BYTES_PER_NULL_SAMPLE,
     DEFAULT_BASELINE_SAMPLES,
+    NullOptions,
     default_cache_dir,
-    fits_in_memory,
+    draws_option,
     null_options,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.type_rule import TypeRule
 
 
 @click.command()
@@ -29,19 +32,15 @@ from qkenergy.cli.params import (
     help="Survey directory: heads/ (and layers/) Parquet datasets, ledger.sqlite, survey.json.",
 )
 @click.option("--per-layer", is_flag=True, help="Also analyse each layer's whole form (OUT/layers/).")
-@click.option(
+@draws_option(
     "--samples",
-    type=click.IntRange(min=2),
     default=DEFAULT_BASELINE_SAMPLES,
     show_default=True,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
     help="Null-law samples per head shape (one law per shape per survey).",
 )
 @null_options
-@click.option(
+@draws_option(
     "--rotation-samples",
-    type=click.IntRange(min=2),
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
     default=500,
     show_default=True,
     help="Rotation-null draws per head (with --null rotation or both).",
@@ -76,15 +75,8 @@ def survey(
     manifest: Path,
     out: Path,
     per_layer: bool,
-    samples: int,
-    seed: int,
-    no_null: bool,
-    null_kind: str,
-    rotation_samples: int,
-    radius: float,
-    type_rule: str,
-    imbalance_cut: float,
-    edge_cut: float,
+    null: NullOptions,
+    types: TypeRule,
     retries: int,
     scheduler: str | None,
     workers: int | None,
@@ -98,8 +90,7 @@ def survey(
     """
     import signal
 
-    from qkenergy.surveys import engine, load_survey
-    from qkenergy.surveys.summary import print_survey
+    from qkenergy.api.survey import survey as run_survey
 
     def terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -107,19 +98,13 @@ def survey(
     # SIGTERM (a batch system's cancel) unwinds like Ctrl-C: the cluster is stopped, in-flight units released.
     signal.signal(signal.SIGTERM, terminate)
     try:
-        run = engine.survey(
+        result = run_survey(
             manifest,
             out,
+            null=null.drawn,
+            null_spec=null.spec,
+            types=types,
             per_layer=per_layer,
-            samples=samples,
-            seed=seed,
-            null=not no_null,
-            null_kind=null_kind,
-            rotation_samples=rotation_samples,
-            radius=radius,
-            type_rule=type_rule,
-            imbalance_cut=imbalance_cut,
-            edge_cut=edge_cut,
             retries=retries,
             scheduler=scheduler,
             workers=workers,
@@ -129,7 +114,6 @@ def survey(
     except KeyboardInterrupt:
         fail(f"interrupted; the finished units are kept in {out}: rerun the same command to resume", 130)
     if not quiet:
-        heads = load_survey(out)[0] if run.units > len(run.failed) else None
-        print_survey(run, heads, stdout_console())
-    if not run.ok:
+        result.print_summary(stdout_console())
+    if not result.ok:
         sys.exit(1)

@@ -239,7 +239,7 @@ def _null_histogram(
     laws: Mapping[tuple[int, int], NullLaw] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
-    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.nulls import NULL_STATISTICS
 
     s = df["symmetric_energy"].to_numpy(np.float64)
@@ -254,8 +254,8 @@ def _null_histogram(
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     drawn: list[tuple[np.ndarray, str, float]] = []
     for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or null_law(
-            int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
+        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
+            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
         )
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
@@ -685,15 +685,15 @@ def moment_scatter(
     The cloud is the Gaussian null law of the same shape (``null_cache.null_law``
     with ``null_samples`` and ``seed``: the draws of the other null figures).
     """
-    from qkenergy.analysis.null_cache import null_law
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.nulls import NULL_STATISTICS
 
     fig, ax = _canvas(ax, (7.0, 5.0))
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
     for k, (n, N) in enumerate(shapes):
-        law = null_law(
-            int(n), int(N), samples=null_samples, seed=seed, cache_dir=cache_dir, names=NULL_STATISTICS
+        law = NullSpec(samples=null_samples, seed=seed).null_law(
+            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
         )
         O, E = law.samples("moment_O"), law.samples("moment_E")
         ok = np.isfinite(O) & np.isfinite(E)

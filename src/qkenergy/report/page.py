@@ -403,8 +403,9 @@ def _export_static(
     skipped = [f"{name} ({', '.join(kinds)} traces)" for name, kinds in missing.items() if kinds]
     if skipped and required:
         raise QKEnergyError(
-            f"--static: {problem}, and matplotlib cannot draw {', '.join(skipped)}; install Chrome or "
-            "Chromium (e.g. apt-get install chromium, or set BROWSER_PATH), or leave out --static"
+            f"static: {problem}, and matplotlib cannot draw {', '.join(skipped)}; install Chrome or "
+            "Chromium (e.g. apt-get install chromium, or set BROWSER_PATH), or leave out `static`",
+            parameter="static",
         )
     paths = []
     drawn = [f for f in figures if not missing[f.name]]

@@ -1,7 +1,8 @@
 """Surveys: many models analysed in one restartable Dask run (``qkenergy survey``).
 
-``qkenergy.survey(MANIFEST, OUT, ...)`` (:func:`qkenergy.surveys.engine.survey`)
-runs a survey; ``qkenergy.load_survey(OUT)`` reads its results. Modules: manifest
+:func:`qkenergy.surveys.engine.survey` runs a survey (``qkenergy.survey(MANIFEST, OUT, ...)``
+is the same run, returning a :class:`qkenergy.api.survey.Survey`); ``load_survey(OUT)``
+reads its results. Modules: manifest
 (the model list), units (what a worker runs), dataset (the Parquet output), ledger
 (sqlite3 state), engine (the run).
 """

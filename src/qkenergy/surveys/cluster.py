@@ -77,7 +77,9 @@ def dask_client(
         try:
             client = Client(scheduler, timeout="20s")
         except (OSError, TimeoutError) as error:
-            raise QKEnergyError(f"--scheduler {scheduler}: cannot connect ({error})") from None
+            raise QKEnergyError(
+                f"scheduler {scheduler}: cannot connect ({error})", parameter="scheduler"
+            ) from None
         with client:
             yield client, scheduler
         return

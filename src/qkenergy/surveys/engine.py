@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qkenergy.base.errors import ArgumentError, QKEnergyError, check_integer
+from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.surveys.cluster import dask_client, early_cluster
 from qkenergy.surveys.dataset import clean_partial_files, file_sha256, write_unit
 from qkenergy.surveys.display import Display
@@ -93,16 +95,10 @@ def survey(
     manifest: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
+    null: NullSpec | bool = True,
+    null_spec: NullSpec | None = None,
+    types: TypeRule | None = None,
     per_layer: bool = False,
-    samples: int = 2000,
-    seed: int = 0,
-    null: bool = True,
-    null_kind: str = "gaussian",
-    rotation_samples: int = 500,
-    radius: float = 0.02,
-    type_rule: str = "imbalance",
-    imbalance_cut: float = 0.20,
-    edge_cut: float = 0.01,
     retries: int = 2,
     scheduler: str | None = None,
     workers: int | None = None,
@@ -124,22 +120,15 @@ def survey(
     out : path
         The output folder (heads/, layers/, ledger.sqlite, survey.json); read back with
         :func:`qkenergy.load_survey`.
+    null : NullSpec or bool
+        How every head's null laws are drawn (a :class:`~qkenergy.analysis.nullspec.NullSpec`;
+        True: the default spec); False draws none.
+    null_spec : NullSpec, optional
+        With ``null=False``: still gives the radius and the values recorded in the settings.
+    types : TypeRule, optional
+        The head-type rule (:class:`~qkenergy.analysis.type_rule.TypeRule`, default the published one).
     per_layer : bool
-        Also each layer's whole form (the layers table).
-    samples, seed : int
-        The null laws' Monte Carlo draws and seed, as for ``analyze_model``.
-    null : bool
-        Judge the heads against null laws.
-    null_kind : str
-        "gaussian" or "rotation", as for ``analyze_model``.
-    rotation_samples : int
-        Draws of the rotation null per head.
-    radius : float
-        The radius rule's tolerance.
-    type_rule : str
-        "imbalance" or "radius" (:func:`qkenergy.math.head_types.head_types`).
-    imbalance_cut, edge_cut : float
-        The imbalance rule's tolerances.
+        Also each layer's whole form, as ``analyze_model``.
     retries : int
         Tries of a failed unit after the first.
     scheduler : str, optional
@@ -158,27 +147,15 @@ def survey(
         What ran, was skipped or failed, per unit.
     """
     started = time.monotonic()
-    samples = check_integer(samples, "--samples", 2)
-    seed = check_integer(seed, "--seed", 0)
-    retries = check_integer(retries, "--retries", 0)
-    rotation_samples = check_integer(rotation_samples, "--rotation-samples", 2)
-    from qkenergy.math.head_types import check_type_rule
-
-    check_type_rule(type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut)
+    drawn, spec = null_settings(null, null_spec)
+    types = TypeRule() if types is None else types
+    if not isinstance(types, TypeRule):
+        raise QKEnergyError(f"types must be a TypeRule, got {types!r:.60}", parameter="types")
+    retries = check_integer(retries, "retries", 0)
     if workers is not None:
-        workers = check_integer(workers, "--workers", 1)
-    settings = {
-        "samples": samples,
-        "seed": seed,
-        "null": bool(null),
-        "null_kind": null_kind,
-        "rotation_samples": rotation_samples,
-        "radius": float(radius),
-        "type_rule": type_rule,
-        "imbalance_cut": float(imbalance_cut),
-        "edge_cut": float(edge_cut),
-        "per_layer": bool(per_layer),
-    }
+        workers = check_integer(workers, "workers", 1)
+    shared = SurveySettings.of(spec, types, null=drawn, per_layer=per_layer)
+    settings = shared.settings
     entries, manifest_sha = read_manifest(manifest)
     out = Path(out)
     if os.path.lexists(out) and not out.is_dir():
@@ -195,17 +172,15 @@ def survey(
         early_cluster(scheduler, workers, new=new) as early,
     ):
         # The client's own imports (half a second) and planning, while the cluster starts.
-        from qkenergy.analysis.analyze import NULL_KINDS
+        import qkenergy.analysis.analyze  # noqa: F401
 
-        if null_kind not in NULL_KINDS:
-            raise ArgumentError(f"--null must be one of {', '.join(NULL_KINDS)}, got {null_kind!r}")
         clean_partial_files(out)
         return _plan_and_run(
             manifest,
             manifest_sha,
             entries,
             out,
-            settings,
+            shared,
             ledger,
             early,
             started,
@@ -222,7 +197,7 @@ def _plan_and_run(
     manifest_sha: str,
     entries: list[ModelEntry],
     out: Path,
-    settings: dict[str, Any],
+    shared: SurveySettings,
     ledger: Ledger,
     early: list[Any] | None,
     started: float,
@@ -234,6 +209,7 @@ def _plan_and_run(
     progress: bool,
 ) -> SurveyRun:
     """:func:`survey` once its arguments are checked: resolve the models, plan the units, run them."""
+    settings = shared.settings
     plans = [resolve_entry(entry) for entry in entries]
     record: dict[str, Any] = {
         "format": 1,
@@ -280,7 +256,7 @@ def _plan_and_run(
                     "scheduler": scheduler_text,
                     "workers": len(client.scheduler_info()["workers"]),
                 }
-                _run(client, todo, out, settings, ledger, result, retries, cache_dir, progress)
+                _run(client, todo, out, shared, ledger, result, retries, cache_dir, progress)
         status = "done" if result.ok else "failed"
     finally:
         ledger.release_running()
@@ -298,11 +274,49 @@ def _plan_and_run(
     return result
 
 
+@dataclass(frozen=True)
+class SurveySettings:
+    """What every unit of a survey shares: the recorded settings and the objects they come from."""
+
+    settings: dict[str, Any]
+    null_spec: NullSpec
+    types: TypeRule
+
+    @classmethod
+    def of(cls, spec: NullSpec, types: TypeRule, *, null: bool, per_layer: bool) -> SurveySettings:
+        """The settings survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer."""
+        settings = {**spec.settings(null=null), **types.settings(), "per_layer": bool(per_layer)}
+        return cls(settings, spec, types)
+
+    @property
+    def null(self) -> bool:
+        return bool(self.settings["null"])
+
+    @property
+    def per_layer(self) -> bool:
+        return bool(self.settings["per_layer"])
+
+
+def null_settings(null: NullSpec | bool, null_spec: NullSpec | None = None) -> tuple[bool, NullSpec]:
+    """(whether null laws are drawn, the spec) from ``null`` (a NullSpec, True or False) and ``null_spec``."""
+    if isinstance(null, NullSpec):
+        if null_spec is not None and null_spec != null:
+            raise QKEnergyError(
+                "null_spec: give the NullSpec once, as null or as null_spec", parameter="null_spec"
+            )
+        return True, null
+    if not isinstance(null, bool):
+        raise QKEnergyError(f"null must be a NullSpec, True or False, got {null!r:.60}", parameter="null")
+    if null_spec is not None and not isinstance(null_spec, NullSpec):
+        raise QKEnergyError(f"null_spec must be a NullSpec, got {null_spec!r:.60}", parameter="null_spec")
+    return null, NullSpec() if null_spec is None else null_spec
+
+
 def _run(
     client: Any,
     todo: list[tuple[ModelPlan, int, str | None]],
     out: Path,
-    settings: dict[str, Any],
+    shared: SurveySettings,
     ledger: Ledger,
     result: SurveyRun,
     retries: int,
@@ -312,10 +326,11 @@ def _run(
     from distributed import as_completed
 
     cache = None if cache_dir is None else str(cache_dir)
+    settings, null_spec = shared.settings, shared.null_spec
     shapes: list[tuple[int, int]] = []
-    if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
+    if shared.null and null_spec.gaussian:
         shapes = sorted({(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]})
-    laws, drawing = shared_laws(client, shapes, settings, cache, result.run)
+    laws, drawing = shared_laws(client, shapes, null_spec, cache, result.run)
     block_shape = {future.key: shape for shape, blocks in drawing.items() for future in blocks}
     # Largest layers first: the long tasks start early and the short ones fill the gaps.
     todo = sorted(
@@ -346,9 +361,12 @@ def _run(
             layer=layer,
             path=str(plan.path),
             fold_norm=plan.entry.fold_norm,
+            per_layer=shared.per_layer,
+            null=shared.null,
+            null_spec=null_spec,
+            types=shared.types,
             expected_fingerprint=expected,
             cache_dir=cache,
-            **settings,
         )
         ledger.mark_running(plan.entry.name, layer, unit_params(plan, settings))
         if shapes_of(plan) & set(drawing):
@@ -368,7 +386,7 @@ def _run(
                     del drawing[shape]
                     client.cancel(blocks)
                 elif all(block.status == "finished" for block in blocks):
-                    laws[shape] = join_law(client, shape, drawing.pop(shape), settings, cache)
+                    laws[shape] = join_law(client, shape, drawing.pop(shape), null_spec, cache)
                 else:
                     continue
                 for plan, spec in [w for w in waiting if not shapes_of(w[0]) & set(drawing)]:

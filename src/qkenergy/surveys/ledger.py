@@ -444,6 +444,14 @@ class Ledger:
         self._write("UPDATE units SET status = 'pending' WHERE status = 'running'")
 
     @_guarded
+    def failed_units(self) -> list[tuple[str, int, str]]:
+        """(model, layer, error) of every unit reported as failed, in model and layer order."""
+        cursor = self._db.execute(
+            "SELECT model, layer, coalesce(error, '') FROM units WHERE status = 'failed' ORDER BY model, layer"
+        )
+        return [(str(model), int(layer), str(error)) for model, layer, error in cursor]
+
+    @_guarded
     def attempts(self, run: int | None = None) -> list[dict[str, Any]]:
         """Attempt rows (of one run, or all), as dicts."""
         cursor = self._db.execute(

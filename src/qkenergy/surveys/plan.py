@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-SETTINGS = (
+SETTINGS = (  # NullSpec.settings, TypeRule.settings and per_layer: a resumed survey keeps them
     "samples",
     "seed",
     "null",
@@ -146,12 +146,10 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
     recorded = record.get("settings", {})
     for key in SETTINGS:
         if key in recorded and recorded[key] != settings[key]:
-            option = {"null": "--no-null", "per_layer": "--per-layer", "null_kind": "--null"}.get(
-                key, "--" + key.replace("_", "-")
-            )
             raise ArgumentError(
-                f"{option}: {show_path(out)} holds a survey made with {key} = {recorded[key]!r}, not "
-                f"{settings[key]!r}; rerun with the same settings or choose another -o directory"
+                f"{key}: {show_path(out)} holds a survey made with {key} = {recorded[key]!r}, not "
+                f"{settings[key]!r}; rerun with the same settings or choose another -o directory",
+                parameter=key,
             )
 
 

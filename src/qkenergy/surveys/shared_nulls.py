@@ -7,13 +7,16 @@ seeded Monte Carlo block (spread over every worker), joined on the client
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qkenergy.surveys.units import run_null_blocks
 
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.nullspec import NullSpec
+
 
 def shared_laws(
-    client: Any, shapes: list[tuple[int, int]], settings: dict[str, Any], cache_dir: str | None, run: int
+    client: Any, shapes: list[tuple[int, int]], spec: NullSpec, cache_dir: str | None, run: int
 ) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], list[Any]]]:
     """Start every shape's Gaussian null law: (laws already held by every worker, block tasks by shape).
 
@@ -27,16 +30,13 @@ def shared_laws(
     from qkenergy.math.montecarlo import block_count
     from qkenergy.math.nulls import NULL_STATISTICS
 
-    samples, seed, radius = settings["samples"], settings["seed"], settings["radius"]
     laws: dict[tuple[int, int], Any] = {}
     drawing: dict[tuple[int, int], list[Any]] = {}
     # The dearest laws first (eigenproblems of size 2n per sample): the last block to finish is a cheap one.
     for n, N in sorted(shapes, key=lambda shape: (-shape[0], -shape[1])):
         law = None
         if cache_dir is not None:
-            law = cached_null_law(
-                n, N, samples=samples, seed=seed, cache_dir=cache_dir, radius=radius, names=NULL_STATISTICS
-            )
+            law = cached_null_law(spec, n, N, cache_dir=cache_dir, names=NULL_STATISTICS)
         if law is not None:
             laws[n, N] = client.scatter(law, broadcast=True, hash=False)
             continue
@@ -47,19 +47,17 @@ def shared_laws(
                 N,
                 block,
                 block + 1,
-                samples=samples,
-                seed=seed,
-                radius=radius,
+                spec,
                 key=f"null-n{n}-N{N}-block{block}-run{run}",
                 priority=10,  # before any unit: every unit of a shape waits for its whole law
             )
-            for block in range(block_count(samples))
+            for block in range(block_count(spec.samples))
         ]
     return laws, drawing
 
 
 def join_law(
-    client: Any, shape: tuple[int, int], blocks: list[Any], settings: dict[str, Any], cache_dir: str | None
+    client: Any, shape: tuple[int, int], blocks: list[Any], spec: NullSpec, cache_dir: str | None
 ) -> Any:
     """The law of ``shape`` from its finished block tasks: cached once, then scattered to every worker.
 
@@ -69,7 +67,7 @@ def join_law(
     from qkenergy.analysis.null_cache import store_null_law
     from qkenergy.math.nulls import NULL_STATISTICS, null_law_from_blocks
 
-    law = null_law_from_blocks(*shape, client.gather(blocks), seed=settings["seed"], names=NULL_STATISTICS)
+    law = null_law_from_blocks(*shape, client.gather(blocks), seed=spec.seed, names=NULL_STATISTICS)
     if cache_dir is not None:
-        store_null_law(law, cache_dir, samples=settings["samples"], radius=settings["radius"])
+        store_null_law(law, spec, cache_dir)
     return client.scatter(law, broadcast=True, hash=False)

@@ -14,9 +14,13 @@ import os
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.nullspec import NullSpec
+    from qkenergy.analysis.type_rule import TypeRule
 
 __all__ = ["UnitResult", "UnitSpec", "files_fingerprint", "layer_fingerprint", "run_null_blocks", "run_unit"]
 
@@ -30,15 +34,9 @@ class UnitSpec:
     path: str  # the resolved checkpoint (directory or file), opened by the worker
     fold_norm: bool
     per_layer: bool
-    null: bool
-    samples: int
-    seed: int
-    radius: float
-    null_kind: str
-    rotation_samples: int
-    type_rule: str = "imbalance"
-    imbalance_cut: float = 0.20
-    edge_cut: float = 0.01
+    null: bool  # whether null laws are drawn, as ``null_spec`` says
+    null_spec: NullSpec
+    types: TypeRule
     # When set: first compare the tensors' fingerprint with it and analyse only if they changed.
     expected_fingerprint: str | None = None
     # The null-law cache shared with the client: with per_layer, a layer's null law (a dense N x N
@@ -119,7 +117,7 @@ def _worker_name() -> str:
         return f"local pid {os.getpid()}"
 
 
-def run_null_blocks(n: int, N: int, first: int, last: int, *, samples: int, seed: int, radius: float) -> Any:
+def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> Any:
     """Seeded blocks ``first`` to ``last - 1`` of the null law of shape (n, N), one BLAS thread.
 
     Only the statistics analyze judges against the law (``NULL_STATISTICS``):
@@ -130,7 +128,7 @@ def run_null_blocks(n: int, N: int, first: int, last: int, *, samples: int, seed
 
     with single_threaded_blas():
         return null_law_blocks(
-            n, N, first, last, samples=samples, seed=seed, radius=radius, names=NULL_STATISTICS
+            n, N, first, last, samples=spec.samples, seed=spec.seed, radius=spec.radius, names=NULL_STATISTICS
         )
 
 
@@ -158,15 +156,9 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
             layers=[spec.layer],
             per_layer=spec.per_layer,
             fold_norm=spec.fold_norm,
-            samples=spec.samples,
-            seed=spec.seed,
-            radius=spec.radius,
-            type_rule=spec.type_rule,
-            imbalance_cut=spec.imbalance_cut,
-            edge_cut=spec.edge_cut,
             null=spec.null,
-            null_kind=spec.null_kind,
-            rotation_samples=spec.rotation_samples,
+            null_spec=spec.null_spec,
+            types=spec.types,
             null_laws=laws,
             cache_dir=spec.cache_dir,
             threads=1,  # one core per Dask worker thread: no nested thread pools

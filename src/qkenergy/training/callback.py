@@ -24,6 +24,7 @@ from typing import Any
 
 from transformers import DefaultFlowCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.training.tracker import Tracker
 
@@ -69,13 +70,17 @@ class QKEnergyCallback(TrainerCallback):
         out: str | os.PathLike[str] | None = None,
     ) -> None:
         self.every = None if every is None else check_integer(every, "every", 1)
-        self.samples = check_integer(samples, "samples", 2)
-        self.stack = stack
-        self.seed = seed
-        self.radius = radius
-        self.name = name
-        self.threads = threads
-        self.cache_dir = cache_dir
+        self.null = NullSpec(samples=samples, seed=seed, radius=radius)  # checked here, not at the first step
+        # The Tracker's settings, kept as given: each step's Tracker is made with them.
+        self.options: dict[str, Any] = {
+            "samples": self.null.samples,
+            "seed": self.null.seed,
+            "radius": self.null.radius,
+            "stack": stack,
+            "name": name,
+            "threads": threads,
+            "cache_dir": cache_dir,
+        }
         self.out = out
         self.tracker: Tracker | None = None
         self._pending: tuple[int, dict[str, float]] | None = None
@@ -100,17 +105,7 @@ class QKEnergyCallback(TrainerCallback):
             raise QKEnergyError("QKEnergyCallback: the Trainer passed no model to the callback")
         if self.tracker is None or self.tracker.model is not model:
             out = Path(args.output_dir or ".") / TABLE if self.out is None else Path(self.out)
-            self.tracker = Tracker(
-                model,
-                out,
-                samples=self.samples,
-                seed=self.seed,
-                radius=self.radius,
-                stack=self.stack,
-                name=self.name,
-                threads=self.threads,
-                cache_dir=self.cache_dir,
-            )
+            self.tracker = Tracker(model, out, **self.options)
         return self.tracker
 
     def on_train_begin(

@@ -129,20 +129,14 @@ class Tracker:
 
     def _draw_laws(self) -> None:
         """The Gaussian null law of every head shape of the model, drawn once for the whole run."""
-        from qkenergy.analysis.null_cache import null_law
+        from qkenergy.analysis.nullspec import NullSpec
         from qkenergy.math.nulls import NULL_STATISTICS
 
         shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
+        spec = NullSpec(samples=self.samples, seed=self.seed, radius=self.radius)
         for n, N in shapes.itertuples(index=False):
-            self.laws[(int(n), int(N))] = null_law(
-                int(n),
-                int(N),
-                samples=self.samples,
-                seed=self.seed,
-                radius=self.radius,
-                cache_dir=self.cache_dir,
-                names=NULL_STATISTICS,
-                threads=self.threads,
+            self.laws[(int(n), int(N))] = spec.null_law(
+                int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.threads
             )
 
     def measure(self, step: int) -> pd.DataFrame:

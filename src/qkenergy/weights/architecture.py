@@ -121,8 +121,9 @@ def family_of(
     if model_type is not None:
         if model_type not in FAMILIES:
             raise ArgumentError(
-                f"--model-type {show_name(str(model_type), 60)} is not a supported type; supported: "
-                + ", ".join(supported_model_types())
+                f"model_type {show_name(str(model_type), 60)} is not a supported type; supported: "
+                + ", ".join(supported_model_types()),
+                parameter="model_type",
             )
     else:
         model_type = get_str(config, "model_type", source)
