@@ -137,6 +137,51 @@ class ScoreProducts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def _projection_weights(model: Any, calls: Calls, rec: Recorder) -> Any:
+    """torch's multi_head_attention_forward with the projection weights passed in (wavlm).
+
+    The modules owning those weights never run, so their inputs are recorded here, as their
+    pre-hooks would record them, and the operands of the function's first score product
+    (``torch.baddbmm(bias, q_scaled, k^T)``, or ``torch.bmm`` without a bias) are the states.
+    """
+    functional = torch.nn.functional
+    real, products = functional.multi_head_attention_forward, (torch.baddbmm, torch.bmm)
+    owner_of = {id(p): m for m in model.modules() for p in m.parameters(recurse=False)}
+
+    def wrapper(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        q_owner = owner_of.get(id(kwargs.get("q_proj_weight")))
+        found = None if q_owner is None else rec.owners.get(id(q_owner))
+        if found is None:
+            rec.unread.append("multi_head_attention_forward")
+            return real(query, key, value, *args, **kwargs)
+        for x, name in ((query, "q_proj_weight"), (key, "k_proj_weight")):
+            module = owner_of[id(kwargs[name])]
+            calls.inputs[id(module)].append(x.detach().double().numpy().reshape(-1, x.shape[-1]))
+        seen: list[Any] = []
+
+        def first(product: Any, *operands: Any) -> Any:
+            if not seen:
+                q, k_t = operands[-2:]
+                seen.append(q)
+                rec.add(found, q, k_t.transpose(-1, -2))
+            return product(*operands)
+
+        torch.baddbmm = lambda *a: first(products[0], *a)
+        torch.bmm = lambda *a: first(products[1], *a)
+        try:
+            return real(query, key, value, *args, **kwargs)
+        finally:
+            torch.baddbmm, torch.bmm = products
+            assert seen, "no score product in multi_head_attention_forward"
+
+    functional.multi_head_attention_forward = wrapper
+    try:
+        yield
+    finally:
+        functional.multi_head_attention_forward = real
+
+
 def _set_implementation(config: Any, name: str) -> None:
     """The attention implementation of a config and all its sub-configs."""
     seen: set[int] = set()
@@ -215,6 +260,11 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         ids[0, 1:5] = config.image_token_index
         image = torch.randn((1, 3, 16, 16), generator=gen)
         return dict(input_ids=ids, pixel_values=image, image_sizes=torch.tensor([[16, 16]]))
+    if kind == "gemma4":  # 2 x 2 patches (already cut, 3 p^2 values each) pooled into one image token
+        ids[0, 1] = config.image_token_id
+        patches = torch.randn((1, 4, 3 * config.vision_config.patch_size**2), generator=gen)
+        grid = torch.tensor([[[0, 0], [1, 0], [0, 1], [1, 1]]])
+        return dict(input_ids=ids, pixel_values=patches, image_position_ids=grid)
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
@@ -318,14 +368,16 @@ def _plan(
         prefix = reading.find_prefix(tensors, arch)
         lay = arch.layout
         for layer in arch.attention_layers:
+            source = arch.key_layer(layer)  # KV sharing: the keys of an earlier layer, from its input
             q_owner = owner(prefix + lay.query.format(i=layer))
-            k_owner = owner(prefix + (lay.key or lay.query).format(i=layer))
+            k_owner = owner(prefix + (lay.key or lay.query).format(i=source))
             rec.owners[id(q_owner)] = (arch.stack, layer)
             norm = reading._norm_name(lay, layer)
+            key_norm = arch.key_norm if lay.key_stack else reading._norm_name(lay, source)
             norms = {}
-            for side, name in (("query", norm), ("key", arch.key_norm if lay.key_stack else norm)):
+            for side, name in (("query", norm), ("key", key_norm)):
                 if name is not None:
-                    module = owner(prefix + name.format(i=layer))
+                    module = owner(prefix + name.format(i=layer if side == "query" else source))
                     norms[side] = (module, calls.watch_io(module))
             stages.append(
                 Stage(arch, prefix, layer, calls.watch_input(q_owner), calls.watch_input(k_owner), norms)
@@ -390,13 +442,13 @@ def _check_stage(
     """The identity of the module docstring for one call of one layer; returns the scores' largest |value|."""
     arch, layer = stage.arch, stage.layer
     q, k = states
-    H, n = arch.n_heads, arch.head_dim
+    H, n = arch.n_heads, arch.layer_head_dim(layer)  # per-layer shapes (gemma4's full layers)
     what = f"{arch.stack or 'stack'} layer {layer} call {call}"
     assert q.shape[0] == H and q.shape[-1] == n, f"{what}: query states {q.shape}, expected {H} heads of {n}"
     x_q, x_k = calls.inputs[stage.query][call], calls.inputs[stage.key][call]
     z_q, z_k = (
         _feeding(stage, "query", x_q, calls),
-        _feeding(stage, "key" if arch.layout.key_stack else "query", x_k, calls),
+        _feeding(stage, "key", x_k, calls),  # the key stream's own norm (cross-attention, KV sharing)
     )
     if z_q is None or z_k is None:
         assert case.unfed_first_call and call == 0, (
@@ -410,7 +462,7 @@ def _check_stage(
     p_q = np.zeros(Tq, int) if at_zero else np.arange(Tq)
     p_k = np.zeros(Tk, int) if at_zero else np.arange(Tk)
     offsets = p_q[:, None] - p_k[None, :]
-    kv = arch.kv_head
+    kv = arch.layer_kv_head(layer)
     model_kv = np.arange(H) if k.shape[0] == H else kv  # some modules hand over keys already repeated
     k = k[model_kv]
     parts = [slice(0, n)] if arch.latent is None else [slice(0, arch.latent[0]), slice(arch.latent[0], n)]
@@ -473,8 +525,9 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     if at_zero:
         inputs["position_ids"] = torch.zeros_like(inputs["input_ids"])
     _ACTIVE.append(rec)
+    wrapped = _projection_weights(model, calls, rec) if case.mha_forward else contextlib.nullcontext()
     try:
-        with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
+        with torch.no_grad(), mode if mode is not None else contextlib.nullcontext(), wrapped:
             (getattr(model, case.run) if case.run else model)(**inputs)
     finally:
         _ACTIVE.pop()
@@ -533,7 +586,18 @@ def test_a_wrong_layout_fails_the_proof(
 
 
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
-_ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
+_ENERGY_CASES = [
+    "gpt_oss",
+    "llama4_text",
+    "qwen3_next",
+    "smollm3",
+    "cohere2",
+    "glm4",
+    "gemma3",
+    "jamba",
+    "gemma4",  # per-layer head sizes and key heads, KV-shared layers, both towers
+    "mimo_v2_flash",
+]
 
 
 def _module_energies(
@@ -541,19 +605,31 @@ def _module_energies(
 ) -> dict[tuple[str, int, int], float]:
     """s = ||S||^2 / ||L||^2 per (stack, layer, head), from the attention modules' own parameters."""
     out = {}
+    # KV sharing (gemma4): a layer without k_proj attends with the keys its layer type's storing
+    # layer computed (transformers' kv_sharing_modes), so its key side is that module's.
+    storing = {m.layer_type: m for m in model.modules() if getattr(m, "store_full_length_kv", False)}
+
+    def weight(proj: Any) -> Any:
+        return getattr(proj, "linear", proj).weight  # gemma4's clippable linear holds an nn.Linear
+
     for module in model.modules():
-        q_proj, k_proj = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
-        if q_proj is None or k_proj is None or id(q_proj) not in owner_of:
+        q_proj = getattr(module, "q_proj", None)
+        keys = storing[module.layer_type] if getattr(module, "is_kv_shared_layer", False) else module
+        k_proj = getattr(keys, "k_proj", None)
+        owner = id(getattr(q_proj, "linear", q_proj))  # the module owning the query weight
+        if q_proj is None or k_proj is None or owner not in owner_of:
             continue
-        stack, layer = owner_of[id(q_proj)]
+        stack, layer = owner_of[owner]
         heads, kv_heads, n = config_of[stack]
-        N = q_proj.weight.shape[1]
+        n = int(getattr(module, "head_dim", n))  # per-layer head sizes (gemma4's full layers)
+        N = weight(q_proj).shape[1]
         wq = (
-            q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
+            weight(q_proj).detach().double().numpy().reshape(heads, -1, N)[:, :n]
         )  # a gated head: its query rows
-        wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
+        wk = weight(k_proj).detach().double().numpy().reshape(-1, n, N)
+        kv_heads = wk.shape[0]
         for side, name in (("q", "q_norm"), ("k", "k_norm")):
-            norm = getattr(module, name, None)
+            norm = getattr(module if side == "q" else keys, name, None)
             offset = None if norm is None else _gain_offset(norm)
             if offset is not None:
                 g = norm.weight.detach().double().numpy() + offset

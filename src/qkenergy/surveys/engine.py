@@ -261,6 +261,15 @@ def _plan_and_run(
     return result
 
 
+def _plan_shapes(plan: ModelPlan) -> set[tuple[int, int]]:
+    """The head shapes (n, N) of a model's stacks, per-layer shapes included (gemma4's full layers)."""
+    return {
+        (int(shape["head_dim"]), int(s["hidden_size"]))
+        for s in plan.arch["stacks"]
+        for shape in [s, *s.get("layer_shapes", [])]
+    }
+
+
 def _run(
     client: Any,
     todo: list[tuple[ModelPlan, int, str | None]],
@@ -277,7 +286,7 @@ def _run(
     cache = None if cache_dir is None else str(cache_dir)
     shapes: list[tuple[int, int]] = []
     if settings["null"] and settings["null_kind"] in ("gaussian", "both"):
-        shapes = sorted({(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]})
+        shapes = sorted({shape for p, _, _ in todo for shape in _plan_shapes(p)})
     laws, drawing = shared_laws(client, shapes, settings, cache, result.run)
     block_shape = {future.key: shape for shape, blocks in drawing.items() for future in blocks}
     # Largest layers first: the long tasks start early and the short ones fill the gaps.
@@ -289,7 +298,7 @@ def _run(
     waiting: list[tuple[ModelPlan, UnitSpec]] = []
 
     def shapes_of(plan: ModelPlan) -> set[tuple[int, int]]:
-        return {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]} & set(shapes)
+        return _plan_shapes(plan) & set(shapes)
 
     def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
         future = client.submit(

@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.layout import Family, LatentAttention, LayerPattern, Layout, Positional, QKNorm
+from qkenergy.weights.layout import (
+    Family,
+    KVSharing,
+    LatentAttention,
+    LayerPattern,
+    LayerShape,
+    Layout,
+    Positional,
+    QKNorm,
+)
 
 __all__ = [
     "FAMILIES",
@@ -943,6 +952,91 @@ FAMILIES: dict[str, Family] = {
         "the Kimi Delta Attention layers are linear attention",
     ),
 }
+
+
+# ---------------------------------------------------------------------- per-layer shapes, KV sharing
+# (gemma4, mimo_v2_flash): layers whose heads differ in size, layers that reuse earlier keys.
+
+
+def _gemma4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Gemma 4's full layers have their own key-head count only with attention_k_eq_v (as transformers)."""
+    if config.get("attention_k_eq_v"):
+        return layout
+    shapes = tuple(dataclasses.replace(shape, kv_heads_key=None) for shape in layout.layer_shapes)
+    return dataclasses.replace(layout, layer_shapes=shapes)
+
+
+def _gemma4_text(**kw: Any) -> Layout:
+    """Gemma 4's decoder: qk-norm per head, larger heads in the full layers, KV sharing at the end."""
+    return _llama_like(
+        qk_norm=_qk_norm(),
+        layer_shapes=(
+            LayerShape(
+                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
+            ),
+        ),
+        kv_sharing=KVSharing(),
+        adjust=_gemma4_adjust,
+        **kw,
+    )
+
+
+_GEMMA4_NOTE = (
+    "full-attention layers have larger heads (global_head_dim; with attention_k_eq_v fewer key heads, "
+    "whose keys are also the values) and proportional RoPE; the last num_kv_shared_layers layers reuse "
+    "the keys of the last earlier layer of their type: their rows pair their own queries with that "
+    "layer's keys (settings: key_layers)"
+)
+
+
+FAMILIES.update(
+    {
+        "gemma4_text": _family(_gemma4_text(), "Gemma4ForCausalLM", "Gemma 4 (text)", _GEMMA4_NOTE),
+        "gemma4": Family(
+            (
+                _gemma4_text(stack="text", config_section="text_config", within="language_model"),
+                Layout(
+                    query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
+                    key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
+                    norm="encoder.layers.{i}.input_layernorm.weight",
+                    kv_heads_key="num_key_value_heads",
+                    head_dim_key="head_dim",
+                    qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
+                    positional="rope_2d",
+                    stack="vision",
+                    config_section="vision_config",
+                    within="vision_tower",
+                ),
+            ),
+            models="Gemma 4 (E2B, E4B, 26B A4B, 31B)",
+            proof="Gemma4ForConditionalGeneration",
+            note=_GEMMA4_NOTE + "; two towers read: the text decoder and the vision encoder (2-D RoPE: "
+            "the form at offset (0, 0)); the audio encoder is not read",
+        ),
+        "wavlm": _family(
+            _speech_encoder(),
+            "WavLMModel",
+            "WavLM",
+            _SPEECH_NOTE + "; a gated relative position bias (a learned bias per offset, scaled by a gate "
+            "computed from the query token) is added to the scores: it never involves the key's content "
+            "and is not part of the form",
+            _SPEECH_VARIANTS,
+        ),
+        "mimo_v2_flash": _family(
+            _llama_like(
+                layer_shapes=(
+                    LayerShape(
+                        LayerPattern("layer_types", members=("sliding_attention",)), kv_heads_factor=2
+                    ),
+                ),
+            ),
+            "MiMoV2FlashForCausalLM",
+            "MiMo-V2-Flash",
+            "sliding-window layers have twice the key heads of the full layers, and a learned sink logit per "
+            "head (not part of the form)",
+        ),
+    }
+)
 
 
 def supported_model_types() -> list[str]:

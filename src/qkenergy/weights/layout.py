@@ -25,8 +25,10 @@ __all__ = [
     "POSITIONAL",
     "STACKS",
     "Family",
+    "KVSharing",
     "LatentAttention",
     "LayerPattern",
+    "LayerShape",
     "Layout",
     "QKNorm",
     "TensorReader",
@@ -76,6 +78,40 @@ class LayerPattern:
     members: tuple[str, ...] = ()
     base: int = 0
     offset_key: str | None = None
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Layers whose heads differ in size from the rest of their stack.
+
+    Gemma 4's full-attention layers have heads of ``global_head_dim`` (and, with
+    ``attention_k_eq_v``, ``num_global_key_value_heads`` key heads); MiMo-V2-Flash's
+    sliding layers have twice the key heads of its full layers. ``layers`` names them;
+    ``head_dim_key`` / ``kv_heads_key`` are config.json keys of their sizes (absent from the
+    config: the stack's size; ignored when the config has transformers' ``per_layer_config``,
+    which then gives the sizes of every layer), and ``kv_heads_factor`` multiplies their
+    key-head count whatever gave it.
+    """
+
+    layers: LayerPattern
+    head_dim_key: str | None = None
+    kv_heads_key: str | None = None
+    kv_heads_factor: int = 1
+
+
+@dataclass(frozen=True)
+class KVSharing:
+    """The last layers of a decoder reuse the keys of an earlier layer (Gemma 4's KV sharing).
+
+    The last ``count_key`` layers (a config.json key) have no key projection: each takes the
+    keys the last earlier layer of the same type (``types_key``: one type per layer) computed,
+    from that layer's own input. Its score pairs its queries with those keys, so its form is
+    ``W_K(source)^T W_Q(layer)``, read with the source layer's key projection, key norm and
+    (with fold-norm) the source layer's input norm on the key side.
+    """
+
+    count_key: str = "num_kv_shared_layers"
+    types_key: str = "layer_types"
 
 
 @dataclass(frozen=True)
@@ -177,6 +213,11 @@ class Layout:
     # A multimodal model's tower: the checkpoint prefix of this stack contains this name
     # (language_model, vision_tower), so one tower's tensors are never taken for another's.
     within: str | None = None
+    # Layers whose head size or key-head count differ from the stack's (the first pattern a
+    # layer matches); a config's ``per_layer_config`` (transformers 5) is read in any case.
+    layer_shapes: tuple[LayerShape, ...] = ()
+    # Layers that reuse an earlier layer's keys (KV sharing): their forms pair two layers.
+    kv_sharing: KVSharing | None = None
     # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False
