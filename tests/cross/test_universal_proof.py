@@ -713,3 +713,39 @@ def test_nope_layers_are_positional_none_at_every_offset(tmp_path: Path) -> None
     s = heads.pivot_table(index=["layer", "head"], columns="offset", values="symmetric_energy")
     assert (s.loc[1][0] == s.loc[1][3]).all()  # NoPE: the same form at every offset
     assert not np.allclose(s.loc[0][0], s.loc[0][3])  # RoPE: the form turns with the offset
+
+
+def test_per_layer_shapes_and_kv_sharing_reach_every_output(tmp_path: Path) -> None:
+    """gemma4_text: heads of 8 and 16 in one table, each judged by its own law; notes, settings, survey."""
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.surveys.engine import _plan_shapes
+    from qkenergy.surveys.manifest import ModelEntry
+    from qkenergy.surveys.plan import resolve_entry
+    from qkenergy.surveys.summary import model_summary
+
+    path = _saved(CASES["gemma4_text"], tmp_path)
+    result = analyze_model(path, samples=20, per_layer=True)
+    heads = result.heads
+    assert heads.groupby("layer")["n"].first().to_dict() == {0: 8, 1: 16, 2: 8, 3: 16}
+    assert set(heads.loc[heads["layer"] == 1, "kv_head"]) == {0}  # one key head in the full layers
+    assert set(result.null_laws) == {(8, 32), (16, 32)}
+    sds = {n: result.null_laws[(n, 32)]["symmetric_energy"].std() for n in (8, 16)}
+    assert sds[8] != pytest.approx(sds[16], rel=0.05)  # the two shapes' laws differ
+    for n in (8, 16):  # each head against the law of its own shape
+        rows = heads[heads["n"] == n]
+        law = result.null_laws[(n, 32)]["symmetric_energy"]
+        np.testing.assert_allclose(rows["symmetric_energy_null_sd"], law.std(), rtol=1e-12)
+    assert list(result.layers["n"]) == [4 * 8, 4 * 16, 4 * 8, 4 * 16]
+    assert list(result.layers["n_kv_heads"]) == [2, 1, 2, 1]
+    stack = result.settings["stacks"][0]
+    assert stack["layer_shapes"] == [
+        {"layer": 1, "n_kv_heads": 1, "head_dim": 16},
+        {"layer": 3, "n_kv_heads": 1, "head_dim": 16},
+    ]
+    assert stack["key_layers"] == {"2": 0, "3": 1}
+    notes = " ".join(result.settings["notes"])
+    assert "layers 1, 3 have heads of n = 16 with 1 key heads" in notes
+    assert "KV sharing: layers reuse the keys of an earlier layer (2 <- 0, 3 <- 1)" in notes
+    assert model_summary(heads)["n"].tolist() == ["8/16"]
+    plan = resolve_entry(ModelEntry(str(path), "gemma4"))
+    assert plan.error is None and _plan_shapes(plan) == {(8, 32), (16, 32)}  # one shared law per shape
