@@ -272,6 +272,19 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
     return dict(input_ids=ids, pixel_values=pixels)
 
 
+def _tied_copies(model: Any) -> dict[int, list[Any]]:
+    """id(module) -> the other modules holding the very same parameters (weights tied: zamba)."""
+    holders: dict[int, list[Any]] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders.setdefault(id(p), []).append(module)
+    out: dict[int, list[Any]] = {}
+    for modules in holders.values():
+        for m in modules:
+            out.setdefault(id(m), [c for c in modules if c is not m])
+    return out
+
+
 def _owners(model: Any) -> dict[tuple[tuple[int, ...], bytes], Any]:
     """(shape, bytes) of every parameter -> the module owning it (random weights: each is unique)."""
     modules = dict(model.named_modules())
@@ -291,7 +304,8 @@ class Calls:
         self.io: dict[int, list[tuple[Any, np.ndarray]]] = {}
         self.hooks: list[Any] = []
 
-    def watch_input(self, module: Any) -> int:
+    def watch_input(self, module: Any, copies: Any = ()) -> int:
+        """``copies``: modules tied to this one (the same parameters: zamba's shared block), one record."""
         key = id(module)
         if key not in self.inputs:
             self.inputs[key] = []
@@ -300,10 +314,11 @@ class Calls:
                 x = args[0] if args else next(iter(kwargs.values()))
                 self.inputs[key].append(x.detach().double().numpy().reshape(-1, x.shape[-1]))
 
-            self.hooks.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            for m in (module, *copies):
+                self.hooks.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         return key
 
-    def watch_io(self, module: Any) -> int:
+    def watch_io(self, module: Any, copies: Any = ()) -> int:
         key = id(module)
         if key not in self.io:
             self.io[key] = []
@@ -311,7 +326,8 @@ class Calls:
             def hook(mod: Any, args: Any, out: Any, key: int = key) -> None:
                 self.io[key].append((args[0].detach(), out.detach().double().numpy()))
 
-            self.hooks.append(module.register_forward_hook(hook))
+            for m in (module, *copies):
+                self.hooks.append(m.register_forward_hook(hook))
         return key
 
     def remove(self) -> None:
@@ -363,6 +379,7 @@ def _plan(
         assert found is not None, f"no module of the model holds the checkpoint tensor {name!r}"
         return found
 
+    copies = _tied_copies(model)
     stages = []
     for arch in archs:
         prefix = reading.find_prefix(tensors, arch)
@@ -371,17 +388,18 @@ def _plan(
             source = arch.key_layer(layer)  # KV sharing: the keys of an earlier layer, from its input
             q_owner = owner(prefix + lay.query.format(i=layer))
             k_owner = owner(prefix + (lay.key or lay.query).format(i=source))
-            rec.owners[id(q_owner)] = (arch.stack, layer)
+            for m in (q_owner, *copies.get(id(q_owner), [])):  # a shared block: each application
+                rec.owners[id(m)] = (arch.stack, layer)
             norm = reading._norm_name(lay, layer)
             key_norm = arch.key_norm if lay.key_stack else reading._norm_name(lay, source)
             norms = {}
             for side, name in (("query", norm), ("key", key_norm)):
                 if name is not None:
                     module = owner(prefix + name.format(i=layer if side == "query" else source))
-                    norms[side] = (module, calls.watch_io(module))
-            stages.append(
-                Stage(arch, prefix, layer, calls.watch_input(q_owner), calls.watch_input(k_owner), norms)
-            )
+                    norms[side] = (module, calls.watch_io(module, copies.get(id(module), [])))
+            query = calls.watch_input(q_owner, copies.get(id(q_owner), []))
+            key = calls.watch_input(k_owner, copies.get(id(k_owner), []))
+            stages.append(Stage(arch, prefix, layer, query, key, norms))
     return stages
 
 
@@ -445,7 +463,8 @@ def _check_stage(
     H, n = arch.n_heads, arch.layer_head_dim(layer)  # per-layer shapes (gemma4's full layers)
     what = f"{arch.stack or 'stack'} layer {layer} call {call}"
     assert q.shape[0] == H and q.shape[-1] == n, f"{what}: query states {q.shape}, expected {H} heads of {n}"
-    x_q, x_k = calls.inputs[stage.query][call], calls.inputs[stage.key][call]
+    run = call // case.calls_per_projection  # the projections' run this attention call uses
+    x_q, x_k = calls.inputs[stage.query][run], calls.inputs[stage.key][run]
     z_q, z_k = (
         _feeding(stage, "query", x_q, calls),
         _feeding(stage, "key", x_k, calls),  # the key stream's own norm (cross-attention, KV sharing)

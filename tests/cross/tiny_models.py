@@ -72,6 +72,8 @@ class Tiny:
     # The attention modules hand their projection weights to torch's multi_head_attention_forward
     # (wavlm): the projection modules never run; the proof wraps that function instead.
     mha_forward: bool = False
+    # Attention calls per run of the projections (diffllama: two softmax maps share q and k).
+    calls_per_projection: int = 1
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -528,6 +530,24 @@ CASES.update(
             dict(_AUDIO, num_buckets=8, max_bucket_distance=16, do_stable_layer_norm=True),
             inputs="audio",
             mha_forward=True,
+        ),
+        # the two softmax maps of a head pair share q and k: two attention calls per projection
+        "diffllama": Tiny("DiffLlamaConfig", "DiffLlamaForCausalLM", calls_per_projection=2),
+        "recurrent_gemma": Tiny(
+            "RecurrentGemmaConfig",
+            "RecurrentGemmaForCausalLM",
+            dict(num_hidden_layers=4, block_types=["recurrent", "attention"], lru_width=32),
+        ),
+        # one shared attention block (tied weights) applied at layers 1 and 3
+        "zamba": Tiny(
+            "ZambaConfig",
+            "ZambaForCausalLM",
+            dict(
+                num_hidden_layers=4,
+                layers_block_type=["linear_attention", "hybrid"] * 2,
+                mamba_d_state=4,
+                mamba_dt_rank=4,
+            ),
         ),
         "mimo_v2_flash": Tiny(
             "MiMoV2FlashConfig",

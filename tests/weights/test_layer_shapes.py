@@ -145,3 +145,18 @@ def test_proportional_rope_of_the_full_layers() -> None:
     w = inverse_frequencies(ropes[1])
     # int(0.25 * 16 // 2) = 2 pairs turn at theta^(-2k/16); the other 6 pairs keep angle 0
     np.testing.assert_allclose(w, [1.0, 1e6 ** (-2 / 16), 0, 0, 0, 0, 0, 0], rtol=1e-12)
+
+
+def test_cycle_and_first_patterns() -> None:
+    """recurrent_gemma's block_types repeat over the layers; zamba's shared block is read once."""
+    from qkenergy.weights.architecture import pattern_layers
+    from qkenergy.weights.layout import LayerPattern
+
+    cycle = (LayerPattern("block_types", kind="cycle", members=("attention",)),)
+    assert pattern_layers(cycle, {"block_types": ["recurrent", "recurrent", "attention"]}, 7, "c") == (2, 5)
+    with pytest.raises(QKEnergyError, match="must list the types of one period"):
+        pattern_layers(cycle, {"block_types": []}, 7, "c")
+    first = (LayerPattern("layers_block_type", kind="first", members=("hybrid",)),)
+    types = ["mamba", "hybrid", "mamba", "hybrid"]
+    assert pattern_layers(first, {"layers_block_type": types}, 4, "c") == (1,)
+    assert pattern_layers(first, {"layers_block_type": ["mamba"] * 4}, 4, "c") == ()

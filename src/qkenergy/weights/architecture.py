@@ -204,6 +204,10 @@ def pattern_layers(
                     f"{what} and {pattern.offset_key!r} must be integers, the period positive"
                 )
             return tuple(i for i in range(n_layers) if i % value == offset)
+        if pattern.kind == "cycle":  # one period of layer types, repeated over the layers
+            if not isinstance(value, list) or not value or len(value) > MAX_CONFIG_SIZE:
+                raise QKEnergyError(f"{what} must list the types of one period of layers")
+            return tuple(i for i in range(n_layers) if value[i % len(value)] in pattern.members)
         if pattern.kind == "indices":
             last = n_layers - 1 + pattern.base
             if not isinstance(value, list) or not all(
@@ -214,6 +218,8 @@ def pattern_layers(
         if not isinstance(value, list | str) or len(value) < n_layers:
             raise QKEnergyError(f"{what} must give one entry per layer ({n_layers} layers)")
         entries = list(value)[:n_layers]
+        if pattern.kind == "first":  # one shared block: read once, at its first application
+            return tuple(i for i, entry in enumerate(entries) if entry in pattern.members)[:1]
         if pattern.members:
             return tuple(i for i, entry in enumerate(entries) if entry in pattern.members)
         return tuple(i for i, entry in enumerate(entries) if entry)

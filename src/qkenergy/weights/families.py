@@ -1022,6 +1022,45 @@ FAMILIES.update(
             "and is not part of the form",
             _SPEECH_VARIANTS,
         ),
+        "diffllama": _family(
+            _llama_like(),
+            "DiffLlamaForCausalLM",
+            "DiffLlama (differential attention)",
+            "differential attention: query heads h and h + H/2 are one pair whose two softmax maps are "
+            "subtracted after the softmax (the first minus lambda times the second); each map is an ordinary "
+            "head's softmax of its own bilinear form, one row per query head",
+        ),
+        "recurrent_gemma": _family(
+            _llama_like(
+                query="layers.{i}.temporal_block.q_proj.weight",
+                key="layers.{i}.temporal_block.k_proj.weight",
+                norm="layers.{i}.temporal_pre_norm.weight",
+                norm_offset=1.0,
+                head_dim_key=None,
+                attention_layers=(LayerPattern("block_types", kind="cycle", members=("attention",)),),
+            ),
+            "RecurrentGemmaForCausalLM",
+            "RecurrentGemma (Griffin)",
+            "hybrid: rows for the local-attention blocks only (block_types, repeated over the layers); the "
+            "others are RG-LRU recurrent blocks",
+        ),
+        "zamba": _family(
+            _llama_like(
+                query="layers.{i}.shared_transf.self_attn.q_proj.weight",
+                key="layers.{i}.shared_transf.self_attn.k_proj.weight",
+                norm="layers.{i}.shared_transf.input_layernorm.weight",
+                hidden_keys=("attention_hidden_size",),
+                head_dim_key="attention_head_dim",
+                positional="none",
+                attention_layers=(LayerPattern("layers_block_type", kind="first", members=("hybrid",)),),
+            ),
+            "ZambaForCausalLM",
+            "Zamba",
+            "one attention block, its weights shared by every hybrid layer of layers_block_type (the others "
+            "are Mamba layers): its form is the same at each application and is read once, at the first "
+            "hybrid layer; its input is the concatenation of the layer's hidden state and the token "
+            "embeddings (N = attention_hidden_size = 2 hidden_size); no positions",
+        ),
         "mimo_v2_flash": _family(
             _llama_like(
                 layer_shapes=(

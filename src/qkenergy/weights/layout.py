@@ -70,11 +70,14 @@ class LayerPattern:
       flags) or a string of one character per layer (nemotron_h's "M-*"); a layer belongs
       when its entry is one of ``members`` (no members: when the entry is truthy, e.g. 1);
     - ``indices``: the list of the layer indices that belong, counted from ``base``;
-    - ``period``: layer i belongs when i % value equals the value of ``offset_key`` (jamba).
+    - ``period``: layer i belongs when i % value equals the value of ``offset_key`` (jamba);
+    - ``cycle``: as ``types``, the list repeated over the layers (recurrent_gemma's block_types);
+    - ``first``: as ``types``, only the first layer that belongs (one attention block shared by
+      every layer that belongs, zamba: its weights, and so its form, are the same at each).
     """
 
     key: str
-    kind: Literal["types", "indices", "period"] = "types"
+    kind: Literal["types", "indices", "period", "cycle", "first"] = "types"
     members: tuple[str, ...] = ()
     base: int = 0
     offset_key: str | None = None
