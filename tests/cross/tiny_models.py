@@ -494,6 +494,20 @@ _GEMMA4_TEXT = dict(
     vocab_size_per_layer_input=VOCAB,
     sliding_window=4,
 )
+_GEMMA4_UNIFIED = {
+    k: v
+    for k, v in _GEMMA4_TEXT.items()
+    if k not in ("hidden_size_per_layer_input", "vocab_size_per_layer_input")
+}
+_EMBEDDING_GEMMA2 = dict(
+    num_hidden_layers=4,
+    layer_types=["sliding_attention", "full_attention"] * 2,
+    global_head_dim=16,
+    num_global_key_value_heads=1,
+    hidden_size_per_layer_input=8,
+    sliding_window=4,
+    embedding_dim=16,
+)
 CASES.update(
     {
         "gemma4_text": Tiny("Gemma4TextConfig", "Gemma4ForCausalLM", _GEMMA4_TEXT),
@@ -548,6 +562,37 @@ CASES.update(
                 mamba_d_state=4,
                 mamba_dt_rank=4,
             ),
+        ),
+        # the encoder-free Gemma 4: no per-layer inputs (PLE), bidirectional over image tokens only
+        "gemma4_unified_text": Tiny("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM", _GEMMA4_UNIFIED),
+        "gemma4_unified": Tiny(
+            "Gemma4UnifiedConfig",
+            "Gemma4UnifiedForConditionalGeneration",
+            dict(text_config=dict(_GEMMA4_UNIFIED), vision_config=None, audio_config=None),
+        ),
+        "embedding_gemma2_text": Tiny(
+            "EmbeddingGemma2TextConfig", "EmbeddingGemma2TextModel", _EMBEDDING_GEMMA2
+        ),
+        "embedding_gemma2": Tiny(
+            "EmbeddingGemma2Config",
+            "EmbeddingGemma2Model",
+            dict(
+                text_config=dict(_EMBEDDING_GEMMA2),
+                # an AutoConfig sub-config: the tower's type and sizes are spelled out
+                vision_config=dict(
+                    _TOWER,
+                    model_type="gemma4_vision",
+                    num_key_value_heads=2,
+                    head_dim=8,
+                    patch_size=4,
+                    pooling_kernel_size=2,
+                    position_embedding_size=8,
+                ),
+                audio_config=None,
+                image_token_id=5,
+            ),
+            inputs="gemma4",
+            identity_rope="vision_tower",
         ),
         "mimo_v2_flash": Tiny(
             "MiMoV2FlashConfig",

@@ -160,3 +160,14 @@ def test_cycle_and_first_patterns() -> None:
     types = ["mamba", "hybrid", "mamba", "hybrid"]
     assert pattern_layers(first, {"layers_block_type": types}, 4, "c") == (1,)
     assert pattern_layers(first, {"layers_block_type": ["mamba"] * 4}, 4, "c") == ()
+
+
+def test_a_null_tower_section_is_an_absent_tower() -> None:
+    """gemma4 built without a vision encoder writes "vision_config": null: the text stack alone."""
+    from qkenergy.weights.architecture import architectures
+
+    text = {k: v for k, v in _GEMMA4.items() if k != "model_type"}
+    archs = architectures(dict(model_type="gemma4", text_config=text, vision_config=None))
+    assert [a.stack for a in archs] == ["text"] and archs[0].key_layers == ((2, 0), (3, 1))
+    with pytest.raises(QKEnergyError, match="has no 'vision_config' section"):
+        architectures(dict(model_type="gemma4", text_config=text))  # absent, not null: an error as before

@@ -429,7 +429,18 @@ def architectures(
     (see :func:`family_of`). ``source`` names the config file in error messages.
     """
     mt, family = family_of(config, source, model_type=model_type, layout=layout)
-    archs = [_stack_architecture(config, layout, mt, source) for layout in family.stacks]
+    # A tower whose config section is null (transformers writes "vision_config": null for a
+    # multimodal model built without it) is absent, as long as another stack remains.
+    stacks = [
+        lay
+        for lay in family.stacks
+        if not (
+            lay.config_section is not None
+            and lay.config_section in config
+            and config[lay.config_section] is None
+        )
+    ] or list(family.stacks)
+    archs = [_stack_architecture(config, layout, mt, source) for layout in stacks]
     by_name = {a.stack: a for a in archs}
     for k, arch in enumerate(archs):
         if arch.layout.key_stack is not None:

@@ -989,24 +989,48 @@ _GEMMA4_NOTE = (
 )
 
 
+def _gemma4_vision() -> Layout:
+    """Gemma 4's vision encoder: clippable linears, qk-norm per head, 2-D axial RoPE."""
+    return Layout(
+        query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
+        key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
+        norm="encoder.layers.{i}.input_layernorm.weight",
+        kv_heads_key="num_key_value_heads",
+        head_dim_key="head_dim",
+        qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
+        positional="rope_2d",
+        stack="vision",
+        config_section="vision_config",
+        within="vision_tower",
+    )
+
+
+def _embedding_gemma2_text(**kw: Any) -> Layout:
+    """EmbeddingGemma 2's bidirectional encoder: Gemma 4's attention without KV sharing."""
+    return _llama_like(
+        qk_norm=_qk_norm(),
+        layer_shapes=(
+            LayerShape(
+                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
+            ),
+        ),
+        **kw,
+    )
+
+
+_EMBEDDING_GEMMA2_NOTE = (
+    "a bidirectional encoder; its full-attention layers have larger heads and their own key-head count "
+    "(per_layer_config)"
+)
+
+
 FAMILIES.update(
     {
         "gemma4_text": _family(_gemma4_text(), "Gemma4ForCausalLM", "Gemma 4 (text)", _GEMMA4_NOTE),
         "gemma4": Family(
             (
                 _gemma4_text(stack="text", config_section="text_config", within="language_model"),
-                Layout(
-                    query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
-                    key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
-                    norm="encoder.layers.{i}.input_layernorm.weight",
-                    kv_heads_key="num_key_value_heads",
-                    head_dim_key="head_dim",
-                    qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
-                    positional="rope_2d",
-                    stack="vision",
-                    config_section="vision_config",
-                    within="vision_tower",
-                ),
+                _gemma4_vision(),
             ),
             models="Gemma 4 (E2B, E4B, 26B A4B, 31B)",
             proof="Gemma4ForConditionalGeneration",
@@ -1060,6 +1084,32 @@ FAMILIES.update(
             "are Mamba layers): its form is the same at each application and is read once, at the first "
             "hybrid layer; its input is the concatenation of the layer's hidden state and the token "
             "embeddings (N = attention_hidden_size = 2 hidden_size); no positions",
+        ),
+        "gemma4_unified_text": _family(
+            _gemma4_text(), "Gemma4UnifiedForCausalLM", "Gemma 4 unified (text)", _GEMMA4_NOTE
+        ),
+        "gemma4_unified": _family(
+            _gemma4_text(config_section="text_config", within="language_model"),
+            "Gemma4UnifiedForConditionalGeneration",
+            "Gemma 4 unified (encoder-free multimodal)",
+            _GEMMA4_NOTE + "; images and audio enter through embedders without attention: the text "
+            "decoder is the only attention stack",
+        ),
+        "embedding_gemma2_text": _family(
+            _embedding_gemma2_text(),
+            "EmbeddingGemma2TextModel",
+            "EmbeddingGemma 2 (text)",
+            _EMBEDDING_GEMMA2_NOTE,
+        ),
+        "embedding_gemma2": Family(
+            (
+                _embedding_gemma2_text(stack="text", config_section="text_config", within="language_model"),
+                _gemma4_vision(),
+            ),
+            models="EmbeddingGemma 2",
+            proof="EmbeddingGemma2Model",
+            note=_EMBEDDING_GEMMA2_NOTE + "; the Gemma 4 vision encoder, when the checkpoint has it, is read "
+            "as gemma4's (the audio encoder is not read)",
         ),
         "mimo_v2_flash": _family(
             _llama_like(
