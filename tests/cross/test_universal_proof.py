@@ -380,26 +380,51 @@ def _plan(
         return found
 
     copies = _tied_copies(model)
-    stages = []
+    modules = dict(model.named_modules())
+
+    def own(layer_name: str, stored: str) -> Any:
+        """The module named for this layer, when it is (a tied copy of) the one holding the tensor read."""
+        held = owner(stored)
+        mine = modules.get(layer_name.rsplit(".", 1)[0])
+        tied = mine is not None and (mine is held or any(c is mine for c in copies.get(id(held), [])))
+        return mine if tied else held
+
+    planned = []  # (arch, prefix, layer, query module, key module, {side: norm module})
     for arch in archs:
         prefix = reading.find_prefix(tensors, arch)
         lay = arch.layout
         for layer in arch.attention_layers:
+            at = arch.tensor_layer(layer)  # a shared block (zamba2): stored under its first layer
             source = arch.key_layer(layer)  # KV sharing: the keys of an earlier layer, from its input
-            q_owner = owner(prefix + lay.query.format(i=layer))
-            k_owner = owner(prefix + (lay.key or lay.query).format(i=source))
-            for m in (q_owner, *copies.get(id(q_owner), [])):  # a shared block: each application
-                rec.owners[id(m)] = (arch.stack, layer)
-            norm = reading._norm_name(lay, layer)
-            key_norm = arch.key_norm if lay.key_stack else reading._norm_name(lay, source)
+            keys_at = layer if source == at else source  # the layer whose key module runs
+            q_mod = own(prefix + lay.query.format(i=layer), prefix + lay.query.format(i=at))
+            key = lay.key or lay.query
+            k_mod = own(prefix + key.format(i=keys_at), prefix + key.format(i=source))
             norms = {}
-            for side, name in (("query", norm), ("key", key_norm)):
-                if name is not None:
-                    module = owner(prefix + name.format(i=layer if side == "query" else source))
-                    norms[side] = (module, calls.watch_io(module, copies.get(id(module), [])))
-            query = calls.watch_input(q_owner, copies.get(id(q_owner), []))
-            key = calls.watch_input(k_owner, copies.get(id(k_owner), []))
-            stages.append(Stage(arch, prefix, layer, query, key, norms))
+            for side, mine, stored in (
+                ("query", reading._norm_name(lay, layer), reading._norm_name(lay, at)),
+                ("key", reading._norm_name(lay, keys_at), reading._norm_name(lay, source)),
+            ):
+                if side == "key" and lay.key_stack:
+                    mine = stored = arch.key_norm
+                if stored is not None:
+                    norms[side] = own(prefix + (mine or stored), prefix + stored)
+            planned.append((arch, prefix, layer, q_mod, k_mod, norms))
+    # Tied copies that no layer reads as its own (zamba's one shared block, applied at several
+    # layers) are watched with the module read: each application is checked against its form.
+    claimed = {id(m) for *_, q, k, norms in planned for m in (q, k, *norms.values())}
+
+    def extra(module: Any) -> list[Any]:
+        return [c for c in copies.get(id(module), []) if id(c) not in claimed]
+
+    stages = []
+    for arch, prefix, layer, q_mod, k_mod, norm_mods in planned:
+        for m in (q_mod, *extra(q_mod)):
+            rec.owners[id(m)] = (arch.stack, layer)
+        watched = {side: (m, calls.watch_io(m, extra(m))) for side, m in norm_mods.items()}
+        query = calls.watch_input(q_mod, extra(q_mod))
+        key = calls.watch_input(k_mod, extra(k_mod))
+        stages.append(Stage(arch, prefix, layer, query, key, watched))
     return stages
 
 

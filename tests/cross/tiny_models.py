@@ -594,6 +594,24 @@ CASES.update(
             inputs="gemma4",
             identity_rope="vision_tower",
         ),
+        # two shared blocks alternating over four hybrid layers, each application with its adapters
+        "zamba2": Tiny(
+            "Zamba2Config",
+            "Zamba2ForCausalLM",
+            dict(
+                num_hidden_layers=5,
+                layers_block_type=["mamba", "hybrid", "hybrid", "hybrid", "hybrid"],
+                num_mem_blocks=2,
+                use_shared_attention_adapter=True,
+                adapter_rank=4,
+                use_mem_rope=True,
+                head_dim=16,  # its adapters need (key) heads x head_dim = attention_hidden_size
+                num_key_value_heads=4,
+                mamba_d_state=4,
+                mamba_headdim=8,
+                n_mamba_heads=8,
+            ),
+        ),
         "mimo_v2_flash": Tiny(
             "MiMoV2FlashConfig",
             "MiMoV2FlashForCausalLM",

@@ -171,3 +171,40 @@ def test_a_null_tower_section_is_an_absent_tower() -> None:
     assert [a.stack for a in archs] == ["text"] and archs[0].key_layers == ((2, 0), (3, 1))
     with pytest.raises(QKEnergyError, match="has no 'vision_config' section"):
         architectures(dict(model_type="gemma4", text_config=text))  # absent, not null: an error as before
+
+
+def test_shared_blocks_read_their_first_layer_and_each_applications_adapter() -> None:
+    """zamba2: block k mod 2 at the k-th hybrid layer, W_Q + B_k A_k from the block's first layer."""
+    config = dict(
+        model_type="zamba2",
+        hidden_size=4,
+        attention_hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        attention_head_dim=4,
+        num_hidden_layers=4,
+        layers_block_type=["mamba", "hybrid", "hybrid", "hybrid"],
+        num_mem_blocks=2,
+        use_shared_attention_adapter=True,
+    )
+    arch = architecture(config)
+    assert arch.block_layers == ((1, 1, 0, True), (2, 2, 1, True), (3, 1, 2, True))
+    assert [arch.tensor_layer(i) for i in (1, 2, 3)] == [1, 2, 1] and arch.adapter(3) == 2
+    rng = np.random.default_rng(2)
+    block = "model.layers.{i}.shared_transformer.self_attn."
+    arrays = {}
+    for first in (1, 2):
+        for p in ("q_proj", "k_proj"):
+            arrays[block.format(i=first) + f"{p}.weight"] = rng.standard_normal((8, 8))
+    for k, first in ((0, 1), (1, 2), (2, 1)):
+        for side in ("q", "k"):
+            name = block.format(i=first) + f"linear_{side}_adapter_list.{k}"
+            arrays[f"{name}.0.weight"] = rng.standard_normal((3, 8))
+            arrays[f"{name}.1.weight"] = rng.standard_normal((8, 3))
+    w = read_layer(DictSource(arrays), arch, 3)  # block 0 (layer 1's tensors), adapter 2
+    name = block.format(i=1) + "linear_q_adapter_list.2"
+    want = (
+        arrays[block.format(i=1) + "q_proj.weight"] + arrays[f"{name}.1.weight"] @ arrays[f"{name}.0.weight"]
+    )
+    np.testing.assert_allclose(w.w_query, want.reshape(2, 4, 8), rtol=1e-6)
+    assert architecture(dict(config, use_shared_attention_adapter=False)).adapter(3) is None

@@ -53,6 +53,9 @@ class Architecture:
     layer_shapes: tuple[tuple[int, int, int], ...] = ()
     # KV sharing: (layer, source layer) of each layer that reuses an earlier layer's keys.
     key_layers: tuple[tuple[int, int], ...] = ()
+    # Shared attention blocks (zamba2): (layer, the block's first layer, application index,
+    # whether the application has adapters of its own).
+    block_layers: tuple[tuple[int, int, int, bool], ...] = ()
 
     @property
     def stack(self) -> str:
@@ -76,9 +79,23 @@ class Architecture:
         """Key head used by each query head in layer ``layer`` (grouped-query attention)."""
         return np.arange(self.n_heads) // (self.n_heads // self.layer_kv_heads(layer))
 
+    def tensor_layer(self, layer: int) -> int:
+        """The layer under whose index layer ``layer``'s tensors are stored: itself, unless its block is shared."""
+        for index, first, _, _ in self.block_layers:
+            if index == layer:
+                return first
+        return layer
+
+    def adapter(self, layer: int) -> int | None:
+        """The application index of layer ``layer``'s own adapters (shared blocks), or None."""
+        for index, _, application, adapted in self.block_layers:
+            if index == layer:
+                return application if adapted else None
+        return None
+
     def key_layer(self, layer: int) -> int:
         """The layer whose key projection (and input) gives layer ``layer``'s keys: itself, unless shared."""
-        return dict(self.key_layers).get(layer, layer)
+        return dict(self.key_layers).get(layer, self.tensor_layer(layer))
 
     @property
     def head_dims(self) -> tuple[int, ...]:
@@ -328,6 +345,18 @@ def _key_layers(
     return tuple(out)
 
 
+def _block_layers(
+    config: Mapping[str, Any], layout: Layout, layers: tuple[int, ...] | None, source: str
+) -> tuple[tuple[int, int, int, bool], ...]:
+    """(layer, the block's first layer, application, adapted) of each layer applying a shared block."""
+    blocks = layout.shared_blocks
+    if blocks is None or not layers:
+        return ()
+    count = get_int(config, blocks.blocks_key, source, minimum=1, maximum=MAX_CONFIG_SIZE) or 1
+    adapted = get_bool(config, blocks.adapter_key, source, default=False)
+    return tuple((layer, layers[k % count], k, adapted) for k, layer in enumerate(layers))
+
+
 def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
     if layout.config_section is not None and not (
         layout.section_optional and layout.config_section not in config
@@ -403,6 +432,7 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
         rope_layers=rope_layers,
         layer_shapes=shapes,
         key_layers=_key_layers(config, layout, n_layers, source),
+        block_layers=_block_layers(config, layout, layers, source),
     )
 
 

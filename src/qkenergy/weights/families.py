@@ -22,6 +22,7 @@ from qkenergy.weights.layout import (
     Layout,
     Positional,
     QKNorm,
+    SharedBlocks,
 )
 
 __all__ = [
@@ -989,6 +990,20 @@ _GEMMA4_NOTE = (
 )
 
 
+def _zamba2_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Zamba2 rotates queries and keys in its shared blocks only with use_mem_rope."""
+    return dataclasses.replace(layout, positional="rope") if config.get("use_mem_rope") else layout
+
+
+_ZAMBA2_BLOCK = "layers.{i}.shared_transformer."
+
+
+def _zamba2_adapter(side: str) -> tuple[str, str]:
+    """The adapter of application {k} on the q or k side: its down (0) and up (1) projections."""
+    name = _ZAMBA2_BLOCK + f"self_attn.linear_{side}_adapter_list.{{k}}"
+    return f"{name}.0.weight", f"{name}.1.weight"
+
+
 def _gemma4_vision() -> Layout:
     """Gemma 4's vision encoder: clippable linears, qk-norm per head, 2-D axial RoPE."""
     return Layout(
@@ -1110,6 +1125,29 @@ FAMILIES.update(
             proof="EmbeddingGemma2Model",
             note=_EMBEDDING_GEMMA2_NOTE + "; the Gemma 4 vision encoder, when the checkpoint has it, is read "
             "as gemma4's (the audio encoder is not read)",
+        ),
+        "zamba2": _family(
+            _llama_like(
+                query=_ZAMBA2_BLOCK + "self_attn.q_proj.weight",
+                key=_ZAMBA2_BLOCK + "self_attn.k_proj.weight",
+                norm=_ZAMBA2_BLOCK + "input_layernorm.weight",
+                hidden_keys=("attention_hidden_size",),
+                head_dim_key="attention_head_dim",
+                positional="none",
+                attention_layers=(LayerPattern("layers_block_type", members=("hybrid",)),),
+                shared_blocks=SharedBlocks(
+                    query_adapter=_zamba2_adapter("q"), key_adapter=_zamba2_adapter("k")
+                ),
+                adjust=_zamba2_adjust,
+            ),
+            "Zamba2ForCausalLM",
+            "Zamba2",
+            "num_mem_blocks attention blocks shared by the hybrid layers (block k mod num_mem_blocks at the "
+            "k-th), stored under each block's first layer; with use_shared_attention_adapter every application "
+            "adds its own low-rank adapter to W_Q and W_K (its own form, one row set per hybrid layer), without "
+            "it the applications of one block repeat its form; the input is the hidden state and the token "
+            "embeddings concatenated (N = attention_hidden_size); RoPE only with use_mem_rope",
+            "rope with use_mem_rope",
         ),
         "mimo_v2_flash": _family(
             _llama_like(

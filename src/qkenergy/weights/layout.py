@@ -31,6 +31,7 @@ __all__ = [
     "LayerShape",
     "Layout",
     "QKNorm",
+    "SharedBlocks",
     "TensorReader",
 ]
 
@@ -115,6 +116,24 @@ class KVSharing:
 
     count_key: str = "num_kv_shared_layers"
     types_key: str = "layer_types"
+
+
+@dataclass(frozen=True)
+class SharedBlocks:
+    """Attention blocks shared by the attention layers, each application with its own adapter (zamba2).
+
+    The model keeps ``blocks_key`` (config.json) attention blocks; its k-th attention layer
+    applies block k mod that number, whose weights (projections, norms) are stored once, under
+    the block's first layer. With ``adapter_key`` true in the config, each application adds a
+    low-rank adapter of its own to the query and key projections: ``W_Q(k) = W_Q + B_k A_k``,
+    the tensors named by ``query_adapter`` / ``key_adapter`` (down A, then up B; ``{i}`` is the
+    block's first layer, ``{k}`` the application's index), so each application has its own form.
+    """
+
+    blocks_key: str = "num_mem_blocks"
+    adapter_key: str = "use_shared_attention_adapter"
+    query_adapter: tuple[str, str] | None = None
+    key_adapter: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +240,8 @@ class Layout:
     layer_shapes: tuple[LayerShape, ...] = ()
     # Layers that reuse an earlier layer's keys (KV sharing): their forms pair two layers.
     kv_sharing: KVSharing | None = None
+    # Attention blocks shared by the attention layers (zamba2): tensors under each block's first layer.
+    shared_blocks: SharedBlocks | None = None
     # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False
