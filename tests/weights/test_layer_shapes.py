@@ -208,3 +208,25 @@ def test_shared_blocks_read_their_first_layer_and_each_applications_adapter() ->
     )
     np.testing.assert_allclose(w.w_query, want.reshape(2, 4, 8), rtol=1e-6)
     assert architecture(dict(config, use_shared_attention_adapter=False)).adapter(3) is None
+
+
+def test_a_towers_rope_settings_come_from_its_own_section() -> None:
+    """Multimodal gemma4: the text stack's rotary settings and context live in text_config."""
+    from qkenergy.analysis.rope_offsets import plan_offsets
+    from qkenergy.weights.architecture import architectures
+
+    text = {k: v for k, v in _GEMMA4.items() if k != "model_type"}
+    text.update(
+        max_position_embeddings=64,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e6},
+        },
+    )
+    config = dict(model_type="gemma4", text_config=text, vision_config=None)
+    (arch,) = architectures(config)
+    plan = plan_offsets("log", config, arch, "config.json")
+    assert plan is not None
+    ropes, offsets = plan
+    assert [r.kind for r in ropes] == ["default", "proportional"] * 2 and ropes[1].theta == 1e6
+    assert offsets[-1] == 63  # the text tower's context, 64 positions

@@ -23,7 +23,7 @@ from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.math.rope import ROPE_KINDS, Rope
 from qkenergy.weights.architecture import Architecture
 
-__all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes"]
+__all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes", "stack_config"]
 
 # config.json keys of the context length, first present wins.
 CONTEXT_KEYS: tuple[str, ...] = (
@@ -44,6 +44,14 @@ _FLOAT_FIELDS = (
     "mscale_all_dim",
     "attention_factor",
 )
+
+
+def stack_config(config: Mapping[str, Any], arch: Architecture) -> Mapping[str, Any]:
+    """The part of config.json that holds a stack's settings: its section (a multimodal tower's
+    ``text_config``), or the whole config for a model with one stack or an older flat config."""
+    section = arch.layout.config_section
+    value = config.get(section) if section is not None else None
+    return value if isinstance(value, Mapping) else config
 
 
 def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
@@ -163,6 +171,7 @@ def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "co
             f"rope_offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding",
             parameter="rope_offsets",
         )
+    config = stack_config(config, arch)  # a multimodal tower's settings live in its section
     params = _parameters(config)
     layer_types = config.get("layer_types")
     nested = params and all(isinstance(v, Mapping) for v in params.values())
