@@ -121,6 +121,7 @@ def test_a_layer_of_the_wrong_shape_is_named() -> None:
         ({"per_layer_config": {"1": {"num_key_value_heads": 3}}}, "layer 1 has 3 key heads"),
         ({"num_kv_shared_layers": 4}, "needs fewer shared layers"),
         ({"layer_types": ["sliding_attention"] * 3 + ["full_attention"]}, "earlier 'full_attention' layer"),
+        ({"layer_types": ["sliding_attention", {}, "sliding_attention", "full_attention"]}, "one layer type"),
     ],
 )
 def test_bad_per_layer_settings_are_one_line_errors(change: dict[str, Any], message: str) -> None:

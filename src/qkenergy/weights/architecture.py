@@ -9,6 +9,7 @@ anything is sized by them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +62,22 @@ class Architecture:
     def stack(self) -> str:
         return self.layout.stack
 
+    @functools.cached_property
+    def _shapes(self) -> dict[int, tuple[int, int]]:
+        return {index: (kv_heads, head_dim) for index, kv_heads, head_dim in self.layer_shapes}
+
+    @functools.cached_property
+    def _blocks(self) -> dict[int, tuple[int, int, bool]]:
+        return {
+            index: (first, application, adapted) for index, first, application, adapted in self.block_layers
+        }
+
+    @functools.cached_property
+    def _sources(self) -> dict[int, int]:
+        return dict(self.key_layers)
+
     def _shape(self, layer: int) -> tuple[int, int]:
-        for index, kv_heads, head_dim in self.layer_shapes:
-            if index == layer:
-                return kv_heads, head_dim
-        return self.n_kv_heads, self.head_dim
+        return self._shapes.get(layer, (self.n_kv_heads, self.head_dim))
 
     def layer_head_dim(self, layer: int) -> int:
         """Head dimension n of layer ``layer`` (the stack's, unless the layer's heads differ)."""
@@ -81,21 +93,17 @@ class Architecture:
 
     def tensor_layer(self, layer: int) -> int:
         """The layer under whose index layer ``layer``'s tensors are stored: itself, unless its block is shared."""
-        for index, first, _, _ in self.block_layers:
-            if index == layer:
-                return first
-        return layer
+        block = self._blocks.get(layer)
+        return layer if block is None else block[0]
 
     def adapter(self, layer: int) -> int | None:
         """The application index of layer ``layer``'s own adapters (shared blocks), or None."""
-        for index, _, application, adapted in self.block_layers:
-            if index == layer:
-                return application if adapted else None
-        return None
+        block = self._blocks.get(layer)
+        return block[1] if block is not None and block[2] else None
 
     def key_layer(self, layer: int) -> int:
         """The layer whose key projection (and input) gives layer ``layer``'s keys: itself, unless shared."""
-        return dict(self.key_layers).get(layer, self.tensor_layer(layer))
+        return self._sources.get(layer, self.tensor_layer(layer))
 
     @property
     def head_dims(self) -> tuple[int, ...]:
@@ -333,15 +341,17 @@ def _key_layers(
             f"{source}: {sharing.count_key}={shared} needs fewer shared layers than the {n_layers} "
             f"layers and {sharing.types_key!r} with one entry per layer"
         )
+    if not all(isinstance(t, str) for t in types[:n_layers]):
+        raise QKEnergyError(f"{source}: {sharing.types_key!r} must name one layer type per layer")
+    last = {t: i for i, t in enumerate(types[:first])}  # the last layer of each type before the shared ones
     out = []
     for layer in range(first, n_layers):
-        earlier = [i for i in range(first) if types[i] == types[layer]]
-        if not earlier:
+        if types[layer] not in last:
             raise QKEnergyError(
                 f"{source}: layer {layer} shares the keys of an earlier {show_name(str(types[layer]), 40)} "
                 "layer, but there is none"
             )
-        out.append((layer, earlier[-1]))
+        out.append((layer, last[types[layer]]))
     return tuple(out)
 
 
