@@ -137,6 +137,51 @@ class ScoreProducts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def _projection_weights(model: Any, calls: Calls, rec: Recorder) -> Any:
+    """torch's multi_head_attention_forward with the projection weights passed in (wavlm).
+
+    The modules owning those weights never run, so their inputs are recorded here, as their
+    pre-hooks would record them, and the operands of the function's first score product
+    (``torch.baddbmm(bias, q_scaled, k^T)``, or ``torch.bmm`` without a bias) are the states.
+    """
+    functional = torch.nn.functional
+    real, products = functional.multi_head_attention_forward, (torch.baddbmm, torch.bmm)
+    owner_of = {id(p): m for m in model.modules() for p in m.parameters(recurse=False)}
+
+    def wrapper(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        q_owner = owner_of.get(id(kwargs.get("q_proj_weight")))
+        found = None if q_owner is None else rec.owners.get(id(q_owner))
+        if found is None:
+            rec.unread.append("multi_head_attention_forward")
+            return real(query, key, value, *args, **kwargs)
+        for x, name in ((query, "q_proj_weight"), (key, "k_proj_weight")):
+            module = owner_of[id(kwargs[name])]
+            calls.inputs[id(module)].append(x.detach().double().numpy().reshape(-1, x.shape[-1]))
+        seen: list[Any] = []
+
+        def first(product: Any, *operands: Any) -> Any:
+            if not seen:
+                q, k_t = operands[-2:]
+                seen.append(q)
+                rec.add(found, q, k_t.transpose(-1, -2))
+            return product(*operands)
+
+        torch.baddbmm = lambda *a: first(products[0], *a)
+        torch.bmm = lambda *a: first(products[1], *a)
+        try:
+            return real(query, key, value, *args, **kwargs)
+        finally:
+            torch.baddbmm, torch.bmm = products
+            assert seen, "no score product in multi_head_attention_forward"
+
+    functional.multi_head_attention_forward = wrapper
+    try:
+        yield
+    finally:
+        functional.multi_head_attention_forward = real
+
+
 def _set_implementation(config: Any, name: str) -> None:
     """The attention implementation of a config and all its sub-configs."""
     seen: set[int] = set()
@@ -215,11 +260,29 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         ids[0, 1:5] = config.image_token_index
         image = torch.randn((1, 3, 16, 16), generator=gen)
         return dict(input_ids=ids, pixel_values=image, image_sizes=torch.tensor([[16, 16]]))
+    if kind == "gemma4":  # 2 x 2 patches (already cut, 3 p^2 values each) pooled into one image token
+        ids[0, 1] = config.image_token_id
+        patches = torch.randn((1, 4, 3 * config.vision_config.patch_size**2), generator=gen)
+        grid = torch.tensor([[[0, 0], [1, 0], [0, 1], [1, 1]]])
+        return dict(input_ids=ids, pixel_values=patches, image_position_ids=grid)
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
     assert kind == "clip", kind
     return dict(input_ids=ids, pixel_values=pixels)
+
+
+def _tied_copies(model: Any) -> dict[int, list[Any]]:
+    """id(module) -> the other modules holding the very same parameters (weights tied: zamba)."""
+    holders: dict[int, list[Any]] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders.setdefault(id(p), []).append(module)
+    out: dict[int, list[Any]] = {}
+    for modules in holders.values():
+        for m in modules:
+            out.setdefault(id(m), [c for c in modules if c is not m])
+    return out
 
 
 def _owners(model: Any) -> dict[tuple[tuple[int, ...], bytes], Any]:
@@ -241,7 +304,8 @@ class Calls:
         self.io: dict[int, list[tuple[Any, np.ndarray]]] = {}
         self.hooks: list[Any] = []
 
-    def watch_input(self, module: Any) -> int:
+    def watch_input(self, module: Any, copies: Any = ()) -> int:
+        """``copies``: modules tied to this one (the same parameters: zamba's shared block), one record."""
         key = id(module)
         if key not in self.inputs:
             self.inputs[key] = []
@@ -250,10 +314,11 @@ class Calls:
                 x = args[0] if args else next(iter(kwargs.values()))
                 self.inputs[key].append(x.detach().double().numpy().reshape(-1, x.shape[-1]))
 
-            self.hooks.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            for m in (module, *copies):
+                self.hooks.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         return key
 
-    def watch_io(self, module: Any) -> int:
+    def watch_io(self, module: Any, copies: Any = ()) -> int:
         key = id(module)
         if key not in self.io:
             self.io[key] = []
@@ -261,7 +326,8 @@ class Calls:
             def hook(mod: Any, args: Any, out: Any, key: int = key) -> None:
                 self.io[key].append((args[0].detach(), out.detach().double().numpy()))
 
-            self.hooks.append(module.register_forward_hook(hook))
+            for m in (module, *copies):
+                self.hooks.append(m.register_forward_hook(hook))
         return key
 
     def remove(self) -> None:
@@ -313,23 +379,52 @@ def _plan(
         assert found is not None, f"no module of the model holds the checkpoint tensor {name!r}"
         return found
 
-    stages = []
+    copies = _tied_copies(model)
+    modules = dict(model.named_modules())
+
+    def own(layer_name: str, stored: str) -> Any:
+        """The module named for this layer, when it is (a tied copy of) the one holding the tensor read."""
+        held = owner(stored)
+        mine = modules.get(layer_name.rsplit(".", 1)[0])
+        tied = mine is not None and (mine is held or any(c is mine for c in copies.get(id(held), [])))
+        return mine if tied else held
+
+    planned = []  # (arch, prefix, layer, query module, key module, {side: norm module})
     for arch in archs:
         prefix = reading.find_prefix(tensors, arch)
         lay = arch.layout
         for layer in arch.attention_layers:
-            q_owner = owner(prefix + lay.query.format(i=layer))
-            k_owner = owner(prefix + (lay.key or lay.query).format(i=layer))
-            rec.owners[id(q_owner)] = (arch.stack, layer)
-            norm = reading._norm_name(lay, layer)
+            at = arch.tensor_layer(layer)  # a shared block (zamba2): stored under its first layer
+            source = arch.key_layer(layer)  # KV sharing: the keys of an earlier layer, from its input
+            keys_at = layer if source == at else source  # the layer whose key module runs
+            q_mod = own(prefix + lay.query.format(i=layer), prefix + lay.query.format(i=at))
+            key = lay.key or lay.query
+            k_mod = own(prefix + key.format(i=keys_at), prefix + key.format(i=source))
             norms = {}
-            for side, name in (("query", norm), ("key", arch.key_norm if lay.key_stack else norm)):
-                if name is not None:
-                    module = owner(prefix + name.format(i=layer))
-                    norms[side] = (module, calls.watch_io(module))
-            stages.append(
-                Stage(arch, prefix, layer, calls.watch_input(q_owner), calls.watch_input(k_owner), norms)
-            )
+            for side, mine, stored in (
+                ("query", reading._norm_name(lay, layer), reading._norm_name(lay, at)),
+                ("key", reading._norm_name(lay, keys_at), reading._norm_name(lay, source)),
+            ):
+                if side == "key" and lay.key_stack:
+                    mine = stored = arch.key_norm
+                if stored is not None:
+                    norms[side] = own(prefix + (mine or stored), prefix + stored)
+            planned.append((arch, prefix, layer, q_mod, k_mod, norms))
+    # Tied copies that no layer reads as its own (zamba's one shared block, applied at several
+    # layers) are watched with the module read: each application is checked against its form.
+    claimed = {id(m) for *_, q, k, norms in planned for m in (q, k, *norms.values())}
+
+    def extra(module: Any) -> list[Any]:
+        return [c for c in copies.get(id(module), []) if id(c) not in claimed]
+
+    stages = []
+    for arch, prefix, layer, q_mod, k_mod, norm_mods in planned:
+        for m in (q_mod, *extra(q_mod)):
+            rec.owners[id(m)] = (arch.stack, layer)
+        watched = {side: (m, calls.watch_io(m, extra(m))) for side, m in norm_mods.items()}
+        query = calls.watch_input(q_mod, extra(q_mod))
+        key = calls.watch_input(k_mod, extra(k_mod))
+        stages.append(Stage(arch, prefix, layer, query, key, watched))
     return stages
 
 
@@ -390,13 +485,14 @@ def _check_stage(
     """The identity of the module docstring for one call of one layer; returns the scores' largest |value|."""
     arch, layer = stage.arch, stage.layer
     q, k = states
-    H, n = arch.n_heads, arch.head_dim
+    H, n = arch.n_heads, arch.layer_head_dim(layer)  # per-layer shapes (gemma4's full layers)
     what = f"{arch.stack or 'stack'} layer {layer} call {call}"
     assert q.shape[0] == H and q.shape[-1] == n, f"{what}: query states {q.shape}, expected {H} heads of {n}"
-    x_q, x_k = calls.inputs[stage.query][call], calls.inputs[stage.key][call]
+    run = call // case.calls_per_projection  # the projections' run this attention call uses
+    x_q, x_k = calls.inputs[stage.query][run], calls.inputs[stage.key][run]
     z_q, z_k = (
         _feeding(stage, "query", x_q, calls),
-        _feeding(stage, "key" if arch.layout.key_stack else "query", x_k, calls),
+        _feeding(stage, "key", x_k, calls),  # the key stream's own norm (cross-attention, KV sharing)
     )
     if z_q is None or z_k is None:
         assert case.unfed_first_call and call == 0, (
@@ -410,7 +506,7 @@ def _check_stage(
     p_q = np.zeros(Tq, int) if at_zero else np.arange(Tq)
     p_k = np.zeros(Tk, int) if at_zero else np.arange(Tk)
     offsets = p_q[:, None] - p_k[None, :]
-    kv = arch.kv_head
+    kv = arch.layer_kv_head(layer)
     model_kv = np.arange(H) if k.shape[0] == H else kv  # some modules hand over keys already repeated
     k = k[model_kv]
     parts = [slice(0, n)] if arch.latent is None else [slice(0, arch.latent[0]), slice(arch.latent[0], n)]
@@ -473,8 +569,9 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     if at_zero:
         inputs["position_ids"] = torch.zeros_like(inputs["input_ids"])
     _ACTIVE.append(rec)
+    wrapped = _projection_weights(model, calls, rec) if case.mha_forward else contextlib.nullcontext()
     try:
-        with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
+        with torch.no_grad(), mode if mode is not None else contextlib.nullcontext(), wrapped:
             (getattr(model, case.run) if case.run else model)(**inputs)
     finally:
         _ACTIVE.pop()
@@ -533,7 +630,18 @@ def test_a_wrong_layout_fails_the_proof(
 
 
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
-_ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
+_ENERGY_CASES = [
+    "gpt_oss",
+    "llama4_text",
+    "qwen3_next",
+    "smollm3",
+    "cohere2",
+    "glm4",
+    "gemma3",
+    "jamba",
+    "gemma4",  # per-layer head sizes and key heads, KV-shared layers, both towers
+    "mimo_v2_flash",
+]
 
 
 def _module_energies(
@@ -541,19 +649,31 @@ def _module_energies(
 ) -> dict[tuple[str, int, int], float]:
     """s = ||S||^2 / ||L||^2 per (stack, layer, head), from the attention modules' own parameters."""
     out = {}
+    # KV sharing (gemma4): a layer without k_proj attends with the keys its layer type's storing
+    # layer computed (transformers' kv_sharing_modes), so its key side is that module's.
+    storing = {m.layer_type: m for m in model.modules() if getattr(m, "store_full_length_kv", False)}
+
+    def weight(proj: Any) -> Any:
+        return getattr(proj, "linear", proj).weight  # gemma4's clippable linear holds an nn.Linear
+
     for module in model.modules():
-        q_proj, k_proj = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
-        if q_proj is None or k_proj is None or id(q_proj) not in owner_of:
+        q_proj = getattr(module, "q_proj", None)
+        keys = storing[module.layer_type] if getattr(module, "is_kv_shared_layer", False) else module
+        k_proj = getattr(keys, "k_proj", None)
+        owner = id(getattr(q_proj, "linear", q_proj))  # the module owning the query weight
+        if q_proj is None or k_proj is None or owner not in owner_of:
             continue
-        stack, layer = owner_of[id(q_proj)]
+        stack, layer = owner_of[owner]
         heads, kv_heads, n = config_of[stack]
-        N = q_proj.weight.shape[1]
+        n = int(getattr(module, "head_dim", n))  # per-layer head sizes (gemma4's full layers)
+        N = weight(q_proj).shape[1]
         wq = (
-            q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
+            weight(q_proj).detach().double().numpy().reshape(heads, -1, N)[:, :n]
         )  # a gated head: its query rows
-        wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
+        wk = weight(k_proj).detach().double().numpy().reshape(-1, n, N)
+        kv_heads = wk.shape[0]
         for side, name in (("q", "q_norm"), ("k", "k_norm")):
-            norm = getattr(module, name, None)
+            norm = getattr(module if side == "q" else keys, name, None)
             offset = None if norm is None else _gain_offset(norm)
             if offset is not None:
                 g = norm.weight.detach().double().numpy() + offset
@@ -637,3 +757,39 @@ def test_nope_layers_are_positional_none_at_every_offset(tmp_path: Path) -> None
     s = heads.pivot_table(index=["layer", "head"], columns="offset", values="symmetric_energy")
     assert (s.loc[1][0] == s.loc[1][3]).all()  # NoPE: the same form at every offset
     assert not np.allclose(s.loc[0][0], s.loc[0][3])  # RoPE: the form turns with the offset
+
+
+def test_per_layer_shapes_and_kv_sharing_reach_every_output(tmp_path: Path) -> None:
+    """gemma4_text: heads of 8 and 16 in one table, each judged by its own law; notes, settings, survey."""
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.surveys.engine import _plan_shapes
+    from qkenergy.surveys.manifest import ModelEntry
+    from qkenergy.surveys.plan import resolve_entry
+    from qkenergy.surveys.summary import model_summary
+
+    path = _saved(CASES["gemma4_text"], tmp_path)
+    result = analyze_model(path, samples=20, per_layer=True)
+    heads = result.heads
+    assert heads.groupby("layer")["n"].first().to_dict() == {0: 8, 1: 16, 2: 8, 3: 16}
+    assert set(heads.loc[heads["layer"] == 1, "kv_head"]) == {0}  # one key head in the full layers
+    assert set(result.null_laws) == {(8, 32), (16, 32)}
+    sds = {n: result.null_laws[(n, 32)]["symmetric_energy"].std() for n in (8, 16)}
+    assert sds[8] != pytest.approx(sds[16], rel=0.05)  # the two shapes' laws differ
+    for n in (8, 16):  # each head against the law of its own shape
+        rows = heads[heads["n"] == n]
+        law = result.null_laws[(n, 32)]["symmetric_energy"]
+        np.testing.assert_allclose(rows["symmetric_energy_null_sd"], law.std(), rtol=1e-12)
+    assert list(result.layers["n"]) == [4 * 8, 4 * 16, 4 * 8, 4 * 16]
+    assert list(result.layers["n_kv_heads"]) == [2, 1, 2, 1]
+    stack = result.settings["stacks"][0]
+    assert stack["layer_shapes"] == [
+        {"layer": 1, "n_kv_heads": 1, "head_dim": 16},
+        {"layer": 3, "n_kv_heads": 1, "head_dim": 16},
+    ]
+    assert stack["key_layers"] == {"2": 0, "3": 1}
+    notes = " ".join(result.settings["notes"])
+    assert "layers 1, 3 have heads of n = 16 with 1 key heads" in notes
+    assert "KV sharing: layers reuse the keys of an earlier layer (2 <- 0, 3 <- 1)" in notes
+    assert model_summary(heads)["n"].tolist() == ["8/16"]
+    plan = resolve_entry(ModelEntry(str(path), "gemma4"))
+    assert plan.error is None and _plan_shapes(plan) == {(8, 32), (16, 32)}  # one shared law per shape

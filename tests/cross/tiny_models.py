@@ -69,6 +69,11 @@ class Tiny:
     identity_rope: str | None = None
     # The forward runs on this submodule of the model ("" for the model itself).
     run: str = ""
+    # The attention modules hand their projection weights to torch's multi_head_attention_forward
+    # (wavlm): the projection modules never run; the proof wraps that function instead.
+    mha_forward: bool = False
+    # Attention calls per run of the projections (diffllama: two softmax maps share q and k).
+    calls_per_projection: int = 1
 
 
 def _shrunk(cls: type, extra: dict[str, Any]) -> dict[str, Any]:
@@ -474,3 +479,149 @@ CASES: dict[str, Tiny] = {
         "BambaConfig", "BambaForCausalLM", dict(mamba_n_heads=8, mamba_d_head=8, attn_layer_indices=[1])
     ),
 }
+
+# ---------------------------------------------------------------- per-layer shapes and KV sharing
+# gemma4: 4 layers (sliding, full, sliding, full); the full layers have heads of 16 (and one key
+# head with attention_k_eq_v); layers 2 and 3 reuse the keys of layers 0 and 1.
+_GEMMA4_TEXT = dict(
+    num_hidden_layers=4,
+    layer_types=["sliding_attention", "full_attention"] * 2,
+    global_head_dim=16,
+    num_global_key_value_heads=1,
+    attention_k_eq_v=True,
+    num_kv_shared_layers=2,
+    hidden_size_per_layer_input=8,
+    vocab_size_per_layer_input=VOCAB,
+    sliding_window=4,
+)
+_GEMMA4_UNIFIED = {
+    k: v
+    for k, v in _GEMMA4_TEXT.items()
+    if k not in ("hidden_size_per_layer_input", "vocab_size_per_layer_input")
+}
+_EMBEDDING_GEMMA2 = dict(
+    num_hidden_layers=4,
+    layer_types=["sliding_attention", "full_attention"] * 2,
+    global_head_dim=16,
+    num_global_key_value_heads=1,
+    hidden_size_per_layer_input=8,
+    sliding_window=4,
+    embedding_dim=16,
+)
+CASES.update(
+    {
+        "gemma4_text": Tiny("Gemma4TextConfig", "Gemma4ForCausalLM", _GEMMA4_TEXT),
+        # without attention_k_eq_v the full layers keep the stack's key heads
+        "gemma4_text-kv": Tiny(
+            "Gemma4TextConfig",
+            "Gemma4ForCausalLM",
+            dict(_GEMMA4_TEXT, attention_k_eq_v=False, num_kv_shared_layers=0),
+        ),
+        # both towers: the text decoder and the vision encoder (4 patches pooled 2 x 2 into one
+        # image token); the audio tower is built but not run (not read)
+        "gemma4": Tiny(
+            "Gemma4Config",
+            "Gemma4ForConditionalGeneration",
+            dict(
+                text_config=dict(_GEMMA4_TEXT),
+                vision_config=dict(pooling_kernel_size=2, position_embedding_size=8),
+                audio_config=dict(output_proj_dims=32, subsampling_conv_channels=[8, 4]),
+                image_token_id=5,
+            ),
+            inputs="gemma4",
+            identity_rope="vision_tower",
+        ),
+        "wavlm": Tiny(
+            "WavLMConfig",
+            "WavLMModel",
+            dict(_AUDIO, num_buckets=8, max_bucket_distance=16),
+            inputs="audio",
+            mha_forward=True,
+        ),
+        "wavlm-stable": Tiny(
+            "WavLMConfig",
+            "WavLMModel",
+            dict(_AUDIO, num_buckets=8, max_bucket_distance=16, do_stable_layer_norm=True),
+            inputs="audio",
+            mha_forward=True,
+        ),
+        # the two softmax maps of a head pair share q and k: two attention calls per projection
+        "diffllama": Tiny("DiffLlamaConfig", "DiffLlamaForCausalLM", calls_per_projection=2),
+        "recurrent_gemma": Tiny(
+            "RecurrentGemmaConfig",
+            "RecurrentGemmaForCausalLM",
+            dict(num_hidden_layers=4, block_types=["recurrent", "attention"], lru_width=32),
+        ),
+        # one shared attention block (tied weights) applied at layers 1 and 3
+        "zamba": Tiny(
+            "ZambaConfig",
+            "ZambaForCausalLM",
+            dict(
+                num_hidden_layers=4,
+                layers_block_type=["linear_attention", "hybrid"] * 2,
+                mamba_d_state=4,
+                mamba_dt_rank=4,
+            ),
+        ),
+        # the encoder-free Gemma 4: no per-layer inputs (PLE), bidirectional over image tokens only
+        "gemma4_unified_text": Tiny("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM", _GEMMA4_UNIFIED),
+        "gemma4_unified": Tiny(
+            "Gemma4UnifiedConfig",
+            "Gemma4UnifiedForConditionalGeneration",
+            dict(text_config=dict(_GEMMA4_UNIFIED), vision_config=None, audio_config=None),
+        ),
+        "embedding_gemma2_text": Tiny(
+            "EmbeddingGemma2TextConfig", "EmbeddingGemma2TextModel", _EMBEDDING_GEMMA2
+        ),
+        "embedding_gemma2": Tiny(
+            "EmbeddingGemma2Config",
+            "EmbeddingGemma2Model",
+            dict(
+                text_config=dict(_EMBEDDING_GEMMA2),
+                # an AutoConfig sub-config: the tower's type and sizes are spelled out
+                vision_config=dict(
+                    _TOWER,
+                    model_type="gemma4_vision",
+                    num_key_value_heads=2,
+                    head_dim=8,
+                    patch_size=4,
+                    pooling_kernel_size=2,
+                    position_embedding_size=8,
+                ),
+                audio_config=None,
+                image_token_id=5,
+            ),
+            inputs="gemma4",
+            identity_rope="vision_tower",
+        ),
+        # two shared blocks alternating over four hybrid layers, each application with its adapters
+        "zamba2": Tiny(
+            "Zamba2Config",
+            "Zamba2ForCausalLM",
+            dict(
+                num_hidden_layers=5,
+                layers_block_type=["mamba", "hybrid", "hybrid", "hybrid", "hybrid"],
+                num_mem_blocks=2,
+                use_shared_attention_adapter=True,
+                adapter_rank=4,
+                use_mem_rope=True,
+                head_dim=16,  # its adapters need (key) heads x head_dim = attention_hidden_size
+                num_key_value_heads=4,
+                mamba_d_state=4,
+                mamba_headdim=8,
+                n_mamba_heads=8,
+            ),
+        ),
+        "mimo_v2_flash": Tiny(
+            "MiMoV2FlashConfig",
+            "MiMoV2FlashForCausalLM",
+            dict(
+                num_key_value_heads=1,  # sliding layers: 2
+                layer_types=["full_attention", "sliding_attention"],
+                v_head_dim=4,
+                sliding_window=4,
+                mlp_layer_types=["dense", "sparse"],
+            ),
+        ),
+    }
+)

@@ -36,6 +36,8 @@ KINDS = {
         short_factor=(1.0, 1.5, 2.0, 3.0),
         long_factor=(1.0, 3.0, 6.0, 12.0),
     ),
+    # Gemma 4's full layers: 2 of the 4 pairs turn (theta^(-2k/8)), divided by the factor
+    "proportional": Rope(8, 500.0, "proportional", factor=2.0, rotated_fraction=0.5),
 }
 
 
@@ -49,6 +51,8 @@ def _transformers_config(rope: Rope) -> dict:
         params.update(low_freq_factor=1.0, high_freq_factor=4.0)
     if rope.kind == "longrope":
         params.update(short_factor=list(rope.short_factor), long_factor=list(rope.long_factor))
+    if rope.kind == "proportional":
+        params.update(partial_rotary_factor=rope.rotated_fraction)
     return dict(
         model_type="llama",
         hidden_size=16,

@@ -464,6 +464,19 @@ def stack_settings(arch: Architecture) -> dict[str, Any]:
         "qk_norm": arch.qk_norm,
         # hybrid models: the model's layers with softmax attention (the others have no rows)
         "attention_layers": list(arch.attention_layers),
+        # per-layer shapes (gemma4, mimo_v2_flash): the layers whose heads differ from the above
+        **(
+            {
+                "layer_shapes": [
+                    {"layer": layer, "n_kv_heads": kv, "head_dim": dim}
+                    for layer, kv, dim in arch.layer_shapes
+                ]
+            }
+            if arch.layer_shapes
+            else {}
+        ),
+        # KV sharing (gemma4): layer -> the earlier layer whose keys it reuses
+        **({"key_layers": {str(a): b for a, b in arch.key_layers}} if arch.key_layers else {}),
     }
 
 
@@ -495,6 +508,21 @@ def _notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) 
                     f"{where}{len(nope)} layers have no positions (NoPE: layers {_layer_list(nope)}); "
                     "their positional is none and their form is the same at every offset"
                 )
+        shaped = [(i, kv, dim) for i, kv, dim in arch.layer_shapes if arch.has_layer(i)]
+        for dim, kv in sorted({(dim, kv) for _, kv, dim in shaped}):
+            layers = [i for i, k, d in shaped if (d, k) == (dim, kv)]
+            notes.append(
+                f"{where}layers {_layer_list(layers)} have heads of n = {dim} with {kv} key heads (the others "
+                f"n = {arch.head_dim}, {arch.n_kv_heads} key heads); each head is judged against the null "
+                "law of its own shape"
+            )
+        if arch.key_layers:
+            pairs = ", ".join(f"{a} <- {b}" for a, b in arch.key_layers[:12])
+            more = f", ... ({len(arch.key_layers) - 12} more)" if len(arch.key_layers) > 12 else ""
+            notes.append(
+                f"{where}KV sharing: layers reuse the keys of an earlier layer ({pairs}{more}); their form "
+                "pairs their own queries with the keys that layer projects from its own input"
+            )
         if arch.layout.key_stack is not None:
             notes.append(
                 f"{where}queries from the decoder stream, keys from the {arch.layout.key_stack} output: "

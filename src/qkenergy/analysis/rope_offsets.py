@@ -18,7 +18,7 @@ import numpy as np
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.math.rope import Rope, log_offsets, rotated_gram
 from qkenergy.weights.architecture import Architecture
-from qkenergy.weights.rope_settings import context_length, has_rope, layer_ropes
+from qkenergy.weights.rope_settings import context_length, has_rope, layer_ropes, stack_config
 
 __all__ = ["OffsetPlan", "offset_grams", "plan_offsets", "plan_stacks", "rope_description"]
 
@@ -40,7 +40,7 @@ def plan_offsets(
                 f"rope_offsets: expected 'log' or offsets such as 0,1,2,4, got {spec!r}",
                 parameter="rope_offsets",
             )
-        context = context_length(config)
+        context = context_length(stack_config(config, arch))  # a tower's own context length
         if context is None:
             raise ArgumentError(
                 f"rope_offsets log: {where} gives no context length (max_position_embeddings); "
@@ -123,5 +123,5 @@ def rope_description(
         "rotary_dim": first.rotary_dim,
         "head_dim": arch.head_dim,
         "pairs": first.pairs,
-        "context": context_length(config),
+        "context": context_length(stack_config(config, arch)),
     }

@@ -25,8 +25,11 @@ computes them (``modeling_rope_utils``): ``default`` theta^(-2k/r),
 ``linear`` (divided by a factor), ``dynamic`` (NTK-aware: the base grows with
 the sequence length), ``llama3`` (low frequencies divided by a factor, a
 smooth ramp in between), ``yarn`` (a ramp between interpolated and
-extrapolated frequencies, plus an attention factor) and ``longrope``
-(per-frequency factors, short or long by the sequence length). The kinds that
+extrapolated frequencies, plus an attention factor), ``longrope``
+(per-frequency factors, short or long by the sequence length) and
+``proportional`` (Gemma 4's full-attention layers: the pairs span the whole head,
+frequencies theta^(-2k/n) for the first ``rotated_fraction`` of them and 0 for
+the rest, whose pairs do not turn; all divided by the factor). The kinds that
 depend on the sequence length are evaluated at the shortest sequence that
 holds the offset, d + 1 positions.
 
@@ -59,7 +62,7 @@ __all__ = [
     "rotated_gram",
 ]
 
-ROPE_KINDS: tuple[str, ...] = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+ROPE_KINDS: tuple[str, ...] = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 Pairs = Literal["half", "interleaved"]
 
 
@@ -113,6 +116,7 @@ class Rope:
     attention_factor: float | None = None  # yarn, longrope: None = the kind's default
     short_factor: tuple[float, ...] | None = None  # longrope
     long_factor: tuple[float, ...] | None = None  # longrope
+    rotated_fraction: float = 1.0  # proportional: the share of the pairs that turn (partial_rotary_factor)
 
     def __post_init__(self) -> None:
         if self.kind not in ROPE_KINDS:
@@ -121,6 +125,8 @@ class Rope:
             raise ValueError(f"rotary_dim must be a positive even integer, got {self.rotary_dim}")
         if self.pairs not in ("half", "interleaved"):
             raise ValueError(f"pairs must be 'half' or 'interleaved', got {self.pairs!r}")
+        if not 0.0 <= self.rotated_fraction <= 1.0:
+            raise ValueError(f"rotated_fraction must be in [0, 1], got {self.rotated_fraction}")
 
     @property
     def scale_factor(self) -> float:
@@ -204,6 +210,12 @@ def inverse_frequencies(rope: Rope, seq_len: int | None = None) -> np.ndarray:
         return _default_frequencies(r, base)
     if rope.kind == "llama3":
         return _llama3_frequencies(rope)
+    if rope.kind == "proportional":
+        # as transformers: int(p * r // 2) turning pairs at theta^(-2k/r), the other pairs still
+        turning = int(rope.rotated_fraction * r // 2)
+        w = _default_frequencies(r, theta)
+        w[turning:] = 0.0
+        return w / (1.0 if rope.factor is None else float(rope.factor))
     if rope.kind == "yarn":
         return _yarn_frequencies(rope)
     # longrope: per-frequency factors, the long set beyond the original context

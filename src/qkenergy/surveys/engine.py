@@ -310,6 +310,13 @@ def null_settings(null: NullSpec | bool, null_spec: NullSpec | None = None) -> t
     if null_spec is not None and not isinstance(null_spec, NullSpec):
         raise QKEnergyError(f"null_spec must be a NullSpec, got {null_spec!r:.60}", parameter="null_spec")
     return null, NullSpec() if null_spec is None else null_spec
+def _plan_shapes(plan: ModelPlan) -> set[tuple[int, int]]:
+    """The head shapes (n, N) of a model's stacks, per-layer shapes included (gemma4's full layers)."""
+    return {
+        (int(shape["head_dim"]), int(s["hidden_size"]))
+        for s in plan.arch["stacks"]
+        for shape in [s, *s.get("layer_shapes", [])]
+    }
 
 
 def _run(
@@ -329,7 +336,7 @@ def _run(
     settings, null_spec = shared.settings, shared.null_spec
     shapes: list[tuple[int, int]] = []
     if shared.null and null_spec.gaussian:
-        shapes = sorted({(s["head_dim"], s["hidden_size"]) for p, _, _ in todo for s in p.arch["stacks"]})
+        shapes = sorted({shape for p, _, _ in todo for shape in _plan_shapes(p)})
     laws, drawing = shared_laws(client, shapes, null_spec, cache, result.run)
     block_shape = {future.key: shape for shape, blocks in drawing.items() for future in blocks}
     # Largest layers first: the long tasks start early and the short ones fill the gaps.
@@ -341,7 +348,7 @@ def _run(
     waiting: list[tuple[ModelPlan, UnitSpec]] = []
 
     def shapes_of(plan: ModelPlan) -> set[tuple[int, int]]:
-        return {(s["head_dim"], s["hidden_size"]) for s in plan.arch["stacks"]} & set(shapes)
+        return _plan_shapes(plan) & set(shapes)
 
     def submit(plan: ModelPlan, spec: UnitSpec, attempt: int) -> Any:
         future = client.submit(

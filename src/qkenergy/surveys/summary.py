@@ -18,7 +18,9 @@ __all__ = ["model_summary", "print_survey"]
 
 
 def model_summary(heads: pd.DataFrame) -> pd.DataFrame:
-    """Per model of a :func:`load_survey` head table: layers, heads, median s, baseline, BH shares.
+    """Per model of a :func:`load_survey` head table: layers, heads, n, N, median s, baseline, BH shares.
+
+    ``n`` is the head dimension, or its distinct values as text ("8/16") when layers differ.
 
     A head is significantly above (below) the random law when its per-model
     ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative).
@@ -35,12 +37,13 @@ def model_summary(heads: pd.DataFrame) -> pd.DataFrame:
         significant = np.isfinite(p) & (p < SIGNIFICANCE)
         null = bool(np.isfinite(p).any())
         Ns = group["N"].unique()
+        ns = sorted(int(v) for v in group["n"].unique())  # several with per-layer shapes (gemma4)
         rows.append(
             {
                 "model": model,
                 "layers": group["layer"].nunique(),
                 "heads": len(group),
-                "n": int(group["n"].iloc[0]),
+                "n": ns[0] if len(ns) == 1 else "/".join(map(str, ns)),
                 "N": int(Ns[0]),
                 "symmetric_energy_median": float(np.nanmedian(s)) if np.isfinite(s).any() else np.nan,
                 "baseline": float(baseline(Ns[0])) if len(Ns) == 1 else np.nan,

@@ -9,6 +9,7 @@ anything is sized by them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,66 @@ class Architecture:
     layers: tuple[int, ...] | None = None
     # Models with NoPE layers: the layers that rotate (None: all of them, in a ``rope`` stack).
     rope_layers: tuple[int, ...] | None = None
+    # Per-layer shapes: (layer, key heads, head_dim) of each layer whose heads differ from the
+    # stack's n_kv_heads and head_dim (gemma4's full layers, mimo_v2_flash's sliding layers).
+    layer_shapes: tuple[tuple[int, int, int], ...] = ()
+    # KV sharing: (layer, source layer) of each layer that reuses an earlier layer's keys.
+    key_layers: tuple[tuple[int, int], ...] = ()
+    # Shared attention blocks (zamba2): (layer, the block's first layer, application index,
+    # whether the application has adapters of its own).
+    block_layers: tuple[tuple[int, int, int, bool], ...] = ()
 
     @property
     def stack(self) -> str:
         return self.layout.stack
+
+    @functools.cached_property
+    def _shapes(self) -> dict[int, tuple[int, int]]:
+        return {index: (kv_heads, head_dim) for index, kv_heads, head_dim in self.layer_shapes}
+
+    @functools.cached_property
+    def _blocks(self) -> dict[int, tuple[int, int, bool]]:
+        return {
+            index: (first, application, adapted) for index, first, application, adapted in self.block_layers
+        }
+
+    @functools.cached_property
+    def _sources(self) -> dict[int, int]:
+        return dict(self.key_layers)
+
+    def _shape(self, layer: int) -> tuple[int, int]:
+        return self._shapes.get(layer, (self.n_kv_heads, self.head_dim))
+
+    def layer_head_dim(self, layer: int) -> int:
+        """Head dimension n of layer ``layer`` (the stack's, unless the layer's heads differ)."""
+        return self._shape(layer)[1]
+
+    def layer_kv_heads(self, layer: int) -> int:
+        """Key-head count of layer ``layer`` (the stack's, unless the layer's heads differ)."""
+        return self._shape(layer)[0]
+
+    def layer_kv_head(self, layer: int) -> np.ndarray:
+        """Key head used by each query head in layer ``layer`` (grouped-query attention)."""
+        return np.arange(self.n_heads) // (self.n_heads // self.layer_kv_heads(layer))
+
+    def tensor_layer(self, layer: int) -> int:
+        """The layer under whose index layer ``layer``'s tensors are stored: itself, unless its block is shared."""
+        block = self._blocks.get(layer)
+        return layer if block is None else block[0]
+
+    def adapter(self, layer: int) -> int | None:
+        """The application index of layer ``layer``'s own adapters (shared blocks), or None."""
+        block = self._blocks.get(layer)
+        return block[1] if block is not None and block[2] else None
+
+    def key_layer(self, layer: int) -> int:
+        """The layer whose key projection (and input) gives layer ``layer``'s keys: itself, unless shared."""
+        return self._sources.get(layer, self.tensor_layer(layer))
+
+    @property
+    def head_dims(self) -> tuple[int, ...]:
+        """The distinct head dimensions of the stack's attention layers, ascending."""
+        return tuple(sorted({self.layer_head_dim(i) for i in self.attention_layers}))
 
     @property
     def attention_layers(self) -> tuple[int, ...]:
@@ -173,6 +230,10 @@ def pattern_layers(
                     f"{what} and {pattern.offset_key!r} must be integers, the period positive"
                 )
             return tuple(i for i in range(n_layers) if i % value == offset)
+        if pattern.kind == "cycle":  # one period of layer types, repeated over the layers
+            if not isinstance(value, list) or not value or len(value) > MAX_CONFIG_SIZE:
+                raise QKEnergyError(f"{what} must list the types of one period of layers")
+            return tuple(i for i in range(n_layers) if value[i % len(value)] in pattern.members)
         if pattern.kind == "indices":
             last = n_layers - 1 + pattern.base
             if not isinstance(value, list) or not all(
@@ -183,10 +244,128 @@ def pattern_layers(
         if not isinstance(value, list | str) or len(value) < n_layers:
             raise QKEnergyError(f"{what} must give one entry per layer ({n_layers} layers)")
         entries = list(value)[:n_layers]
+        if pattern.kind == "first":  # one shared block: read once, at its first application
+            return tuple(i for i, entry in enumerate(entries) if entry in pattern.members)[:1]
         if pattern.members:
             return tuple(i for i, entry in enumerate(entries) if entry in pattern.members)
         return tuple(i for i, entry in enumerate(entries) if entry)
     return None
+
+
+def _per_layer_config(
+    config: Mapping[str, Any], layout: Layout, n_layers: int, source: str
+) -> dict[int, Mapping[str, Any]] | None:
+    """transformers 5's ``per_layer_config`` (layer index, zero-padded text -> overrides), or None."""
+    value = config.get("per_layer_config")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise QKEnergyError(f"{source}: 'per_layer_config' must map layer indices to settings")
+    out: dict[int, Mapping[str, Any]] = {}
+    for key, overrides in value.items():
+        text = str(key)
+        if not (text.isdigit() and int(text) < n_layers and isinstance(overrides, Mapping)):
+            raise QKEnergyError(
+                f"{source}: 'per_layer_config' key {show_name(text, 20)} must be a layer index below "
+                f"{n_layers} with a dict of settings"
+            )
+        fixed = [k for k in (*layout.heads_keys, *layout.hidden_keys) if k in overrides]
+        if fixed:
+            raise QKEnergyError(
+                f"{source}: 'per_layer_config' sets {fixed[0]!r} for layer {int(text)}; per-layer "
+                "query-head counts and widths are not supported"
+            )
+        out[int(text)] = overrides
+    return out
+
+
+def _layer_shapes(
+    config: Mapping[str, Any],
+    layout: Layout,
+    mt: str,
+    source: str,
+    n_layers: int,
+    n_heads: int,
+    n_kv: int,
+    head_dim: int,
+) -> tuple[tuple[int, int, int], ...]:
+    """(layer, key heads, head_dim) of each layer whose heads differ from the stack's."""
+    per_layer = _per_layer_config(config, layout, n_layers, source)
+    if per_layer is None and not layout.layer_shapes:
+        return ()
+    matched = [
+        (shape, set(pattern_layers((shape.layers,), config, n_layers, source) or ()))
+        for shape in layout.layer_shapes
+    ]
+    out = []
+    for layer in range(n_layers):
+        kv, dim = n_kv, head_dim
+        shape = next((s for s, layers in matched if layer in layers), None)
+        if per_layer is not None:
+            overrides = per_layer.get(layer, {})
+            where = f"{source} (per_layer_config {layer})"
+            if layout.head_dim_key is not None and layout.head_dim_key in overrides:
+                dim = _config_int(overrides, (layout.head_dim_key,), mt, where)
+            if layout.kv_heads_key is not None and layout.kv_heads_key in overrides:
+                kv = _config_int(overrides, (layout.kv_heads_key,), mt, where)
+        elif shape is not None:
+            if shape.head_dim_key is not None and config.get(shape.head_dim_key) is not None:
+                dim = _config_int(config, (shape.head_dim_key,), mt, source)
+            if shape.kv_heads_key is not None and config.get(shape.kv_heads_key) is not None:
+                kv = _config_int(config, (shape.kv_heads_key,), mt, source)
+        if shape is not None:
+            kv *= shape.kv_heads_factor
+        if kv > MAX_CONFIG_SIZE or n_heads % kv:
+            raise QKEnergyError(
+                f"{source}: layer {layer} has {kv} key heads, which do not divide "
+                f"{layout.heads_keys[0]}={n_heads}"
+            )
+        if (kv, dim) != (n_kv, head_dim):
+            out.append((layer, kv, dim))
+    return tuple(out)
+
+
+def _key_layers(
+    config: Mapping[str, Any], layout: Layout, n_layers: int, source: str
+) -> tuple[tuple[int, int], ...]:
+    """(layer, source layer) of each layer that reuses an earlier layer's keys (KV sharing)."""
+    sharing = layout.kv_sharing
+    if sharing is None:
+        return ()
+    shared = get_int(config, sharing.count_key, source, minimum=0, maximum=MAX_CONFIG_SIZE) or 0
+    if not shared:
+        return ()
+    types = config.get(sharing.types_key)
+    first = n_layers - shared
+    if first <= 0 or not isinstance(types, list) or len(types) < n_layers:
+        raise QKEnergyError(
+            f"{source}: {sharing.count_key}={shared} needs fewer shared layers than the {n_layers} "
+            f"layers and {sharing.types_key!r} with one entry per layer"
+        )
+    if not all(isinstance(t, str) for t in types[:n_layers]):
+        raise QKEnergyError(f"{source}: {sharing.types_key!r} must name one layer type per layer")
+    last = {t: i for i, t in enumerate(types[:first])}  # the last layer of each type before the shared ones
+    out = []
+    for layer in range(first, n_layers):
+        if types[layer] not in last:
+            raise QKEnergyError(
+                f"{source}: layer {layer} shares the keys of an earlier {show_name(str(types[layer]), 40)} "
+                "layer, but there is none"
+            )
+        out.append((layer, last[types[layer]]))
+    return tuple(out)
+
+
+def _block_layers(
+    config: Mapping[str, Any], layout: Layout, layers: tuple[int, ...] | None, source: str
+) -> tuple[tuple[int, int, int, bool], ...]:
+    """(layer, the block's first layer, application, adapted) of each layer applying a shared block."""
+    blocks = layout.shared_blocks
+    if blocks is None or not layers:
+        return ()
+    count = get_int(config, blocks.blocks_key, source, minimum=1, maximum=MAX_CONFIG_SIZE) or 1
+    adapted = get_bool(config, blocks.adapter_key, source, default=False)
+    return tuple((layer, layers[k % count], k, adapted) for k, layer in enumerate(layers))
 
 
 def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, source: str) -> Architecture:
@@ -246,6 +425,11 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
     if layers is not None and not layers:
         raise QKEnergyError(f"{source}: this {mt} model has no layer with softmax attention")
     rope_layers = pattern_layers(layout.rope_layers, config, n_layers, source)
+    shapes = (
+        ()
+        if latent is not None
+        else _layer_shapes(config, layout, mt, source, n_layers, n_heads, n_kv, head_dim)
+    )
     return Architecture(
         mt,
         n_layers,
@@ -257,6 +441,9 @@ def _stack_architecture(config: Mapping[str, Any], layout: Layout, mt: str, sour
         latent=latent,
         layers=layers,
         rope_layers=rope_layers,
+        layer_shapes=shapes,
+        key_layers=_key_layers(config, layout, n_layers, source),
+        block_layers=_block_layers(config, layout, layers, source),
     )
 
 
@@ -283,7 +470,18 @@ def architectures(
     (see :func:`family_of`). ``source`` names the config file in error messages.
     """
     mt, family = family_of(config, source, model_type=model_type, layout=layout)
-    archs = [_stack_architecture(config, layout, mt, source) for layout in family.stacks]
+    # A tower whose config section is null (transformers writes "vision_config": null for a
+    # multimodal model built without it) is absent, as long as another stack remains.
+    stacks = [
+        lay
+        for lay in family.stacks
+        if not (
+            lay.config_section is not None
+            and lay.config_section in config
+            and config[lay.config_section] is None
+        )
+    ] or list(family.stacks)
+    archs = [_stack_architecture(config, layout, mt, source) for layout in stacks]
     by_name = {a.stack: a for a in archs}
     for k, arch in enumerate(archs):
         if arch.layout.key_stack is not None:

@@ -13,7 +13,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.layout import Family, LatentAttention, LayerPattern, Layout, Positional, QKNorm
+from qkenergy.weights.layout import (
+    Family,
+    KVSharing,
+    LatentAttention,
+    LayerPattern,
+    LayerShape,
+    Layout,
+    Positional,
+    QKNorm,
+    SharedBlocks,
+)
 
 __all__ = [
     "FAMILIES",
@@ -943,6 +953,217 @@ FAMILIES: dict[str, Family] = {
         "the Kimi Delta Attention layers are linear attention",
     ),
 }
+
+
+# ---------------------------------------------------------------------- per-layer shapes, KV sharing
+# (gemma4, mimo_v2_flash): layers whose heads differ in size, layers that reuse earlier keys.
+
+
+def _gemma4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Gemma 4's full layers have their own key-head count only with attention_k_eq_v (as transformers)."""
+    if config.get("attention_k_eq_v"):
+        return layout
+    shapes = tuple(dataclasses.replace(shape, kv_heads_key=None) for shape in layout.layer_shapes)
+    return dataclasses.replace(layout, layer_shapes=shapes)
+
+
+def _gemma4_text(**kw: Any) -> Layout:
+    """Gemma 4's decoder: qk-norm per head, larger heads in the full layers, KV sharing at the end."""
+    return _llama_like(
+        qk_norm=_qk_norm(),
+        layer_shapes=(
+            LayerShape(
+                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
+            ),
+        ),
+        kv_sharing=KVSharing(),
+        adjust=_gemma4_adjust,
+        **kw,
+    )
+
+
+_GEMMA4_NOTE = (
+    "full-attention layers have larger heads (global_head_dim; with attention_k_eq_v fewer key heads, "
+    "whose keys are also the values) and proportional RoPE; the last num_kv_shared_layers layers reuse "
+    "the keys of the last earlier layer of their type: their rows pair their own queries with that "
+    "layer's keys (settings: key_layers)"
+)
+
+
+def _zamba2_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Zamba2 rotates queries and keys in its shared blocks only with use_mem_rope."""
+    return dataclasses.replace(layout, positional="rope") if config.get("use_mem_rope") else layout
+
+
+_ZAMBA2_BLOCK = "layers.{i}.shared_transformer."
+
+
+def _zamba2_adapter(side: str) -> tuple[str, str]:
+    """The adapter of application {k} on the q or k side: its down (0) and up (1) projections."""
+    name = _ZAMBA2_BLOCK + f"self_attn.linear_{side}_adapter_list.{{k}}"
+    return f"{name}.0.weight", f"{name}.1.weight"
+
+
+def _gemma4_vision() -> Layout:
+    """Gemma 4's vision encoder: clippable linears, qk-norm per head, 2-D axial RoPE."""
+    return Layout(
+        query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
+        key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
+        norm="encoder.layers.{i}.input_layernorm.weight",
+        kv_heads_key="num_key_value_heads",
+        head_dim_key="head_dim",
+        qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
+        positional="rope_2d",
+        stack="vision",
+        config_section="vision_config",
+        within="vision_tower",
+    )
+
+
+def _embedding_gemma2_text(**kw: Any) -> Layout:
+    """EmbeddingGemma 2's bidirectional encoder: Gemma 4's attention without KV sharing."""
+    return _llama_like(
+        qk_norm=_qk_norm(),
+        layer_shapes=(
+            LayerShape(
+                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
+            ),
+        ),
+        **kw,
+    )
+
+
+_EMBEDDING_GEMMA2_NOTE = (
+    "a bidirectional encoder; its full-attention layers have larger heads and their own key-head count "
+    "(per_layer_config)"
+)
+
+
+FAMILIES.update(
+    {
+        "gemma4_text": _family(_gemma4_text(), "Gemma4ForCausalLM", "Gemma 4 (text)", _GEMMA4_NOTE),
+        "gemma4": Family(
+            (
+                _gemma4_text(stack="text", config_section="text_config", within="language_model"),
+                _gemma4_vision(),
+            ),
+            models="Gemma 4 (E2B, E4B, 26B A4B, 31B)",
+            proof="Gemma4ForConditionalGeneration",
+            note=_GEMMA4_NOTE + "; two towers read: the text decoder and the vision encoder (2-D RoPE: "
+            "the form at offset (0, 0)); the audio encoder is not read",
+        ),
+        "wavlm": _family(
+            _speech_encoder(),
+            "WavLMModel",
+            "WavLM",
+            _SPEECH_NOTE + "; a gated relative position bias (a learned bias per offset, scaled by a gate "
+            "computed from the query token) is added to the scores: it never involves the key's content "
+            "and is not part of the form",
+            _SPEECH_VARIANTS,
+        ),
+        "diffllama": _family(
+            _llama_like(),
+            "DiffLlamaForCausalLM",
+            "DiffLlama (differential attention)",
+            "differential attention: query heads h and h + H/2 are one pair whose two softmax maps are "
+            "subtracted after the softmax (the first minus lambda times the second); each map is an ordinary "
+            "head's softmax of its own bilinear form, one row per query head",
+        ),
+        "recurrent_gemma": _family(
+            _llama_like(
+                query="layers.{i}.temporal_block.q_proj.weight",
+                key="layers.{i}.temporal_block.k_proj.weight",
+                norm="layers.{i}.temporal_pre_norm.weight",
+                norm_offset=1.0,
+                head_dim_key=None,
+                attention_layers=(LayerPattern("block_types", kind="cycle", members=("attention",)),),
+            ),
+            "RecurrentGemmaForCausalLM",
+            "RecurrentGemma (Griffin)",
+            "hybrid: rows for the local-attention blocks only (block_types, repeated over the layers); the "
+            "others are RG-LRU recurrent blocks",
+        ),
+        "zamba": _family(
+            _llama_like(
+                query="layers.{i}.shared_transf.self_attn.q_proj.weight",
+                key="layers.{i}.shared_transf.self_attn.k_proj.weight",
+                norm="layers.{i}.shared_transf.input_layernorm.weight",
+                hidden_keys=("attention_hidden_size",),
+                head_dim_key="attention_head_dim",
+                positional="none",
+                attention_layers=(LayerPattern("layers_block_type", kind="first", members=("hybrid",)),),
+            ),
+            "ZambaForCausalLM",
+            "Zamba",
+            "one attention block, its weights shared by every hybrid layer of layers_block_type (the others "
+            "are Mamba layers): its form is the same at each application and is read once, at the first "
+            "hybrid layer; its input is the concatenation of the layer's hidden state and the token "
+            "embeddings (N = attention_hidden_size = 2 hidden_size); no positions",
+        ),
+        "gemma4_unified_text": _family(
+            _gemma4_text(), "Gemma4UnifiedForCausalLM", "Gemma 4 unified (text)", _GEMMA4_NOTE
+        ),
+        "gemma4_unified": _family(
+            _gemma4_text(config_section="text_config", within="language_model"),
+            "Gemma4UnifiedForConditionalGeneration",
+            "Gemma 4 unified (encoder-free multimodal)",
+            _GEMMA4_NOTE + "; images and audio enter through embedders without attention: the text "
+            "decoder is the only attention stack",
+        ),
+        "embedding_gemma2_text": _family(
+            _embedding_gemma2_text(),
+            "EmbeddingGemma2TextModel",
+            "EmbeddingGemma 2 (text)",
+            _EMBEDDING_GEMMA2_NOTE,
+        ),
+        "embedding_gemma2": Family(
+            (
+                _embedding_gemma2_text(stack="text", config_section="text_config", within="language_model"),
+                _gemma4_vision(),
+            ),
+            models="EmbeddingGemma 2",
+            proof="EmbeddingGemma2Model",
+            note=_EMBEDDING_GEMMA2_NOTE + "; the Gemma 4 vision encoder, when the checkpoint has it, is read "
+            "as gemma4's (the audio encoder is not read)",
+        ),
+        "zamba2": _family(
+            _llama_like(
+                query=_ZAMBA2_BLOCK + "self_attn.q_proj.weight",
+                key=_ZAMBA2_BLOCK + "self_attn.k_proj.weight",
+                norm=_ZAMBA2_BLOCK + "input_layernorm.weight",
+                hidden_keys=("attention_hidden_size",),
+                head_dim_key="attention_head_dim",
+                positional="none",
+                attention_layers=(LayerPattern("layers_block_type", members=("hybrid",)),),
+                shared_blocks=SharedBlocks(
+                    query_adapter=_zamba2_adapter("q"), key_adapter=_zamba2_adapter("k")
+                ),
+                adjust=_zamba2_adjust,
+            ),
+            "Zamba2ForCausalLM",
+            "Zamba2",
+            "num_mem_blocks attention blocks shared by the hybrid layers (block k mod num_mem_blocks at the "
+            "k-th), stored under each block's first layer; with use_shared_attention_adapter every application "
+            "adds its own low-rank adapter to W_Q and W_K (its own form, one row set per hybrid layer), without "
+            "it the applications of one block repeat its form; the input is the hidden state and the token "
+            "embeddings concatenated (N = attention_hidden_size); RoPE only with use_mem_rope",
+            "rope with use_mem_rope",
+        ),
+        "mimo_v2_flash": _family(
+            _llama_like(
+                layer_shapes=(
+                    LayerShape(
+                        LayerPattern("layer_types", members=("sliding_attention",)), kv_heads_factor=2
+                    ),
+                ),
+            ),
+            "MiMoV2FlashForCausalLM",
+            "MiMo-V2-Flash",
+            "sliding-window layers have twice the key heads of the full layers, and a learned sink logit per "
+            "head (not part of the form)",
+        ),
+    }
+)
 
 
 def supported_model_types() -> list[str]:

@@ -25,10 +25,13 @@ __all__ = [
     "POSITIONAL",
     "STACKS",
     "Family",
+    "KVSharing",
     "LatentAttention",
     "LayerPattern",
+    "LayerShape",
     "Layout",
     "QKNorm",
+    "SharedBlocks",
     "TensorReader",
 ]
 
@@ -68,14 +71,69 @@ class LayerPattern:
       flags) or a string of one character per layer (nemotron_h's "M-*"); a layer belongs
       when its entry is one of ``members`` (no members: when the entry is truthy, e.g. 1);
     - ``indices``: the list of the layer indices that belong, counted from ``base``;
-    - ``period``: layer i belongs when i % value equals the value of ``offset_key`` (jamba).
+    - ``period``: layer i belongs when i % value equals the value of ``offset_key`` (jamba);
+    - ``cycle``: as ``types``, the list repeated over the layers (recurrent_gemma's block_types);
+    - ``first``: as ``types``, only the first layer that belongs (one attention block shared by
+      every layer that belongs, zamba: its weights, and so its form, are the same at each).
     """
 
     key: str
-    kind: Literal["types", "indices", "period"] = "types"
+    kind: Literal["types", "indices", "period", "cycle", "first"] = "types"
     members: tuple[str, ...] = ()
     base: int = 0
     offset_key: str | None = None
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Layers whose heads differ in size from the rest of their stack.
+
+    Gemma 4's full-attention layers have heads of ``global_head_dim`` (and, with
+    ``attention_k_eq_v``, ``num_global_key_value_heads`` key heads); MiMo-V2-Flash's
+    sliding layers have twice the key heads of its full layers. ``layers`` names them;
+    ``head_dim_key`` / ``kv_heads_key`` are config.json keys of their sizes (absent from the
+    config: the stack's size; ignored when the config has transformers' ``per_layer_config``,
+    which then gives the sizes of every layer), and ``kv_heads_factor`` multiplies their
+    key-head count whatever gave it.
+    """
+
+    layers: LayerPattern
+    head_dim_key: str | None = None
+    kv_heads_key: str | None = None
+    kv_heads_factor: int = 1
+
+
+@dataclass(frozen=True)
+class KVSharing:
+    """The last layers of a decoder reuse the keys of an earlier layer (Gemma 4's KV sharing).
+
+    The last ``count_key`` layers (a config.json key) have no key projection: each takes the
+    keys the last earlier layer of the same type (``types_key``: one type per layer) computed,
+    from that layer's own input. Its score pairs its queries with those keys, so its form is
+    ``W_K(source)^T W_Q(layer)``, read with the source layer's key projection, key norm and
+    (with fold-norm) the source layer's input norm on the key side.
+    """
+
+    count_key: str = "num_kv_shared_layers"
+    types_key: str = "layer_types"
+
+
+@dataclass(frozen=True)
+class SharedBlocks:
+    """Attention blocks shared by the attention layers, each application with its own adapter (zamba2).
+
+    The model keeps ``blocks_key`` (config.json) attention blocks; its k-th attention layer
+    applies block k mod that number, whose weights (projections, norms) are stored once, under
+    the block's first layer. With ``adapter_key`` true in the config, each application adds a
+    low-rank adapter of its own to the query and key projections: ``W_Q(k) = W_Q + B_k A_k``,
+    the tensors named by ``query_adapter`` / ``key_adapter`` (down A, then up B; ``{i}`` is the
+    block's first layer, ``{k}`` the application's index), so each application has its own form.
+    """
+
+    blocks_key: str = "num_mem_blocks"
+    adapter_key: str = "use_shared_attention_adapter"
+    query_adapter: tuple[str, str] | None = None
+    key_adapter: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +290,13 @@ class Layout:
     # A multimodal model's tower: the checkpoint prefix of this stack contains this name
     # (language_model, vision_tower), so one tower's tensors are never taken for another's.
     within: str | None = None
+    # Layers whose head size or key-head count differ from the stack's (the first pattern a
+    # layer matches); a config's ``per_layer_config`` (transformers 5) is read in any case.
+    layer_shapes: tuple[LayerShape, ...] = ()
+    # Layers that reuse an earlier layer's keys (KV sharing): their forms pair two layers.
+    kv_sharing: KVSharing | None = None
+    # Attention blocks shared by the attention layers (zamba2): tensors under each block's first layer.
+    shared_blocks: SharedBlocks | None = None
     # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False

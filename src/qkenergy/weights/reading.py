@@ -10,6 +10,7 @@ are folded in, and latent (low-rank) projections are multiplied out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ class LayerWeights:
     w_key: np.ndarray  # (H_kv, n, N)
     kv_head: np.ndarray  # (H,) int
     norm_gain: np.ndarray | None  # (N,) effective gain folded in, or None
-    # Cross-attention: the gain folded into W_K (the key stream's own norm), when it differs.
+    # Cross-attention or KV sharing: the gain folded into W_K (the key stream's own norm).
     key_norm_gain: np.ndarray | None = None
 
 
@@ -95,9 +96,11 @@ def _float(w: np.ndarray) -> np.dtype:
 def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, prefix: str = "") -> list[str]:
     """Names of the tensors holding layer ``layer``'s W_Q and W_K (those present), e.g. to prefetch them."""
     lay = arch.layout
-    relative = [lay.query] + ([lay.key] if lay.storage == "separate" and lay.key is not None else [])
+    relative = [lay.query.format(i=arch.tensor_layer(layer))]  # a shared block: its first layer's
+    if lay.storage == "separate" and lay.key is not None:
+        relative.append(lay.key.format(i=arch.key_layer(layer)))  # KV sharing: the source layer's
     names = set(tensors.names)
-    return [prefix + r.format(i=layer) for r in relative if prefix + r.format(i=layer) in names]
+    return [prefix + r for r in relative if prefix + r in names]
 
 
 def read_layer(
@@ -130,7 +133,10 @@ def read_layer(
     if prefix is None:
         prefix = find_prefix(tensors, arch)
     lay = arch.layout
-    H, Hkv, n, N = arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size
+    H, N = arch.n_heads, arch.hidden_size
+    Hkv, n = arch.layer_kv_heads(layer), arch.layer_head_dim(layer)  # per-layer shapes (gemma4)
+    at = arch.tensor_layer(layer)  # a shared block (zamba2): its tensors live under its first layer
+    source_layer = arch.key_layer(layer)  # KV sharing: keys from an earlier layer's projection
     names = set(tensors.names)
 
     def need(relative: str, *fallbacks: str) -> str:
@@ -145,9 +151,11 @@ def read_layer(
             )
         return name
 
-    def gain(template: str, size: int | tuple[int, ...], what: str, offset: float = 0.0) -> np.ndarray:
+    def gain(
+        template: str, size: int | tuple[int, ...], what: str, offset: float = 0.0, at: int = at
+    ) -> np.ndarray:
         # Checkpoints from the original BERT code name LayerNorm weights 'gamma'.
-        relative = template.format(i=layer)
+        relative = template.format(i=at)
         legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
         name = need(relative, legacy)
         _check_shape(tensors, name, size if isinstance(size, tuple) else (size,), what)
@@ -155,10 +163,10 @@ def read_layer(
         return g + offset
 
     sizes = f"{H} heads x head_dim {n}, hidden {N}"
-    qname = need(lay.query.format(i=layer))
+    qname = need(lay.query.format(i=at))
     if lay.storage == "separate":
         assert lay.key is not None, "a separate layout names its key tensor"
-        kname = need(lay.key.format(i=layer))
+        kname = need(lay.key.format(i=source_layer))
         if lay.query_gate:
             _check_shape(
                 tensors, qname, (2 * H * n, N), f"{H} heads x 2 x head_dim {n} (query, gate), hidden {N}"
@@ -168,6 +176,10 @@ def read_layer(
         _check_shape(tensors, kname, (Hkv * n, N), f"{Hkv} key heads x head_dim {n}, hidden {N}")
         wq = tensors.tensor(qname).reshape(H, -1, N)[:, :n]  # a gated head: n query rows, then n gate rows
         wk = tensors.tensor(kname).reshape(Hkv, n, N)
+        application = arch.adapter(layer)
+        if application is not None and lay.shared_blocks is not None:  # W + B_k A_k (zamba2's adapters)
+            wq = _with_adapter(tensors, lay.shared_blocks.query_adapter, wq, at, application, need, "query")
+            wk = _with_adapter(tensors, lay.shared_blocks.key_adapter, wk, at, application, need, "key")
     elif lay.storage in ("stacked", "grouped"):
         _check_shape(
             tensors,
@@ -202,31 +214,62 @@ def read_layer(
     # a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
 
     if lay.qk_norm is not None and lay.qk_norm.query is not None:  # a gain-free norm folds nothing
-        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain)
+        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain, source_layer)
 
     query_gain = key_gain = None
     if fold_norm:
-        norm = _norm_name(lay, layer)
+        norm = _norm_name(lay, at)
         if norm is not None:
             query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
         key_norm = norm if lay.key_stack is None else arch.key_norm
+        if source_layer != at:  # a KV-shared layer: its keys read the source layer's input
+            key_norm = _norm_name(lay, source_layer)
         if key_norm is not None:
-            key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wk))
+            key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset, source_layer).astype(_float(wk))
         if query_gain is not None:
             wq = wq.astype(query_gain.dtype) * query_gain
         if key_gain is not None:
             wk = wk.astype(key_gain.dtype) * key_gain
-    cross_gain = key_gain if lay.key_stack is not None else None
-    return LayerWeights(layer, wq, wk, arch.kv_head, query_gain, cross_gain)
+    cross_gain = key_gain if lay.key_stack is not None or source_layer != at else None
+    return LayerWeights(layer, wq, wk, arch.layer_kv_head(layer), query_gain, cross_gain)
+
+
+def _with_adapter(
+    tensors: TensorReader,
+    names: tuple[str, str] | None,
+    w: np.ndarray,
+    at: int,
+    application: int,
+    need: Callable[..., str],
+    side: str,
+) -> np.ndarray:
+    """W + B A per head: a low-rank adapter (down A: (r, N), up B: (heads * n, r)) added to a projection."""
+    if names is None:
+        return w
+    heads, n, N = w.shape
+    down = need(names[0].format(i=at, k=application))
+    up = need(names[1].format(i=at, k=application))
+    rank = tensors.shape(down)[0]
+    what = f"{side} adapter {application} of rank {rank}"
+    _check_shape(tensors, down, (rank, N), f"{what}, hidden {N}")
+    _check_shape(tensors, up, (heads * n, rank), f"{what}, {heads} heads x head_dim {n}")
+    dtype = _float(w)
+    product: np.ndarray = tensors.tensor(up).astype(dtype) @ tensors.tensor(down).astype(dtype)
+    out: np.ndarray = w.astype(dtype) + product.reshape(heads, n, N)
+    return out
 
 
 def _fold_qk_norm(
-    qk: QKNorm, wq: np.ndarray, wk: np.ndarray, gain: Callable[..., np.ndarray]
+    qk: QKNorm, wq: np.ndarray, wk: np.ndarray, gain: Callable[..., np.ndarray], key_layer: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """W -> diag(g) P W per head (P: the LayerNorm's centring, or the identity for RMSNorm)."""
+    """W -> diag(g) P W per head (P: the LayerNorm's centring, or the identity for RMSNorm).
+
+    The key norm is the one of ``key_layer``, the layer whose keys these are (KV sharing)."""
     out = []
     for template, w, side in ((qk.query, wq, "query"), (qk.key, wk, "key")):
         assert template is not None, "a qk-norm with gains names both"
+        if side == "key":
+            gain = functools.partial(gain, at=key_layer)
         heads, n, N = w.shape
         w = w.astype(_float(w))
         if qk.scope == "projection":

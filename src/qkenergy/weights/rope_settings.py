@@ -23,7 +23,7 @@ from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.math.rope import ROPE_KINDS, Rope
 from qkenergy.weights.architecture import Architecture
 
-__all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes"]
+__all__ = ["CONTEXT_KEYS", "context_length", "has_rope", "layer_ropes", "stack_config"]
 
 # config.json keys of the context length, first present wins.
 CONTEXT_KEYS: tuple[str, ...] = (
@@ -44,6 +44,14 @@ _FLOAT_FIELDS = (
     "mscale_all_dim",
     "attention_factor",
 )
+
+
+def stack_config(config: Mapping[str, Any], arch: Architecture) -> Mapping[str, Any]:
+    """The part of config.json that holds a stack's settings: its section (a multimodal tower's
+    ``text_config``), or the whole config for a model with one stack or an older flat config."""
+    section = arch.layout.config_section
+    value = config.get(section) if section is not None else None
+    return value if isinstance(value, Mapping) else config
 
 
 def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
@@ -93,20 +101,25 @@ def _parameters(config: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _rope(params: Mapping[str, Any], config: Mapping[str, Any], arch: Architecture, source: str) -> Rope:
+def _rope(
+    params: Mapping[str, Any], config: Mapping[str, Any], arch: Architecture, source: str, head_dim: int
+) -> Rope:
     kind = str(params.get("rope_type") or params.get("type") or "default")
     if kind not in ROPE_KINDS:
         raise QKEnergyError(
             f"{source}: rope_type {kind!r} is not supported for --rope-offsets; supported: {', '.join(ROPE_KINDS)}"
         )
-    head_dim = arch.head_dim
     rope_head = config.get("qk_rope_head_dim")  # multi-head latent attention: the rotated tail of each head
-    if isinstance(rope_head, int) and rope_head > 0:
+    partial = _number(params, "partial_rotary_factor", source)
+    if kind == "proportional":  # the pairs span the whole head; only the share `partial` turns
+        rotary_dim, start = head_dim, 0
+        if partial is not None and not 0.0 <= partial <= 1.0:
+            raise QKEnergyError(f"{source}: partial_rotary_factor {partial} is not in [0, 1]")
+    elif isinstance(rope_head, int) and rope_head > 0:
         rotary_dim, start = rope_head, head_dim - rope_head
     elif isinstance(config.get("rotary_dim"), int):
         rotary_dim, start = int(config["rotary_dim"]), 0
     else:
-        partial = _number(params, "partial_rotary_factor", source)
         rotary_dim, start = int(head_dim * (1.0 if partial is None else partial)), 0
     if rotary_dim <= 0 or rotary_dim % 2 or start + rotary_dim > head_dim:
         raise QKEnergyError(
@@ -145,6 +158,7 @@ def _rope(params: Mapping[str, Any], config: Mapping[str, Any], arch: Architectu
             mscale=floats["mscale"],
             mscale_all_dim=floats["mscale_all_dim"],
             attention_factor=floats["attention_factor"],
+            rotated_fraction=1.0 if kind != "proportional" or partial is None else partial,
         )
     except (TypeError, ValueError) as exc:
         raise QKEnergyError(f"{source}: rope settings: {exc}") from None
@@ -157,16 +171,27 @@ def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "co
             f"rope_offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding",
             parameter="rope_offsets",
         )
+    config = stack_config(config, arch)  # a multimodal tower's settings live in its section
     params = _parameters(config)
     layer_types = config.get("layer_types")
     nested = params and all(isinstance(v, Mapping) for v in params.values())
+    # A layer's rope depends on its head size too (gemma4's full layers have larger heads).
+    dims = [arch.layer_head_dim(i) for i in range(arch.n_layers)] if arch.layer_shapes else None
     if not nested:
-        rope = _rope(params, config, arch, source)
-        return [rope] * arch.n_layers
+        flat = {d: _rope(params, config, arch, source, d) for d in (dims or [arch.head_dim])}
+        if dims is None:
+            return [flat[arch.head_dim]] * arch.n_layers
+        return [flat[d] for d in dims]
     if not isinstance(layer_types, list) or len(layer_types) < arch.n_layers:
         raise QKEnergyError(f"{source}: rope parameters per layer type need 'layer_types', one per layer")
-    by_type = {name: _rope(p, config, arch, f"{source} ({name})") for name, p in params.items()}
-    missing = sorted({t for t in layer_types[: arch.n_layers] if t not in by_type})
+    missing = sorted({str(t) for t in layer_types[: arch.n_layers] if t not in params})
     if missing:
         raise QKEnergyError(f"{source}: no rope parameters for layer type {missing[0]!r}")
-    return [by_type[t] for t in layer_types[: arch.n_layers]]
+    by_type: dict[tuple[Any, int], Rope] = {}
+    out = []
+    for i, t in enumerate(layer_types[: arch.n_layers]):
+        d = arch.head_dim if dims is None else dims[i]
+        if (t, d) not in by_type:
+            by_type[(t, d)] = _rope(params[t], config, arch, f"{source} ({t})", d)
+        out.append(by_type[(t, d)])
+    return out
