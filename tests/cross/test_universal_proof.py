@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import sys
 from pathlib import Path
@@ -102,7 +103,10 @@ def _capture(
             _ACTIVE[-1].add(found, query, key)
         else:
             _ACTIVE[-1].unread.append(type(module).__name__)
-    own = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    defined = sys.modules[type(module).__module__]
+    own = getattr(defined, "eager_attention_forward", None)
+    if "Vision" in type(module).__name__:  # llama4's vision tower has an eager function of its own
+        own = getattr(defined, "vision_eager_attention_forward", own)
     if own is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward as own
     return own(module, query, key, value, attention_mask, *args, **kwargs)
@@ -215,6 +219,19 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         ids[0, 1:5] = config.image_token_index
         image = torch.randn((1, 3, 16, 16), generator=gen)
         return dict(input_ids=ids, pixel_values=image, image_sizes=torch.tensor([[16, 16]]))
+    if kind == "qwen_vl":  # two images, 8 x 8 and 4 x 4 patches of 2 x 2 pixels: 16 + 4 merged tokens
+        grids = torch.tensor([[1, 8, 8], [1, 4, 4]])
+        patches = int(grids.prod(-1).sum())
+        merged = patches // config.vision_config.spatial_merge_size**2
+        ids = torch.randint(7, VOCAB, (1, merged + TOKENS), generator=gen)  # 3..6: vision token ids
+        ids[0, 2 : 2 + merged] = config.image_token_id
+        pixels = torch.randn((patches, 3 * 2 * 2 * 2), generator=gen)  # channels x time x rows x columns
+        # 1-D text positions for every token (the image tokens' M-RoPE positions are not a single offset;
+        # a text token's are): the text stack is proven on those, the vision tower on its patches.
+        positions = torch.arange(ids.shape[1])[None]
+        return dict(input_ids=ids, pixel_values=pixels, image_grid_thw=grids, position_ids=positions)
+    if kind == "llama4":  # a 16 x 16 image: 4 x 4 patches and a class token (the towers run apart)
+        return dict(input_ids=ids, pixel_values=torch.randn((1, 3, 16, 16), generator=gen))
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
@@ -279,9 +296,11 @@ def _gain_free(module: Any, offset: float, h: Any) -> np.ndarray:
 
 
 def _identity_rotation(module: Any, args: Any, out: Any) -> Any:
-    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0."""
+    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0, e^(i angle) -> 1."""
     if isinstance(out, tuple) and len(out) == 2:
         return torch.ones_like(out[0]), torch.zeros_like(out[1])
+    if out.is_complex():  # unit complex numbers to multiply by (llama4's vision tower): 1
+        return torch.ones_like(out)
     return torch.zeros_like(out)
 
 
@@ -367,6 +386,33 @@ def _feeding(stage: Stage, side: str, x: np.ndarray, calls: Calls) -> np.ndarray
         if out.shape == x.shape and np.allclose(out, x, rtol=1e-5, atol=1e-5):
             return _gain_free(module, stage.arch.layout.norm_offset, h).reshape(x.shape)
     return None
+
+
+def _module_calls(
+    states: list[tuple[np.ndarray, np.ndarray]], rows: list[int], what: str
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The states of each module call: the attention calls one module call made, joined in token order.
+
+    A vision encoder over a sequence of patches (Qwen2.5-VL's windows, Qwen3-VL's images) splits
+    one module call's queries and keys into chunks and attends within each: the chunks are
+    consecutive runs of the call's tokens, so joining them gives every token's query and key
+    (the mask between chunks is not part of the form). Elsewhere each call is one chunk.
+    """
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    chunks: list[tuple[np.ndarray, np.ndarray]] = []
+    for q, k in states:
+        chunks.append((q, k))
+        assert len(out) < len(rows), f"{what}: more attention calls than calls of its query projection"
+        tokens = sum(c[0].shape[1] for c in chunks)
+        assert tokens <= rows[len(out)], f"{what}: {tokens} queries for {rows[len(out)]} input tokens"
+        if tokens == rows[len(out)]:
+            if len(chunks) == 1:
+                out.append(chunks[0])
+            else:
+                out.append(tuple(np.concatenate(part, axis=1) for part in zip(*chunks)))  # type: ignore[arg-type]
+            chunks = []
+    assert not chunks, f"{what}: attention calls that cover only part of a call's tokens"
+    return out
 
 
 def _rotated(vectors: np.ndarray, rope: Rope | None, positions: np.ndarray) -> np.ndarray:
@@ -475,7 +521,10 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     _ACTIVE.append(rec)
     try:
         with torch.no_grad(), mode if mode is not None else contextlib.nullcontext():
-            (getattr(model, case.run) if case.run else model)(**inputs)
+            for part in case.run.split(","):
+                module = model.get_submodule(part) if part else model
+                named = inspect.signature(module.forward).parameters
+                module(**({k: v for k, v in inputs.items() if k in named} if "," in case.run else inputs))
     finally:
         _ACTIVE.pop()
         calls.remove()
@@ -485,7 +534,8 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     for stage in stages:
         states = rec.states.get((stage.arch.stack, stage.layer), [])
         assert states, f"{stage.arch.stack} layer {stage.layer}: no attention call recorded"
-        for call, pair in enumerate(states):
+        rows = [len(x) for x in calls.inputs[stage.query]]
+        for call, pair in enumerate(_module_calls(states, rows, f"{stage.arch.stack} layer {stage.layer}")):
             spread = max(spread, _check_stage(case, stage, call, pair, calls, cfg, tensors, at_zero))
             compared += 1
     assert spread > 0.5, "scores too flat for the comparison to mean anything"
