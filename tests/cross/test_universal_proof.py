@@ -584,6 +584,7 @@ def test_a_wrong_layout_fails_the_proof(
 
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
 _ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
+_ENERGY_CASES += ["llama4", "qwen2_5_vl"]  # both towers of multimodal decoders (qwen: a fused qkv)
 
 
 def _module_energies(
@@ -593,15 +594,22 @@ def _module_energies(
     out = {}
     for module in model.modules():
         q_proj, k_proj = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
+        qkv = getattr(module, "qkv", None)  # one fused projection (Qwen's vision encoders)
+        if qkv is not None and id(qkv) in owner_of:
+            q_proj = k_proj = qkv
         if q_proj is None or k_proj is None or id(q_proj) not in owner_of:
             continue
         stack, layer = owner_of[id(q_proj)]
         heads, kv_heads, n = config_of[stack]
         N = q_proj.weight.shape[1]
-        wq = (
-            q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
-        )  # a gated head: its query rows
-        wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
+        if q_proj is qkv:  # the module splits its output into q, k and v, each (heads, n)
+            fused = qkv.weight.detach().double().numpy().reshape(3, heads, n, N)
+            wq, wk = fused[0], fused[1]
+        else:
+            wq = (
+                q_proj.weight.detach().double().numpy().reshape(heads, -1, N)[:, :n]
+            )  # a gated head: its query rows
+            wk = k_proj.weight.detach().double().numpy().reshape(kv_heads, n, N)
         for side, name in (("q", "q_norm"), ("k", "k_norm")):
             norm = getattr(module, name, None)
             offset = None if norm is None else _gain_offset(norm)
@@ -651,6 +659,30 @@ def _saved(case: Tiny, tmp_path: Path) -> Path:
     _randomise(model)
     model.save_pretrained(tmp_path)
     return tmp_path
+
+
+@pytest.mark.parametrize("case", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "llama4"])
+def test_a_multimodal_checkpoint_has_rows_for_each_tower(case: str, tmp_path: Path) -> None:
+    """analyze on a saved multimodal checkpoint: a row per head of every tower, sizes from transformers' config."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    config = tiny_config(CASES[case])
+    text, vision = config.text_config, config.vision_config
+    types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
+    want = {
+        ("text", layer, head)
+        for layer, kind in enumerate(types)
+        if kind != "linear_attention"  # Qwen3.5's Gated DeltaNet layers
+        for head in range(text.num_attention_heads)
+    }
+    vision_heads = getattr(vision, "num_heads", None) or vision.num_attention_heads
+    vision_layers = getattr(vision, "depth", None) or vision.num_hidden_layers
+    want |= {("vision", layer, head) for layer in range(vision_layers) for head in range(vision_heads)}
+    heads = analyze_model(_saved(CASES[case], tmp_path), null=False).heads
+    assert {(str(r.stack), int(r.layer), int(r.head)) for r in heads.itertuples()} == want
+    positional = heads.groupby("stack")["positional"].unique().to_dict()
+    assert list(positional["vision"]) == ["rope_2d"]
+    assert "rope" in set(positional["text"])
 
 
 def test_a_hybrid_has_rows_for_its_attention_layers_only(tmp_path: Path) -> None:
