@@ -406,10 +406,8 @@ def _module_calls(
         tokens = sum(c[0].shape[1] for c in chunks)
         assert tokens <= rows[len(out)], f"{what}: {tokens} queries for {rows[len(out)]} input tokens"
         if tokens == rows[len(out)]:
-            if len(chunks) == 1:
-                out.append(chunks[0])
-            else:
-                out.append(tuple(np.concatenate(part, axis=1) for part in zip(*chunks)))  # type: ignore[arg-type]
+            queries, keys = zip(*chunks)
+            out.append((np.concatenate(queries, axis=1), np.concatenate(keys, axis=1)))
             chunks = []
     assert not chunks, f"{what}: attention calls that cover only part of a call's tokens"
     return out
@@ -580,6 +578,31 @@ def test_a_wrong_layout_fails_the_proof(
     monkeypatch.setitem(families.FAMILIES, model_type, wrong)
     with pytest.raises(AssertionError):
         prove(CASES[case], tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("case", "change"),
+    [
+        ("qwen2_5_vl", "storage"),  # the fused qkv read per head (q, k, v of head 0, then head 1, ...)
+        ("qwen2_5_vl", "rope"),  # the vision tower's 2-D RoPE left on: not the form at offset (0, 0)
+        ("llama4", "rope"),
+    ],
+)
+def test_a_wrong_vision_tower_fails_the_proof(
+    case: str, change: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    tiny = CASES[case]
+    if change == "rope":
+        tiny = dataclasses.replace(tiny, identity_rope=None)
+    else:
+        model_type = _model_type(tiny)
+        family = families.FAMILIES[model_type]
+        stacks = tuple(
+            dataclasses.replace(s, storage="interleaved") if s.stack == "vision" else s for s in family.stacks
+        )
+        monkeypatch.setitem(families.FAMILIES, model_type, dataclasses.replace(family, stacks=stacks))
+    with pytest.raises(AssertionError, match="vision layer 0"):
+        prove(tiny, tmp_path)
 
 
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).

@@ -355,9 +355,9 @@ _QWEN_VISION_NOTE = (
     "images of the patch sequence is a mask, not part of the form"
 )
 _QWEN_WINDOWS_NOTE = "; the layers not in fullatt_block_indexes attend within windows of patches"
-_QWEN3_VISION_NOTE = (
-    "; learned position embeddings are also added to the patches (absolute); the deepstack mergers "
-    "feeding vision features into early text layers are MLPs, without attention"
+_QWEN3_VISION_NOTE = "; learned position embeddings are also added to the patches (absolute)"
+_DEEPSTACK_NOTE = (
+    "; the deepstack mergers feeding vision features into early text layers are MLPs, without attention"
 )
 
 
@@ -834,7 +834,7 @@ FAMILIES: dict[str, Family] = {
         ),
         models="Qwen3-VL",
         proof="Qwen3VLForConditionalGeneration",
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
     ),
     "qwen3_vl_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
@@ -843,14 +843,14 @@ FAMILIES: dict[str, Family] = {
         (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
         models="Qwen3.5",
         proof="Qwen3_5ForConditionalGeneration",
-        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE,
+        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
     ),
     "qwen3_5_text": _family(_qwen3_5_text(), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE),
     "qwen3_5_moe": Family(
         (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
         models="Qwen3.5 MoE",
         proof="Qwen3_5MoeForConditionalGeneration",
-        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE,
+        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
     ),
     "qwen3_5_moe_text": _family(
         _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
