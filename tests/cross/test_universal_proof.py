@@ -684,8 +684,21 @@ def _saved(case: Tiny, tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("case", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "llama4"])
-def test_a_multimodal_checkpoint_has_rows_for_each_tower(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("case", "vision_positional"),
+    [
+        ("qwen2_5_vl", "rope_2d"),
+        ("qwen3_vl", "rope_2d"),
+        ("qwen3_5", "rope_2d"),
+        ("qwen3_5_moe", "rope_2d"),
+        ("llama4", "rope_2d"),
+        ("mistral3", "rope_2d"),
+        ("gemma3", "absolute"),
+    ],
+)
+def test_a_multimodal_checkpoint_has_rows_for_each_tower(
+    case: str, vision_positional: str, tmp_path: Path
+) -> None:
     """analyze on a saved multimodal checkpoint: a row per head of every tower, sizes from transformers' config."""
     from qkenergy.analysis.analyze import analyze_model
 
@@ -704,7 +717,7 @@ def test_a_multimodal_checkpoint_has_rows_for_each_tower(case: str, tmp_path: Pa
     heads = analyze_model(_saved(CASES[case], tmp_path), null=False).heads
     assert {(str(r.stack), int(r.layer), int(r.head)) for r in heads.itertuples()} == want
     positional = heads.groupby("stack")["positional"].unique().to_dict()
-    assert list(positional["vision"]) == ["rope_2d"]
+    assert list(positional["vision"]) == [vision_positional]
     assert "rope" in set(positional["text"])
 
 
