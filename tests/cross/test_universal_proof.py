@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import sys
 from pathlib import Path
@@ -102,7 +103,10 @@ def _capture(
             _ACTIVE[-1].add(found, query, key)
         else:
             _ACTIVE[-1].unread.append(type(module).__name__)
-    own = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    defined = sys.modules[type(module).__module__]
+    own = getattr(defined, "eager_attention_forward", None)
+    if "Vision" in type(module).__name__:  # llama4's vision tower has an eager function of its own
+        own = getattr(defined, "vision_eager_attention_forward", own)
     if own is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward as own
     return own(module, query, key, value, attention_mask, *args, **kwargs)
@@ -265,6 +269,19 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
         patches = torch.randn((1, 4, 3 * config.vision_config.patch_size**2), generator=gen)
         grid = torch.tensor([[[0, 0], [1, 0], [0, 1], [1, 1]]])
         return dict(input_ids=ids, pixel_values=patches, image_position_ids=grid)
+    if kind == "qwen_vl":  # two images, 8 x 8 and 4 x 4 patches of 2 x 2 pixels: 16 + 4 merged tokens
+        grids = torch.tensor([[1, 8, 8], [1, 4, 4]])
+        patches = int(grids.prod(-1).sum())
+        merged = patches // config.vision_config.spatial_merge_size**2
+        ids = torch.randint(7, VOCAB, (1, merged + TOKENS), generator=gen)  # 3..6: vision token ids
+        ids[0, 2 : 2 + merged] = config.image_token_id
+        pixels = torch.randn((patches, 3 * 2 * 2 * 2), generator=gen)  # channels x time x rows x columns
+        # 1-D text positions for every token (the image tokens' M-RoPE positions are not a single offset;
+        # a text token's are): the text stack is proven on those, the vision tower on its patches.
+        positions = torch.arange(ids.shape[1])[None]
+        return dict(input_ids=ids, pixel_values=pixels, image_grid_thw=grids, position_ids=positions)
+    if kind == "llama4":  # a 16 x 16 image: 4 x 4 patches and a class token (the towers run apart)
+        return dict(input_ids=ids, pixel_values=torch.randn((1, 3, 16, 16), generator=gen))
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
@@ -345,9 +362,11 @@ def _gain_free(module: Any, offset: float, h: Any) -> np.ndarray:
 
 
 def _identity_rotation(module: Any, args: Any, out: Any) -> Any:
-    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0."""
+    """A rotary module's output made the identity rotation: (cos, sin) -> (1, 0), angles -> 0, e^(i angle) -> 1."""
     if isinstance(out, tuple) and len(out) == 2:
         return torch.ones_like(out[0]), torch.zeros_like(out[1])
+    if out.is_complex():  # unit complex numbers to multiply by (llama4's vision tower): 1
+        return torch.ones_like(out)
     return torch.zeros_like(out)
 
 
@@ -464,6 +483,31 @@ def _feeding(stage: Stage, side: str, x: np.ndarray, calls: Calls) -> np.ndarray
     return None
 
 
+def _module_calls(
+    states: list[tuple[np.ndarray, np.ndarray]], rows: list[int], what: str
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The states of each module call: the attention calls one module call made, joined in token order.
+
+    A vision encoder over a sequence of patches (Qwen2.5-VL's windows, Qwen3-VL's images) splits
+    one module call's queries and keys into chunks and attends within each: the chunks are
+    consecutive runs of the call's tokens, so joining them gives every token's query and key
+    (the mask between chunks is not part of the form). Elsewhere each call is one chunk.
+    """
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    chunks: list[tuple[np.ndarray, np.ndarray]] = []
+    for q, k in states:
+        chunks.append((q, k))
+        assert len(out) < len(rows), f"{what}: more attention calls than calls of its query projection"
+        tokens = sum(c[0].shape[1] for c in chunks)
+        assert tokens <= rows[len(out)], f"{what}: {tokens} queries for {rows[len(out)]} input tokens"
+        if tokens == rows[len(out)]:
+            queries, keys = zip(*chunks)
+            out.append((np.concatenate(queries, axis=1), np.concatenate(keys, axis=1)))
+            chunks = []
+    assert not chunks, f"{what}: attention calls that cover only part of a call's tokens"
+    return out
+
+
 def _rotated(vectors: np.ndarray, rope: Rope | None, positions: np.ndarray) -> np.ndarray:
     """(heads, T, n) vectors, each rotated as the model rotates it at its own position."""
     if rope is None:
@@ -572,7 +616,10 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     wrapped = _projection_weights(model, calls, rec) if case.mha_forward else contextlib.nullcontext()
     try:
         with torch.no_grad(), mode if mode is not None else contextlib.nullcontext(), wrapped:
-            (getattr(model, case.run) if case.run else model)(**inputs)
+            for part in case.run.split(","):
+                module = model.get_submodule(part) if part else model
+                named = inspect.signature(module.forward).parameters
+                module(**({k: v for k, v in inputs.items() if k in named} if "," in case.run else inputs))
     finally:
         _ACTIVE.pop()
         calls.remove()
@@ -582,7 +629,9 @@ def prove(case: Tiny, tmp_path: Path) -> int:
     for stage in stages:
         states = rec.states.get((stage.arch.stack, stage.layer), [])
         assert states, f"{stage.arch.stack} layer {stage.layer}: no attention call recorded"
-        for call, pair in enumerate(states):
+        # each run of the projections: calls_per_projection module calls of its tokens (diffllama: 2)
+        rows = [len(x) for x in calls.inputs[stage.query] for _ in range(case.calls_per_projection)]
+        for call, pair in enumerate(_module_calls(states, rows, f"{stage.arch.stack} layer {stage.layer}")):
             spread = max(spread, _check_stage(case, stage, call, pair, calls, cfg, tensors, at_zero))
             compared += 1
     assert spread > 0.5, "scores too flat for the comparison to mean anything"
@@ -629,6 +678,31 @@ def test_a_wrong_layout_fails_the_proof(
         prove(CASES[case], tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("case", "change"),
+    [
+        ("qwen2_5_vl", "storage"),  # the fused qkv read per head (q, k, v of head 0, then head 1, ...)
+        ("qwen2_5_vl", "rope"),  # the vision tower's 2-D RoPE left on: not the form at offset (0, 0)
+        ("llama4", "rope"),
+    ],
+)
+def test_a_wrong_vision_tower_fails_the_proof(
+    case: str, change: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    tiny = CASES[case]
+    if change == "rope":
+        tiny = dataclasses.replace(tiny, identity_rope=None)
+    else:
+        model_type = _model_type(tiny)
+        family = families.FAMILIES[model_type]
+        stacks = tuple(
+            dataclasses.replace(s, storage="interleaved") if s.stack == "vision" else s for s in family.stacks
+        )
+        monkeypatch.setitem(families.FAMILIES, model_type, dataclasses.replace(family, stacks=stacks))
+    with pytest.raises(AssertionError, match="vision layer 0"):
+        prove(tiny, tmp_path)
+
+
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
 _ENERGY_CASES = [
     "gpt_oss",
@@ -642,6 +716,7 @@ _ENERGY_CASES = [
     "gemma4",  # per-layer head sizes and key heads, KV-shared layers, both towers
     "mimo_v2_flash",
 ]
+_ENERGY_CASES += ["llama4", "qwen2_5_vl"]  # both towers of multimodal decoders (qwen: a fused qkv)
 
 
 def _module_energies(
@@ -660,6 +735,9 @@ def _module_energies(
         q_proj = getattr(module, "q_proj", None)
         keys = storing[module.layer_type] if getattr(module, "is_kv_shared_layer", False) else module
         k_proj = getattr(keys, "k_proj", None)
+        qkv = getattr(module, "qkv", None)  # one fused projection (Qwen's vision encoders)
+        if qkv is not None and id(qkv) in owner_of:
+            q_proj = k_proj = qkv
         owner = id(getattr(q_proj, "linear", q_proj))  # the module owning the query weight
         if q_proj is None or k_proj is None or owner not in owner_of:
             continue
@@ -667,10 +745,14 @@ def _module_energies(
         heads, kv_heads, n = config_of[stack]
         n = int(getattr(module, "head_dim", n))  # per-layer head sizes (gemma4's full layers)
         N = weight(q_proj).shape[1]
-        wq = (
-            weight(q_proj).detach().double().numpy().reshape(heads, -1, N)[:, :n]
-        )  # a gated head: its query rows
-        wk = weight(k_proj).detach().double().numpy().reshape(-1, n, N)
+        if q_proj is qkv:  # the module splits its output into q, k and v, each (heads, n)
+            fused = weight(qkv).detach().double().numpy().reshape(3, heads, n, N)
+            wq, wk = fused[0], fused[1]
+        else:
+            wq = (
+                weight(q_proj).detach().double().numpy().reshape(heads, -1, N)[:, :n]
+            )  # a gated head: its query rows
+            wk = weight(k_proj).detach().double().numpy().reshape(-1, n, N)
         kv_heads = wk.shape[0]
         for side, name in (("q", "q_norm"), ("k", "k_norm")):
             norm = getattr(module if side == "q" else keys, name, None)
@@ -721,6 +803,43 @@ def _saved(case: Tiny, tmp_path: Path) -> Path:
     _randomise(model)
     model.save_pretrained(tmp_path)
     return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("case", "vision_positional"),
+    [
+        ("qwen2_5_vl", "rope_2d"),
+        ("qwen3_vl", "rope_2d"),
+        ("qwen3_5", "rope_2d"),
+        ("qwen3_5_moe", "rope_2d"),
+        ("llama4", "rope_2d"),
+        ("mistral3", "rope_2d"),
+        ("gemma3", "absolute"),
+    ],
+)
+def test_a_multimodal_checkpoint_has_rows_for_each_tower(
+    case: str, vision_positional: str, tmp_path: Path
+) -> None:
+    """analyze on a saved multimodal checkpoint: a row per head of every tower, sizes from transformers' config."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    config = tiny_config(CASES[case])
+    text, vision = config.text_config, config.vision_config
+    types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
+    want = {
+        ("text", layer, head)
+        for layer, kind in enumerate(types)
+        if kind != "linear_attention"  # Qwen3.5's Gated DeltaNet layers
+        for head in range(text.num_attention_heads)
+    }
+    vision_heads = getattr(vision, "num_heads", None) or vision.num_attention_heads
+    vision_layers = getattr(vision, "depth", None) or vision.num_hidden_layers
+    want |= {("vision", layer, head) for layer in range(vision_layers) for head in range(vision_heads)}
+    heads = analyze_model(_saved(CASES[case], tmp_path), null=False).heads
+    assert {(str(r.stack), int(r.layer), int(r.head)) for r in heads.itertuples()} == want
+    positional = heads.groupby("stack")["positional"].unique().to_dict()
+    assert list(positional["vision"]) == [vision_positional]
+    assert "rope" in set(positional["text"])
 
 
 def test_a_hybrid_has_rows_for_its_attention_layers_only(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ class Tiny:
     config: str
     model: str
     kwargs: dict[str, Any] = field(default_factory=dict)
-    inputs: str = "text"  # text, seq2seq, speech, image, clip, audio
+    inputs: str = "text"  # text, seq2seq, speech, image, clip, audio, ... (test_universal_proof._inputs)
     # The attention modules compute their scores themselves (no AttentionInterface): the
     # queries and keys are the operands of the first score product in their forward.
     scores_in_module: bool = False
@@ -67,7 +67,8 @@ class Tiny:
     # the form read is the one at offset (0, 0). The rotary modules whose qualified name
     # contains this ("" for every one); None: none is replaced.
     identity_rope: str | None = None
-    # The forward runs on this submodule of the model ("" for the model itself).
+    # The forward runs on this submodule of the model ("" for the model itself); several, comma
+    # separated, run in turn, each on the inputs its forward names.
     run: str = ""
     # The attention modules hand their projection weights to torch's multi_head_attention_forward
     # (wavlm): the projection modules never run; the proof wraps that function instead.
@@ -146,6 +147,21 @@ _QWEN3_5_TEXT = dict(
     linear_value_head_dim=8,
     rope_parameters=dict(_MROPE, partial_rotary_factor=0.5),
 )
+
+# Vision encoders of the multimodal decoders (Qwen: 2 x 2 patches of 2 x 2 pixels merged into one
+# text token; Qwen2.5-VL's layer 0 attends within windows of 2 x 2 merged tokens, layer 1 to the image).
+_QWEN_VISION = dict(
+    _TOWER,
+    num_heads=4,
+    depth=2,
+    out_hidden_size=32,
+    patch_size=2,
+    temporal_patch_size=2,
+    spatial_merge_size=2,
+)
+_QWEN2_5_VISION = dict(_QWEN_VISION, window_size=8, fullatt_block_indexes=[1])
+_QWEN3_VISION = dict(_QWEN_VISION, num_position_embeddings=16)
+_QWEN_TOKENS = dict(image_token_id=5, video_token_id=6, vision_start_token_id=3, vision_end_token_id=4)
 
 # A tiny convolutional feature encoder: 400 samples become a few frames.
 _AUDIO = dict(
@@ -358,14 +374,17 @@ CASES: dict[str, Tiny] = {
         dict(no_rope_layers=[1, 0], floor_scale=2, attn_temperature_tuning=True),
         scaled_queries=True,
     ),
-    # multimodal decoders, text stack (text-only inputs)
+    # multimodal decoders, both towers (an image among the text; the vision RoPE made the identity)
     "qwen2_5_vl": Tiny(
         "Qwen2_5_VLConfig",
         "Qwen2_5_VLForConditionalGeneration",
         dict(
             text_config=dict(_QWEN_VL_TEXT),
-            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+            vision_config=_QWEN2_5_VISION,
+            **_QWEN_TOKENS,
         ),
+        inputs="qwen_vl",
+        identity_rope="visual",
     ),
     "qwen2_5_vl_text": Tiny("Qwen2_5_VLTextConfig", "Qwen2_5_VLTextModel", dict(rope_parameters=_MROPE)),
     "qwen3_vl": Tiny(
@@ -373,8 +392,11 @@ CASES: dict[str, Tiny] = {
         "Qwen3VLForConditionalGeneration",
         dict(
             text_config=dict(_QWEN_VL_TEXT),
-            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+            vision_config=dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+            **_QWEN_TOKENS,
         ),
+        inputs="qwen_vl",
+        identity_rope="visual",
     ),
     "qwen3_vl_text": Tiny("Qwen3VLTextConfig", "Qwen3VLTextModel", dict(rope_parameters=_MROPE)),
     "qwen3_5": Tiny(
@@ -382,8 +404,11 @@ CASES: dict[str, Tiny] = {
         "Qwen3_5ForConditionalGeneration",
         dict(
             text_config=dict(_QWEN3_5_TEXT),
-            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+            vision_config=_QWEN3_VISION,
+            **_QWEN_TOKENS,
         ),
+        inputs="qwen_vl",
+        identity_rope="visual",
     ),
     "qwen3_5_text": Tiny("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", _QWEN3_5_TEXT),
     "qwen3_5_moe": Tiny(
@@ -397,8 +422,11 @@ CASES: dict[str, Tiny] = {
                 moe_intermediate_size=16,
                 shared_expert_intermediate_size=16,
             ),
-            vision_config=dict(depth=1, hidden_size=16, num_heads=2, out_hidden_size=32),
+            vision_config=_QWEN3_VISION,
+            **_QWEN_TOKENS,
         ),
+        inputs="qwen_vl",
+        identity_rope="visual",
     ),
     "qwen3_5_moe_text": Tiny("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", _QWEN3_5_TEXT),
     "mistral3": Tiny(
@@ -431,15 +459,21 @@ CASES: dict[str, Tiny] = {
             ),
             vision_config=dict(
                 _TOWER,
-                image_size=12,
+                image_size=16,
                 patch_size=4,
+                intermediate_size=128,  # the pixel shuffle's width: hidden / ratio^2
                 vision_output_dim=32,
                 projector_input_dim=32,
                 projector_output_dim=32,
             ),
+            image_token_index=5,
         ),
+        inputs="llama4",
         scaled_queries=True,
-        run="language_model",  # transformers 5.24's Llama4ForConditionalGeneration fails on text-only inputs
+        identity_rope="vision_model",
+        # transformers 5.24's Llama4ForConditionalGeneration.forward fails after its language model ran
+        # (its output has no image_outputs): each tower runs on its own.
+        run="vision_model,language_model",
     ),
     "unispeech": Tiny("UniSpeechConfig", "UniSpeechModel", _AUDIO, inputs="audio"),
     "unispeech-sat": Tiny("UniSpeechSatConfig", "UniSpeechSatModel", _AUDIO, inputs="audio"),

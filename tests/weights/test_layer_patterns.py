@@ -116,3 +116,66 @@ def test_a_tower_reads_its_own_tensors(text: str, vision: str) -> None:
     text_arch, vision_arch = architectures(config)
     assert find_prefix(source, text_arch) == text
     assert find_prefix(source, vision_arch) == vision[: -len("encoder.")]
+
+
+_QWEN_VL = dict(
+    model_type="qwen2_5_vl",
+    text_config=dict(_SIZES, num_hidden_layers=1),
+    vision_config=dict(hidden_size=8, num_heads=2, depth=2, out_hidden_size=8),
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "vision"),
+    [
+        ("model.language_model.", "model.visual."),  # as transformers 5.24 saves it
+        ("model.", "visual."),  # the Qwen2.5-VL checkpoints on the Hub
+    ],
+)
+def test_a_fused_vision_tower_reads_q_and_k_row_blocks(text: str, vision: str) -> None:
+    """Qwen's vision encoder: qkv holds q, k, v row blocks (heads x head_dim each), its own stack."""
+    rng = np.random.default_rng(2)
+    qkv = rng.standard_normal((3 * 8, 8))
+    arrays = {
+        f"{text}layers.0.self_attn.q_proj.weight": rng.standard_normal((8, 8)),
+        f"{text}layers.0.self_attn.k_proj.weight": rng.standard_normal((4, 8)),
+        f"{vision}blocks.1.attn.qkv.weight": qkv,
+        f"{vision}blocks.1.norm1.weight": np.full(8, 2.0),
+    }
+    text_arch, vision_arch = architectures(_QWEN_VL)
+    assert (text_arch.stack, vision_arch.stack) == ("text", "vision")
+    assert (vision_arch.n_layers, vision_arch.n_heads, vision_arch.n_kv_heads, vision_arch.head_dim) == (
+        2,
+        2,
+        2,
+        4,
+    )
+    source = DictSource(arrays)
+    assert find_prefix(source, text_arch) == text
+    w = read_layer(source, vision_arch, 1, prefix=vision)
+    np.testing.assert_array_equal(w.w_query, qkv[:8].reshape(2, 4, 8))
+    np.testing.assert_array_equal(w.w_key, qkv[8:16].reshape(2, 4, 8))
+    folded = read_layer(source, vision_arch, 1, prefix=vision, fold_norm=True)
+    np.testing.assert_allclose(folded.w_key, 2.0 * qkv[8:16].reshape(2, 4, 8))
+    arrays[f"{vision}blocks.1.attn.qkv.weight"] = qkv[:16]
+    with pytest.raises(QKEnergyError, match=r"qkv.weight' has shape \[16, 8\], expected \[24, 8\]"):
+        read_layer(DictSource(arrays), vision_arch, 1, prefix=vision)
+
+
+def test_llama4_towers_keep_their_own_tensors() -> None:
+    """llama4: the text layout's names also end the vision model's; `within` keeps them apart."""
+    tower = dict(hidden_size=8, num_attention_heads=2, num_hidden_layers=1)
+    config = dict(
+        model_type="llama4",
+        text_config=dict(tower, num_key_value_heads=1, head_dim=4, no_rope_layers=[1]),
+        vision_config=dict(tower, intermediate_size=8),
+    )
+    names = [
+        "language_model.model.layers.0.self_attn.q_proj.weight",
+        "vision_model.model.layers.0.self_attn.q_proj.weight",
+    ]
+    source = DictSource({n: np.zeros((8, 8)) for n in names})
+    text_arch, vision_arch = architectures(config)
+    assert find_prefix(source, text_arch) == "language_model.model."
+    assert find_prefix(source, vision_arch) == "vision_model."
+    assert vision_arch.positional == "rope_2d" and text_arch.layer_positional(0) == "rope"

@@ -334,11 +334,40 @@ def _qwen3_5_text(**kw: Any) -> Layout:
 
 _QWEN3_5_NOTE = (
     "hybrid: rows for the full-attention layers only (the Gated DeltaNet layers are linear attention); "
-    "the query projection also holds each head's output gate; the vision tower is not yet read"
+    "the query projection also holds each head's output gate"
 )
 _MROPE_NOTE = (
     "M-RoPE: a text token's three position components are equal, so its rotation is 1-D RoPE (the form "
-    "at offset 0 is the same); the vision tower is not yet read"
+    "at offset 0 is the same)"
+)
+
+
+# ------------------------------------------------------------------ vision towers of multimodal decoders
+
+
+def _qwen_vision() -> Layout:
+    """The Qwen2.5-VL / Qwen3-VL / Qwen3.5 vision encoder: fused qkv (q, k, v row blocks), 2-D RoPE."""
+    return Layout(
+        query="blocks.{i}.attn.qkv.weight",
+        storage="stacked",
+        norm="blocks.{i}.norm1.weight",
+        heads_keys=("num_heads", "num_attention_heads"),
+        layers_keys=("depth", "num_hidden_layers"),
+        stack="vision",
+        positional="rope_2d",
+        config_section="vision_config",
+    )
+
+
+_QWEN_VISION_NOTE = (
+    "two towers: the text decoder and the vision encoder, whose fused qkv heads rotate by a 2-D RoPE over "
+    "patch rows and columns (the form read is the one at offset (0, 0)); its attention over windows or "
+    "images of the patch sequence is a mask, not part of the form"
+)
+_QWEN_WINDOWS_NOTE = "; the layers not in fullatt_block_indexes attend within windows of patches"
+_QWEN3_VISION_NOTE = "; learned position embeddings are also added to the patches (absolute)"
+_DEEPSTACK_NOTE = (
+    "; the deepstack mergers feeding vision features into early text layers are MLPs, without attention"
 )
 
 
@@ -796,37 +825,42 @@ FAMILIES: dict[str, Family] = {
     "vit_msn": _family(_vit_like("layernorm_before"), "ViTMSNModel", "ViT-MSN"),
     "ijepa": _family(_vit_like("layernorm_before"), "IJepaModel", "I-JEPA"),
     "dinov2_with_registers": _family(_vit_like("norm1"), "Dinov2WithRegistersModel", "DINOv2 with registers"),
-    # multimodal decoders read for their text stack (the vision tower: docs/families.md)
-    "qwen2_5_vl": _family(
-        _llama_like(config_section="text_config", section_optional=True),
-        "Qwen2_5_VLForConditionalGeneration",
-        "Qwen2.5-VL",
-        _MROPE_NOTE,
+    # multimodal decoders: the text stack and the vision tower
+    "qwen2_5_vl": Family(
+        (_llama_like(stack="text", config_section="text_config", section_optional=True), _qwen_vision()),
+        models="Qwen2.5-VL",
+        proof="Qwen2_5_VLForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN_WINDOWS_NOTE,
     ),
     "qwen2_5_vl_text": _family(
         _llama_like(), "Qwen2_5_VLTextModel", "Qwen2.5-VL (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_vl": _family(
-        _llama_like(qk_norm=_qk_norm(), config_section="text_config", section_optional=True),
-        "Qwen3VLForConditionalGeneration",
-        "Qwen3-VL",
-        _MROPE_NOTE,
+    "qwen3_vl": Family(
+        (
+            _llama_like(
+                qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True
+            ),
+            _qwen_vision(),
+        ),
+        models="Qwen3-VL",
+        proof="Qwen3VLForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
     ),
     "qwen3_vl_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_5": _family(
-        _qwen3_5_text(config_section="text_config"),
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3.5",
-        _QWEN3_5_NOTE,
+    "qwen3_5": Family(
+        (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
+        models="Qwen3.5",
+        proof="Qwen3_5ForConditionalGeneration",
+        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
     ),
     "qwen3_5_text": _family(_qwen3_5_text(), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE),
-    "qwen3_5_moe": _family(
-        _qwen3_5_text(config_section="text_config"),
-        "Qwen3_5MoeForConditionalGeneration",
-        "Qwen3.5 MoE",
-        _QWEN3_5_NOTE,
+    "qwen3_5_moe": Family(
+        (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
+        models="Qwen3.5 MoE",
+        proof="Qwen3_5MoeForConditionalGeneration",
+        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
     ),
     "qwen3_5_moe_text": _family(
         _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
@@ -850,11 +884,24 @@ FAMILIES: dict[str, Family] = {
         note="two towers: the Mistral text decoder and the Pixtral vision encoder, whose 2-D RoPE over "
         "patch rows and columns makes its form the one at offset (0, 0)",
     ),
-    "llama4": _family(
-        _llama4_text(config_section="text_config", within="language_model"),
-        "Llama4ForConditionalGeneration",
-        "Llama 4 Scout, Maverick",
-        _LLAMA4_NOTE + "; the vision tower (2-D RoPE) is not yet read",
+    "llama4": Family(
+        (
+            _llama4_text(stack="text", config_section="text_config", within="language_model"),
+            Layout(
+                query="model.layers.{i}.self_attn.q_proj.weight",
+                key="model.layers.{i}.self_attn.k_proj.weight",
+                norm="model.layers.{i}.input_layernorm.weight",
+                stack="vision",
+                positional="rope_2d",
+                config_section="vision_config",
+                within="vision_model",
+            ),
+        ),
+        models="Llama 4 Scout, Maverick",
+        proof="Llama4ForConditionalGeneration",
+        note=_LLAMA4_NOTE + "; two towers: the text decoder and the vision encoder, whose 2-D RoPE (on "
+        "interleaved pairs, over patch columns and rows; the class token is not rotated) makes its form the "
+        "one at offset (0, 0)",
     ),
     # ----------------------------------------------------------------------------- hybrids
     "qwen3_next": _family(
