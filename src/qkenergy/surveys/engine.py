@@ -310,6 +310,8 @@ def null_settings(null: NullSpec | bool, null_spec: NullSpec | None = None) -> t
     if null_spec is not None and not isinstance(null_spec, NullSpec):
         raise QKEnergyError(f"null_spec must be a NullSpec, got {null_spec!r:.60}", parameter="null_spec")
     return null, NullSpec() if null_spec is None else null_spec
+
+
 def _plan_shapes(plan: ModelPlan) -> set[tuple[int, int]]:
     """The head shapes (n, N) of a model's stacks, per-layer shapes included (gemma4's full layers)."""
     return {
