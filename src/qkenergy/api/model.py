@@ -2,7 +2,9 @@
 
 ``qk.open(model)`` reads the config and the tensor index only (safetensors
 headers); a layer's weights are read when one of its heads is asked for, and
-the few layers read last are kept.
+the few layers read last are kept. :func:`analyze` and :func:`read` make an
+:class:`~qkenergy.api.results.Analysis` (run, or read back from a table) and give
+it the means to open its model again when one of its heads is asked for.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.analysis.analyze import present_stacks, select
+from qkenergy.analysis.analyze import Analysis as Result
+from qkenergy.analysis.analyze import analyze_model, present_stacks, select
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.api.head import Head
+from qkenergy.api.results import Analysis
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
@@ -23,10 +28,9 @@ from qkenergy.weights.reading import LayerWeights, read_layer
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-    from qkenergy.api.results import Analysis
     from qkenergy.weights.source import ModelSource
 
-__all__ = ["Model", "open"]
+__all__ = ["Model", "analyze", "open", "read"]
 
 _KEPT_LAYERS = 4  # layers kept in memory for further heads
 
@@ -241,9 +245,7 @@ class Model:
         -------
         Analysis
         """
-        from qkenergy.api.results import analyze_opened
-
-        return analyze_opened(self, self._argument, {**self._options, **settings})
+        return Analysis(_run(self._argument, {**self._options, **settings}), model=self)
 
 
 def open(
@@ -299,3 +301,82 @@ def open(
     if layout is not None:
         options["layout"] = layout if isinstance(layout, Layout) else Path(os.fspath(layout))
     return Model(source, stacks, argument=model, options=options)
+
+
+def _reopen(settings: Mapping[str, Any]) -> Model:
+    """The model a read table's settings name (its file, folder or hub id), opened again."""
+    source = settings.get("model_source") or {}
+    origin = source.get("origin")
+    if origin == "embedded":
+        return open(None)
+    target = source.get("path") if origin in ("file", "directory", "cache") else source.get("hub_id")
+    if not target:
+        raise QKEnergyError(
+            f"the analysis of {settings.get('model', 'this model')} does not say where its weights are "
+            f"(origin {origin!r}); open the model with qk.open and analyze it"
+        )
+    return open(target, revision=source.get("revision"))
+
+
+_OPENING = ("model_type", "layout", "revision", "config")
+
+
+def _run(argument: Any, settings: dict[str, Any]) -> Result:
+    null = settings.pop("null", True)
+    if isinstance(null, NullSpec):
+        settings["null_spec"] = null
+        null = True
+    return analyze_model(argument, null=bool(null), **settings)
+
+
+def analyze(model: Any = None, **settings: Any) -> Analysis:
+    """Analyze every selected head of MODEL against its null laws, as ``qkenergy analyze`` does.
+
+    Parameters
+    ----------
+    model : Model, path, str, object or None
+        An opened :class:`~qkenergy.api.model.Model`, or anything :func:`qkenergy.open` takes.
+    **settings
+        ``model_type``, ``layout``, ``revision``, ``config`` (when ``model`` is not opened yet),
+        and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
+        ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
+        ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
+        ``progress`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
+
+    Returns
+    -------
+    Analysis
+    """
+    if isinstance(model, Model):
+        return model.analyze(**settings)
+    # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
+    opening = {key: settings[key] for key in _OPENING if key in settings}
+    return Analysis(_run(model, dict(settings)), opener=lambda: open(model, **opening))
+
+
+def read(path: str | os.PathLike[str]) -> Analysis:
+    """The analysis a table file holds (``analyze -o`` or :meth:`Analysis.write`): heads, layers, settings.
+
+    The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
+    ``layers`` (read when first used) the layer table.
+
+    Parameters
+    ----------
+    path : path
+        A ``.csv`` (with its ``.meta.json`` sidecar and ``NAME.layers.csv``), ``.parquet`` or ``.json``
+        table.
+
+    Returns
+    -------
+    Analysis
+        Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
+    """
+    from qkenergy.formats.columns import Columns
+    from qkenergy.formats.tables import read_table
+
+    heads = read_table(path)
+    settings = heads.attrs.get("settings") or {}
+    columns: Columns = {str(name): heads[name].to_numpy() for name in heads.columns}
+    result = Result(columns=columns, layers=None, model=str(settings.get("model", "")), settings=settings)
+    result.__dict__["heads"] = heads  # the table as read (Result.heads is a cached property)
+    return Analysis(result, layers_from=path, opener=lambda: _reopen(settings))

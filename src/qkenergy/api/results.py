@@ -1,22 +1,21 @@
-"""An analysis as one object: its tables, settings and null laws; it summarises, draws, writes and reads back.
+"""An analysis as one object: its tables, settings and null laws; it summarises, draws and writes.
 
-:func:`analyze` (and :meth:`qkenergy.Model.analyze`) runs ``qkenergy analyze``'s
-analysis and returns an :class:`Analysis`; :func:`read` reads one back from the
+:func:`qkenergy.analyze` (and :meth:`qkenergy.Model.analyze`) runs ``qkenergy analyze``'s
+analysis and returns an :class:`Analysis`; :func:`qkenergy.read` reads one back from the
 table ``analyze -o`` or :meth:`Analysis.write` wrote (csv, parquet or json with
-its settings), exactly.
+its settings), exactly. Those two live with :func:`qkenergy.open` in
+:mod:`qkenergy.api.model`, as they open models; an Analysis only holds what they give it.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.analysis.analyze import Analysis as Result
-from qkenergy.analysis.analyze import analyze_model
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
@@ -28,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.api.head import Head
     from qkenergy.api.model import Model
 
-__all__ = ["Analysis", "analyze", "read"]
+__all__ = ["Analysis"]
 
 
 class Analysis:
@@ -42,10 +41,9 @@ class Analysis:
         The run's tables, settings and null laws.
     model : Model, optional
         The opened model it analysed (heads are read from it).
-    argument : object, optional
-        The ``model`` argument of :func:`analyze`, to open the model when a head is asked for.
-    options : mapping, optional
-        The opening options that came with ``argument`` (model_type, layout, revision, config).
+    opener : callable, optional
+        Opens the model when a head is first asked for (given by :func:`qkenergy.analyze` and
+        :func:`qkenergy.read`, which know where the weights are).
     layers_from : path, optional
         The table file whose layer table is read on first use (a read analysis).
 
@@ -81,16 +79,13 @@ class Analysis:
         result: Result,
         *,
         model: Model | None = None,
-        argument: Any = None,
-        options: Mapping[str, Any] | None = None,
+        opener: Callable[[], Model] | None = None,
         layers_from: str | os.PathLike[str] | None = None,
     ) -> None:
         self._result = result
         self._layers_from = layers_from  # a read analysis reads its layer table on first use
         self._model = model
-        self._opening: tuple[Any, dict[str, Any]] | None = (
-            None if options is None else (argument, dict(options))
-        )
+        self._opener = opener
         self._laws: dict[tuple[int, int], NullLaw] = dict(result.null_laws)
 
     def __repr__(self) -> str:
@@ -161,13 +156,9 @@ class Analysis:
         Head
         """
         if self._model is None:
-            if self._opening is not None:  # the model this analysis was given
-                from qkenergy.api.model import open
-
-                argument, options = self._opening
-                self._model = open(argument, **options)
-            else:
-                self._model = _reopen(self.settings)
+            if self._opener is None:
+                raise QKEnergyError(f"the analysis of {self.model} has no model to read heads from")
+            self._model = self._opener()
         return self._model.head(
             layer,
             head,
@@ -362,92 +353,6 @@ class Analysis:
         from qkenergy.figures.plots import plot_results
 
         return plot_results(self.heads, outdir, **options)
-
-
-def _reopen(settings: Mapping[str, Any]) -> Model:
-    from qkenergy.api.model import open
-
-    source = settings.get("model_source") or {}
-    origin = source.get("origin")
-    if origin == "embedded":
-        return open(None)
-    target = source.get("path") if origin in ("file", "directory", "cache") else source.get("hub_id")
-    if not target:
-        raise QKEnergyError(
-            f"the analysis of {settings.get('model', 'this model')} does not say where its weights are "
-            f"(origin {origin!r}); open the model with qk.open and analyze it"
-        )
-    return open(target, revision=source.get("revision"))
-
-
-_OPENING = ("model_type", "layout", "revision", "config")
-
-
-def _run(argument: Any, settings: dict[str, Any]) -> Result:
-    null = settings.pop("null", True)
-    if isinstance(null, NullSpec):
-        settings["null_spec"] = null
-        null = True
-    return analyze_model(argument, null=bool(null), **settings)
-
-
-def analyze_opened(model: Model, argument: Any, settings: dict[str, Any]) -> Analysis:
-    """:meth:`Model.analyze`: analyze_model on the model's own argument and options."""
-    return Analysis(_run(argument, settings), model=model)
-
-
-def analyze(model: Any = None, **settings: Any) -> Analysis:
-    """Analyze every selected head of MODEL against its null laws, as ``qkenergy analyze`` does.
-
-    Parameters
-    ----------
-    model : Model, path, str, object or None
-        An opened :class:`~qkenergy.api.model.Model`, or anything :func:`qkenergy.open` takes.
-    **settings
-        ``model_type``, ``layout``, ``revision``, ``config`` (when ``model`` is not opened yet),
-        and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
-        ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
-        ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
-        ``progress`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
-
-    Returns
-    -------
-    Analysis
-    """
-    opened = sys.modules.get("qkenergy.api.model")  # not imported: model cannot be a Model
-    if opened is not None and isinstance(model, opened.Model):
-        return model.analyze(**settings)  # type: ignore[no-any-return]
-    # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
-    opening = {key: settings[key] for key in _OPENING if key in settings}
-    return Analysis(_run(model, dict(settings)), argument=model, options=opening)
-
-
-def read(path: str | os.PathLike[str]) -> Analysis:
-    """The analysis a table file holds (``analyze -o`` or :meth:`Analysis.write`): heads, layers, settings.
-
-    The round trip is exact: ``read(p).heads`` equals the written table, column by column, and
-    ``layers`` (read when first used) the layer table.
-
-    Parameters
-    ----------
-    path : path
-        A ``.csv`` (with its ``.meta.json`` sidecar and ``NAME.layers.csv``), ``.parquet`` or ``.json``
-        table.
-
-    Returns
-    -------
-    Analysis
-        Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
-    """
-    from qkenergy.formats.columns import Columns
-    from qkenergy.formats.tables import read_table
-
-    heads = read_table(path)
-    settings = heads.attrs.get("settings") or {}
-    columns: Columns = {str(name): heads[name].to_numpy() for name in heads.columns}
-    result = Result(columns=columns, layers=None, model=str(settings.get("model", "")), settings=settings)
-    result.__dict__["heads"] = heads  # the table as read (Result.heads is a cached property)
-    return Analysis(result, layers_from=path)
 
 
 def _read_layers(path: str | os.PathLike[str]) -> pd.DataFrame | None:

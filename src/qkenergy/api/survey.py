@@ -60,7 +60,7 @@ class Survey:
     """
 
     def __init__(self, out: str | os.PathLike[str], *, last_run: SurveyRun | None = None) -> None:
-        from qkenergy.surveys.plan import read_record
+        from qkenergy.surveys.dataset import read_record
 
         self.out = Path(out)
         self.last_run = last_run

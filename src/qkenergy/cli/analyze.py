@@ -138,7 +138,7 @@ def analyze(
     Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
     as they are read; other methods are refused (docs/models.md).
     """
-    from qkenergy.api.results import analyze as run
+    from qkenergy.api.model import analyze as run
     from qkenergy.formats import tables
 
     if output is not None and output.suffix.lower() not in tables.FORMATS:

@@ -43,7 +43,7 @@ def plot(
     cache_dir: Path | None,
 ) -> None:
     """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
-    from qkenergy.api.results import read
+    from qkenergy.api.model import read
 
     options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
     for path in read(results).plot(outdir, head=head, **options):

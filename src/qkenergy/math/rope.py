@@ -77,7 +77,7 @@ class Rope:
     theta : float
         Base of the frequencies.
     kind : str
-        One of ROPE_KINDS: default, linear, dynamic, llama3, yarn, longrope.
+        One of ROPE_KINDS: default, linear, dynamic, llama3, yarn, longrope, proportional.
     pairs : str
         How coordinates pair: "half" (i with i + r/2) or "interleaved" (2i with 2i + 1).
     rotary_start : int
@@ -96,6 +96,9 @@ class Rope:
         yarn, longrope: the factor on cos and sin (None: the kind's default).
     short_factor, long_factor : tuple of float, optional
         longrope's per-frequency factors.
+    rotated_fraction : float
+        proportional: the share of the r/2 pairs that turn, with the frequencies of the whole
+        head size (the rest have frequency 0); 1 for the other kinds.
     """
 
     rotary_dim: int  # r: rotated coordinates per head (even)

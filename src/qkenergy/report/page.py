@@ -294,7 +294,7 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
 
 def _read_survey(out: Path) -> ReportInputs:
     from qkenergy.surveys import load_survey
-    from qkenergy.surveys.plan import read_record
+    from qkenergy.surveys.dataset import read_record
 
     heads, layers = load_survey(out)
     record = read_record(out / "survey.json") or {}  # bounded and checked, as every input

@@ -69,6 +69,31 @@ MANIFEST_COLUMNS = ("group", "step", "source", "revision")
 TABLES = ("heads", "layers")
 
 
+MAX_RECORD_BYTES = 64 << 20
+"""Largest survey.json read (it lists every model with its architecture: kilobytes per model)."""
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """OUT/survey.json as a JSON object (None when absent), read as any input is (bounded, checked)."""
+    from qkenergy.weights.json_input import parse_object, read_bytes
+
+    if not os.path.lexists(path):
+        return None
+    hint = "; remove it or choose another output directory"
+    try:
+        record = parse_object(
+            read_bytes(path, show_path(path), "the survey record", MAX_RECORD_BYTES),
+            show_path(path),
+            "the survey record",
+        )
+    except QKEnergyError as error:
+        raise QKEnergyError(f"{error}{hint}") from None
+    settings = record.get("settings", {})
+    if not isinstance(settings, dict):
+        raise QKEnergyError(f"{show_path(path)}: its 'settings' are not a JSON object{hint}")
+    return record
+
+
 def unit_path(out: str | os.PathLike[str], table: str, model: str, layer: int) -> Path:
     """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``; ``model`` must be a safe path component."""
     if not _SAFE_NAME.fullmatch(model) or table not in TABLES:
@@ -260,7 +285,6 @@ def load_survey(out: str | os.PathLike[str]) -> tuple[Any, Any]:
     import pandas as pd
 
     from qkenergy.surveys.ledger import done_files
-    from qkenergy.surveys.plan import read_record
 
     root = Path(out)
     if not any((root / "heads").glob("model=*/*.parquet")):

@@ -17,7 +17,7 @@ from typing import Any
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.version import __version__
-from qkenergy.surveys.dataset import file_sha256, unit_path
+from qkenergy.surveys.dataset import file_sha256, read_record, unit_path
 from qkenergy.surveys.ledger import UnitRow
 from qkenergy.surveys.manifest import EMBEDDED, ModelEntry
 from qkenergy.weights.safetensors_io import show_path
@@ -110,31 +110,6 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
     except OSError as error:
         plan.error = f"{error.filename}: {error.strerror}" if error.filename else str(error)
     return plan
-
-
-MAX_RECORD_BYTES = 64 << 20
-"""Largest survey.json read (it lists every model with its architecture: kilobytes per model)."""
-
-
-def read_record(path: Path) -> dict[str, Any] | None:
-    """OUT/survey.json as a JSON object (None when absent), read as any input is (bounded, checked)."""
-    from qkenergy.weights.json_input import parse_object, read_bytes
-
-    if not os.path.lexists(path):
-        return None
-    hint = "; remove it or choose another output directory"
-    try:
-        record = parse_object(
-            read_bytes(path, show_path(path), "the survey record", MAX_RECORD_BYTES),
-            show_path(path),
-            "the survey record",
-        )
-    except QKEnergyError as error:
-        raise QKEnergyError(f"{error}{hint}") from None
-    settings = record.get("settings", {})
-    if not isinstance(settings, dict):
-        raise QKEnergyError(f"{show_path(path)}: its 'settings' are not a JSON object{hint}")
-    return record
 
 
 def check_settings(out: Path, settings: dict[str, Any]) -> None:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
-from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf, open_gguf
+from qkenergy.weights.gguf_archs import open_gguf
+from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf
 from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.safetensors_io import TensorSource, show_path

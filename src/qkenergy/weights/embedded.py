@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.gguf_io import open_gguf
+from qkenergy.weights.gguf_archs import open_gguf
 from qkenergy.weights.safetensors_io import show_path
 from qkenergy.weights.source import ModelSource
 

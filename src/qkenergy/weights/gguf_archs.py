@@ -24,7 +24,9 @@ the weights that the layout must know:
 The tensors attention reads are renamed to the names the layouts use
 (:data:`BLOCK_TENSORS`: ``blk.{i}.attn_q.weight`` is
 ``model.layers.{i}.self_attn.q_proj.weight``); every other tensor keeps its
-GGUF name.
+GGUF name. :func:`open_gguf` puts the two together: a GGUF file (or a split
+model's parts) read through :mod:`qkenergy.weights.gguf_io` as a
+:class:`~qkenergy.weights.source.ModelSource` with this module's config and layout.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.families import FAMILIES
+from qkenergy.weights.gguf_io import GGUFFile, GGUFTensors, read_header, split_files
 from qkenergy.weights.json_input import show_name
 from qkenergy.weights.layout import Layout
 from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.source import ModelSource
 
-__all__ = ["BLOCK_TENSORS", "GGUF_ARCHITECTURES", "GGUFArchitecture", "gguf_model", "tensor_names"]
+__all__ = ["BLOCK_TENSORS", "GGUF_ARCHITECTURES", "GGUFArchitecture", "gguf_model", "open_gguf", "tensor_names"]
 
 
 @dataclass(frozen=True)
@@ -277,8 +281,6 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
     """(GGUFFile of each part, config dict, layout or None, notes for the settings) of a GGUF file."""
     from collections import Counter
 
-    from qkenergy.weights.gguf_io import GGUFFile, read_header, split_files
-
     header = read_header(path)
     paths = split_files(path, header)
     headers = [header if p == path else read_header(p) for p in paths]
@@ -305,3 +307,10 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
         "quantization": _quantization(attention),
     }
     return weights, config, gguf_layout(config), notes
+
+
+def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
+    """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`."""
+    files, config, layout, notes = gguf_model(path)
+    label = f"{show_path(files[0].path)} (GGUF metadata)"
+    return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)

@@ -40,7 +40,6 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.weights.json_input import open_regular, show_name
 from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
-from qkenergy.weights.source import ModelSource
 
 __all__ = [
     "GGUF_MAGIC",
@@ -52,7 +51,6 @@ __all__ = [
     "gguf_files",
     "is_gguf",
     "one_gguf",
-    "open_gguf",
     "read_header",
     "split_files",
 ]
@@ -482,12 +480,3 @@ def split_files(path: Path, header: GGUFHeader) -> list[Path]:
     if missing:
         raise QKEnergyError(f"{where}: part {missing[0]} of this {count}-part model is missing")
     return files
-
-
-def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
-    """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`."""
-    from qkenergy.weights.gguf_archs import gguf_model  # the layouts, for a GGUF file only
-
-    files, config, layout, notes = gguf_model(path)
-    label = f"{show_path(files[0].path)} (GGUF metadata)"
-    return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)

@@ -246,6 +246,12 @@ class Layout:
         A multimodal tower's name inside the checkpoint prefix (language_model, vision_tower).
     adjust : callable, optional
         ``adjust(config, layout) -> Layout``: config-dependent variants.
+    layer_shapes : tuple of LayerShape
+        Layers whose heads have another size or key-head count (:class:`LayerShape`).
+    kv_sharing : KVSharing, optional
+        Layers that attend with an earlier layer's keys (:class:`KVSharing`).
+    shared_blocks : SharedBlocks, optional
+        Attention blocks shared between layers, each use with its own adapter (:class:`SharedBlocks`).
     """
 
     query: str
