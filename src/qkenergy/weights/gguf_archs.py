@@ -45,7 +45,14 @@ from qkenergy.weights.layout import Layout
 from qkenergy.weights.safetensors_io import show_path
 from qkenergy.weights.source import ModelSource
 
-__all__ = ["BLOCK_TENSORS", "GGUF_ARCHITECTURES", "GGUFArchitecture", "gguf_model", "open_gguf", "tensor_names"]
+__all__ = [
+    "BLOCK_TENSORS",
+    "GGUF_ARCHITECTURES",
+    "GGUFArchitecture",
+    "gguf_model",
+    "open_gguf",
+    "tensor_names",
+]
 
 
 @dataclass(frozen=True)
