@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
-from qkenergy.weights.gguf_archs import open_gguf
 from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf
 from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
@@ -270,6 +269,8 @@ def _open_file(path: Path, name: str) -> ModelSource:
     if path.name == INDEX_NAME:
         return _open_dir(path.parent, name, "directory")
     if path.suffix.lower() == ".gguf" or is_gguf(path):  # ollama's blobs have no suffix
+        from qkenergy.weights.gguf_archs import open_gguf  # the GGUF layouts, for a GGUF file only
+
         return open_gguf(path, name, "file")
     return _build(path.parent, [path], name, "file")
 
@@ -284,6 +285,8 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
         return _build(root, shards, name, origin)
     ggufs = gguf_files(root)
     if ggufs:
+        from qkenergy.weights.gguf_archs import open_gguf
+
         return open_gguf(one_gguf(root, ggufs), name, origin)
     pickles = sorted(p for p in root.iterdir() if p.is_file() and _is_pickle(p))
     if pickles:

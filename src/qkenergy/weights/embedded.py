@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.gguf_archs import open_gguf
 from qkenergy.weights.safetensors_io import show_path
 from qkenergy.weights.source import ModelSource
 
@@ -75,6 +74,8 @@ def embedded_path(short: str) -> Path:
 def open_embedded(short: str) -> ModelSource:
     """An embedded GGUF model by its short name (the default MiniLM is opened by ``open_model(None)``)."""
     model = EMBEDDED_MODELS[short]
+    from qkenergy.weights.gguf_archs import open_gguf  # the GGUF layouts, for a GGUF model only
+
     source = open_gguf(embedded_path(short), model.name, "embedded")
     source.package = model.package
     return source
