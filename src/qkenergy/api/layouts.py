@@ -9,14 +9,13 @@ supported, with the counts in one sentence: ``qkenergy layouts --coverage``.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import markdown_table, print_table, rich_table
+from qkenergy.base.formatting import markdown_table, plain_text, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -72,11 +71,7 @@ class _Rows:
         -------
         str
         """
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        self.print_summary(Console(file=buffer, width=width, force_terminal=False, color_system=None))
-        return buffer.getvalue()
+        return plain_text(self.print_summary, width)
 
     def print_summary(self, console: Any = None) -> None:
         """Print the table on a rich Console (default: stdout): boxed on a terminal, plain off it.

@@ -9,7 +9,6 @@ the :class:`LobeDeparture` it returns prints the table ``qkenergy lobes`` prints
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
+from qkenergy.base.formatting import format_number, json_safe, plain_text, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -172,11 +171,7 @@ class LobeDeparture:
         -------
         str
         """
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        self.print_summary(Console(file=buffer, width=width, force_terminal=False, color_system=None))
-        return buffer.getvalue()
+        return plain_text(self.print_summary, width)
 
     def print_summary(self, console: Any = None) -> None:
         """Print the table and its note on a rich Console (default: stdout), as ``qkenergy lobes`` does.

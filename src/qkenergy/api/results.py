@@ -9,7 +9,6 @@ its settings), exactly. Those two live with :func:`qkenergy.open` in
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.analysis.analyze import Analysis as Result
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.formatting import plain_text
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -212,13 +212,7 @@ class Analysis:
         -------
         str
         """
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        self.print_summary(
-            Console(file=buffer, width=width, force_terminal=False, color_system=None), top=top
-        )
-        return buffer.getvalue()
+        return plain_text(lambda console: self.print_summary(console, top=top), width)
 
     def print_summary(self, console: Any = None, *, top: int = 5) -> None:
         """Print the summary on a rich Console: tables drawn on a terminal, plain off it.

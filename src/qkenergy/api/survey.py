@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import io
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.formatting import plain_text
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
 
@@ -159,11 +159,7 @@ class Survey:
         -------
         str
         """
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        self.print_summary(Console(file=buffer, width=width, force_terminal=False, color_system=None))
-        return buffer.getvalue()
+        return plain_text(self.print_summary, width)
 
     def print_summary(self, console: Any = None) -> None:
         """Print the summary on a rich Console (default: stdout).

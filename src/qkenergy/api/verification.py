@@ -9,13 +9,12 @@ DataFrame (:attr:`Verification.table`) or JSON records, and prints the table
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
+from qkenergy.base.formatting import format_number, json_safe, plain_text, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -153,11 +152,7 @@ class Verification:
         -------
         str
         """
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        self.print_summary(Console(file=buffer, width=width, force_terminal=False, color_system=None))
-        return buffer.getvalue()
+        return plain_text(self.print_summary, width)
 
     def print_summary(self, console: Any = None) -> None:
         """Print the checks on a rich Console (default: stdout), as ``qkenergy verify`` does.

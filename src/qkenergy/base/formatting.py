@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -129,6 +129,20 @@ def print_table(console: Console, table: Table) -> None:
         console.print(table)
     finally:
         console.width = width
+
+
+def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:
+    """What ``print_to(console)`` prints on a plain console ``width`` columns wide, as text.
+
+    The ``summary()`` of the API's results: the same text their command prints in a pipe.
+    """
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    print_to(Console(file=buffer, width=width, force_terminal=False, color_system=None))
+    return buffer.getvalue()
 
 
 def progress_bar(text: str, *, remaining: bool = False, stderr: bool = False) -> Progress:
