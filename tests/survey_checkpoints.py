@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +69,25 @@ def write_checkpoint(
     (root / "config.json").write_text(json.dumps(config))
     save_file(tensors, str(root / "model.safetensors"))
     return root
+
+
+@contextlib.contextmanager
+def thread_cluster() -> Iterator[str]:
+    """A one-worker Dask cluster of threads in this process (no processes to start): its address."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=50
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def two_model_manifest(root: Path) -> Path:
+    """A manifest of two tiny Llama checkpoints ("a", "b": 2 layers of 2 heads, N = 16) written under root."""
+    lines = []
+    for name, seed in (("a", 0), ("b", 1)):
+        model = write_checkpoint(root / name, "llama", layers=2, N=16, heads=2, head_dim=4, seed=seed)
+        lines.append(f'[[model]]\nsource = "{model}"\nname = "{name}"\n')
+    path = root / "m.toml"
+    path.write_text("\n".join(lines))
+    return path

@@ -10,31 +10,20 @@ import pytest
 
 import qkenergy as qk
 from qkenergy.surveys.dataset import load_survey
-from tests.survey_checkpoints import write_checkpoint
+from tests.survey_checkpoints import thread_cluster, two_model_manifest
 
 SPEC = qk.NullSpec(samples=50, seed=3)
 
 
 @pytest.fixture(scope="module")
 def scheduler() -> Iterator[str]:
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=50
-    ) as cluster:
-        yield cluster.scheduler_address
+    with thread_cluster() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("api-survey")
-    lines = []
-    for name, seed in (("a", 0), ("b", 1)):
-        model = write_checkpoint(root / name, "llama", layers=2, N=16, heads=2, head_dim=4, seed=seed)
-        lines.append(f'[[model]]\nsource = "{model}"\nname = "{name}"\n')
-    path = root / "m.toml"
-    path.write_text("\n".join(lines))
-    return path
+    return two_model_manifest(tmp_path_factory.mktemp("api-survey"))
 
 
 @pytest.fixture(scope="module")
