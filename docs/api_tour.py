@@ -48,7 +48,9 @@ fig = analysis.figure("symmetric_profiles")  # a matplotlib Figure; analysis.wri
 # The other commands' results, one frozen object each: .table (DataFrame), .records(), .summary().
 checks = qk.verify(samples=200)  # every claim of the mathematics checked numerically (`qkenergy verify`)
 curve = qk.lobes("pareto:1.5", ns=[10, 1000], repeats=5)  # Lemma 6's D_n along n (`qkenergy lobes`)
+random_head = qk.baseline(8, 32, samples=500)  # a random head's laws, (N+1)/(2N) (`qkenergy baseline`)
 print(checks.passed, curve.finite_second_moment, "llama" in qk.layouts().model_types)
+print(random_head.ratio_of_expectations, random_head.table.loc["pairing", "mean"].round(2))
 print(qk.coverage(["llama", "mamba", "no_such_type"]).counts)  # `qkenergy layouts --coverage`
 # Many models in one restartable run (docs/survey.md) as one object: here the MiniLM's first layer, on
 # a Dask cluster of threads in this process (by default qk.survey starts worker processes of its own).

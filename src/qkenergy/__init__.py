@@ -26,6 +26,8 @@ _LAZY = {
     "analyze": "qkenergy.api.model",
     "read": "qkenergy.api.model",
     "Analysis": "qkenergy.api.results",
+    "baseline": "qkenergy.api.baseline",
+    "Baseline": "qkenergy.api.baseline",
     "verify": "qkenergy.api.verification",
     "Verification": "qkenergy.api.verification",
     "lobes": "qkenergy.api.lobes",

@@ -22,6 +22,8 @@ def test_all_and_dir_list_the_public_names() -> None:
         "NullSpec",
         "Analysis",
         "QKEnergyError",
+        "baseline",
+        "Baseline",
         "verify",
         "Verification",
         "lobes",
