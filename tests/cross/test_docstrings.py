@@ -3,7 +3,8 @@
 The public names are derived, never listed: every name of ``qkenergy.__all__`` (with the public
 methods of its classes), every function and class of a ``qkenergy.math`` module's ``__all__`` (of the module, where it
 has none),
-what the tours users copy from (docs/api_tour.py, docs/quickstart.py) import from qkenergy, and
+every function and class of the ``__all__`` of each module of the sub-packages in
+``DOCUMENTED_PACKAGES``, what the tours users copy from (docs/api_tour.py, docs/quickstart.py) import from qkenergy, and
 the functions and classes README.md and docs/*.md name by their dotted path. For each, ``numpydoc.validate``
 must find a docstring whose Parameters section documents exactly the signature's parameters,
 and a Returns section where the function returns something.
@@ -30,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TOURS = [ROOT / "docs" / "api_tour.py", ROOT / "docs" / "quickstart.py"]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOTTED = re.compile(r"\bqkenergy(?:\.\w+)+")
+
+# Sub-packages whose modules' ``__all__`` names are all checked (walked with pkgutil); one package a line.
+DOCUMENTED_PACKAGES = (
+    "weights",
+    "base",
+)
 
 CHECKS = {
     "GL08": "no docstring",
@@ -72,6 +79,17 @@ def _documented(path: Path) -> list[Any]:
     return found
 
 
+def _package_exports() -> list[Any]:
+    """Every name of the ``__all__`` of every module of the sub-packages in DOCUMENTED_PACKAGES."""
+    found: list[Any] = []
+    for package_name in DOCUMENTED_PACKAGES:
+        package = importlib.import_module(f"qkenergy.{package_name}")
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            module = importlib.import_module(info.name)
+            found += [getattr(module, name) for name in getattr(module, "__all__", ())]
+    return found
+
+
 def public_objects() -> dict[str, Any]:
     """Canonical name -> object of every public name (see the module docstring)."""
     objects = [getattr(qkenergy, name) for name in qkenergy.__all__ if name != "__version__"]
@@ -92,6 +110,7 @@ def public_objects() -> dict[str, Any]:
                 name for name in public if getattr(vars(module)[name], "__module__", "") == module.__name__
             ]
         objects += [getattr(module, name) for name in public]
+    objects += _package_exports()
     for tour in TOURS:
         objects += _tour_imports(tour)
     for doc in DOCS:
@@ -116,6 +135,8 @@ def test_the_checked_names_cover_the_public_api() -> None:
         "qkenergy.api.results.Analysis.top",  # a method of a class of qk.__all__
         "qkenergy.analysis.nullspec.NullSpec.from_settings",  # a classmethod
         "qkenergy.formats.tables.read_table",  # named in docs/
+        "qkenergy.weights.gguf_io.read_header",  # in a module's __all__ of DOCUMENTED_PACKAGES
+        "qkenergy.base.parallel.thread_map",
     ):
         assert expected in names
     assert len(names) > 80

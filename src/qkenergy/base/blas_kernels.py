@@ -42,7 +42,18 @@ _CPUINFO_BYTES = 16384
 
 
 def first_processor(cpuinfo: str) -> dict[str, str]:
-    """The fields of the first processor's entry of /proc/cpuinfo text ("vendor_id", "cpu family", "flags", ...)."""
+    """The fields of the first processor's entry of /proc/cpuinfo text ("vendor_id", "cpu family", "flags", ...).
+
+    Parameters
+    ----------
+    cpuinfo : str
+        The text of /proc/cpuinfo.
+
+    Returns
+    -------
+    dict of str to str
+        Field name -> value (stripped), the first occurrence of each; empty when no field was found.
+    """
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, colon, value = line.partition(":")
@@ -61,6 +72,16 @@ def preferred_kernels(cpuinfo: str) -> str | None:
     avx512f); None elsewhere, where OpenBLAS's own choice stands (Zen 3 has no
     AVX-512 and gets AVX2 kernels anyway; Zen 5, family 26, runs AVX-512 at
     full width).
+
+    Parameters
+    ----------
+    cpuinfo : str
+        The text of /proc/cpuinfo (only its first processor's entry is read).
+
+    Returns
+    -------
+    str or None
+        The OpenBLAS core name ("Haswell"), or None to leave OpenBLAS's choice alone.
     """
     fields = first_processor(cpuinfo)
     zen4 = (

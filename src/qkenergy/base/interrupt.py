@@ -24,7 +24,13 @@ _deferred: list[int] | None = None  # signals that arrived inside signals_deferr
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived; ``signum`` says which."""
+    """SIGINT or SIGTERM arrived; ``signum`` says which.
+
+    Parameters
+    ----------
+    signum : int
+        The signal that arrived (``signal.SIGINT`` or ``signal.SIGTERM``); kept as ``signum``.
+    """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -36,7 +36,13 @@ _limited_at = 0  # len(sys.modules) when the last limit was set
 
 
 def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity), at least 1."""
+    """Cores this process may run on (its CPU affinity), at least 1.
+
+    Returns
+    -------
+    int
+        The number of cores in the affinity mask (``os.cpu_count()`` where there is none), at least 1.
+    """
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
@@ -44,7 +50,25 @@ def available_cores() -> int:
 
 
 def resolve_threads(threads: int | None, name: str = "threads") -> int:
-    """``threads`` checked (an integer >= 1), or every available core when None."""
+    """``threads`` checked (an integer >= 1), or every available core when None.
+
+    Parameters
+    ----------
+    threads : int or None
+        The number of threads asked for; None for every available core.
+    name : str
+        The argument's name in the error message.
+
+    Returns
+    -------
+    int
+        The number of threads, >= 1.
+
+    Raises
+    ------
+    QKEnergyError
+        ``threads`` is not an integer >= 1.
+    """
     return available_cores() if threads is None else check_integer(threads, name)
 
 
@@ -70,6 +94,11 @@ def blas_libraries() -> list[str]:
     What a table's products were computed with (the settings' ``blas``): the
     library, its version and, for OpenBLAS, the kernels it chose or was given
     (:mod:`qkenergy.base.blas_kernels`). The products' rounding depends on them.
+
+    Returns
+    -------
+    list of str
+        One description per distinct BLAS library loaded, in the order threadpoolctl finds them.
     """
     with _lock:
         found = _controller().info()
@@ -114,6 +143,20 @@ def thread_map(func: Callable[[T], R], items: Iterable[T], threads: int) -> list
 
     Items are handed out one at a time, so a core slowed by a busy neighbour
     simply takes fewer of them. With one thread (or one item) it runs inline.
+
+    Parameters
+    ----------
+    func : callable
+        Called once per item; it should release the GIL for the threads to help (numpy, BLAS).
+    items : iterable
+        The items (consumed into a list first).
+    threads : int
+        The most threads to use; <= 1 runs inline.
+
+    Returns
+    -------
+    list
+        ``func(item)`` for each item, in the items' order.
     """
     work = list(items)
     with single_threaded_blas():

@@ -31,7 +31,41 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Architecture:
-    """Attention sizes of one stack of a checkpoint (from config.json) and its layout."""
+    """Attention sizes of one stack of a checkpoint (from config.json) and its layout.
+
+    Parameters
+    ----------
+    model_type : str
+        config.json's ``model_type`` (or the type the checkpoint is read as).
+    n_layers : int
+        Layers of the stack.
+    n_heads : int
+        Query heads per layer.
+    n_kv_heads : int
+        Key heads per layer (fewer than ``n_heads`` with grouped-query attention).
+    head_dim : int
+        Dimension n of a head's query and key.
+    hidden_size : int
+        Residual width N.
+    layout : Layout
+        How the stack's tensors are named and combined.
+    key_norm : str or None
+        Cross-attention: the norm (relative name) on the output of the stack the keys read,
+        folded into W_K; None for self-attention.
+    latent : (int, int, int, int) or None
+        Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
+    layers : tuple of int or None
+        Hybrid models: the layer indices that have softmax attention; None for all ``n_layers``.
+    rope_layers : tuple of int or None
+        Models with NoPE layers: the layers that rotate; None for all of them (in a RoPE stack).
+    layer_shapes : tuple of (int, int, int)
+        (layer, key heads, head_dim) of each layer whose heads differ from ``n_kv_heads`` and ``head_dim``.
+    key_layers : tuple of (int, int)
+        KV sharing: (layer, source layer) of each layer that reuses an earlier layer's keys.
+    block_layers : tuple of (int, int, int, bool)
+        Shared attention blocks: (layer, the block's first layer, application index, whether
+        the application has adapters of its own).
+    """
 
     model_type: str
     n_layers: int
@@ -174,6 +208,27 @@ def family_of(
     config says; ``layout`` (a Layout, e.g. from
     :func:`qkenergy.weights.layout_toml.load_layout`, or a whole Family) is used
     as given, for an architecture qkenergy does not ship.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    source : str
+        The config file's name in error messages.
+    model_type : str or None
+        A supported type to read the checkpoint as; None for the config's own.
+    layout : Layout or Family or None
+        A layout (or family) used as given; None to look the type up.
+
+    Returns
+    -------
+    (str, Family)
+        The model type ("custom" for a given layout with no type) and its family.
+
+    Raises
+    ------
+    QKEnergyError
+        ``model_type`` is not supported, or the config's ``model_type`` is missing or not supported.
     """
     if model_type is not None:
         if model_type not in FAMILIES:
@@ -468,6 +523,28 @@ def architectures(
 
     ``model_type`` and ``layout`` override the lookup of the config's ``model_type``
     (see :func:`family_of`). ``source`` names the config file in error messages.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    source : str
+        The config file's name in error messages.
+    model_type : str or None
+        Read the checkpoint as this supported type (see :func:`family_of`).
+    layout : Layout or Family or None
+        A layout used as given (see :func:`family_of`).
+
+    Returns
+    -------
+    tuple of Architecture
+        In the family's stack order; a stack whose config section is null is left out while
+        another remains.
+
+    Raises
+    ------
+    QKEnergyError
+        An unsupported or missing ``model_type``, or a size missing from or invalid in the config.
     """
     mt, family = family_of(config, source, model_type=model_type, layout=layout)
     # A tower whose config section is null (transformers writes "vision_config": null for a
@@ -501,6 +578,28 @@ def architecture(
 
     ``source`` names the config file in error messages (e.g. its full path);
     ``model_type`` and ``layout`` as for :func:`family_of`.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    source : str
+        The config file's name in error messages.
+    stack : str or None
+        The stack's name ("encoder", "decoder", ...); None for a single-stack model.
+    model_type : str or None
+        Read the checkpoint as this supported type (see :func:`family_of`).
+    layout : Layout or Family or None
+        A layout used as given (see :func:`family_of`).
+
+    Returns
+    -------
+    Architecture
+
+    Raises
+    ------
+    QKEnergyError
+        The model has no such stack, has several and none was named, or as :func:`architectures`.
     """
     archs = architectures(config, source, model_type=model_type, layout=layout)
     if stack is None and len(archs) == 1:

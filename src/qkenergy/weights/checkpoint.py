@@ -71,6 +71,28 @@ def open_model(
 
     ``config``: the config dict of a mapping of arrays (see :mod:`qkenergy.weights.in_memory`).
     ``revision`` (branch, tag or commit): the snapshot of a hub id or cache folder (default: main).
+
+    Parameters
+    ----------
+    model : object
+        None (the embedded MiniLM), an embedded model's short name, a .safetensors or .gguf
+        file, a checkpoint directory, a Hugging Face cache folder, a hub id, or a mapping of
+        arrays (or a torch module).
+    config : mapping or None
+        The config of a mapping of arrays; only for one.
+    revision : str or None
+        The hub snapshot (branch, tag or commit) of a hub id or cache folder.
+
+    Returns
+    -------
+    ModelSource
+        Close it (or use ``with``) to release the memory maps.
+
+    Raises
+    ------
+    QKEnergyError
+        A path that does not exist or cannot be read, an argument that does not apply to the
+        kind of model (``config``, ``revision``), or a checkpoint that cannot be read.
     """
     from qkenergy.weights import in_memory
 

@@ -84,7 +84,20 @@ def coverage(
     model_types: Iterable[str], families: Mapping[str, Family] | None = None
 ) -> list[dict[str, str]]:
     """One row per model_type (sorted): its status and, for ``supported`` the class that proves it,
-    for ``not bilinear`` the reason (columns COVERAGE_COLUMNS)."""
+    for ``not bilinear`` the reason (columns COVERAGE_COLUMNS).
+
+    Parameters
+    ----------
+    model_types : iterable of str
+        The model types to classify (duplicates are counted once).
+    families : mapping of str to Family or None
+        The supported families; None for the ones qkenergy ships.
+
+    Returns
+    -------
+    list of dict of str to str
+        Rows with the keys ``model_type``, ``status`` and ``detail``.
+    """
     known = FAMILIES if families is None else families
     rows = []
     for model_type in sorted(set(model_types)):
@@ -100,7 +113,18 @@ def coverage(
 
 
 def coverage_counts(rows: Iterable[Mapping[str, str]]) -> dict[str, int]:
-    """How many rows have each status (every status of STATUSES, zero included)."""
+    """How many rows have each status (every status of STATUSES, zero included).
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        Rows of :func:`coverage` (their ``status``).
+
+    Returns
+    -------
+    dict of str to int
+        Status -> number of rows.
+    """
     counts = dict.fromkeys(STATUSES, 0)
     for row in rows:
         counts[row["status"]] += 1
@@ -108,7 +132,19 @@ def coverage_counts(rows: Iterable[Mapping[str, str]]) -> dict[str, int]:
 
 
 def coverage_line(rows: Iterable[Mapping[str, str]], where: str) -> str:
-    """The counts in one sentence (the README's line): ``where`` names the list, e.g. its transformers."""
+    """The counts in one sentence (the README's line): ``where`` names the list, e.g. its transformers.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        Rows of :func:`coverage`.
+    where : str
+        What the list of model types is, in the sentence.
+
+    Returns
+    -------
+    str
+    """
     rows = list(rows)
     counts = coverage_counts(rows)
     return (

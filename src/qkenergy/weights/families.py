@@ -1214,7 +1214,13 @@ FAMILIES.update(
 
 
 def supported_model_types() -> list[str]:
-    """The config.json ``model_type`` values qkenergy can read."""
+    """The config.json ``model_type`` values qkenergy can read.
+
+    Returns
+    -------
+    list of str
+        Sorted.
+    """
     return sorted(FAMILIES)
 
 
@@ -1235,6 +1241,16 @@ def describe_families(families: Mapping[str, Family] | None = None) -> list[dict
     ``stacks`` is "-" for single-stack models; ``positional`` lists each stack's kind
     (the default variant where the config can choose); ``proven by`` names the
     transformers class whose attention scores the layout reproduces.
+
+    Parameters
+    ----------
+    families : mapping of str to Family or None
+        The families to list; None for the ones qkenergy ships.
+
+    Returns
+    -------
+    list of dict of str to str
+        Sorted by ``model_type``, one key per column.
     """
     rows = []
     for model_type, family in sorted((families or FAMILIES).items()):
