@@ -57,7 +57,23 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GGUFArchitecture:
-    """How one llama.cpp architecture maps onto a qkenergy family (see the module docstring)."""
+    """How one llama.cpp architecture maps onto a qkenergy family (see the module docstring).
+
+    Parameters
+    ----------
+    model_type : str
+        The supported ``model_type`` whose layout reads the architecture.
+    permuted : bool
+        The converter permuted each head's query and key rows for adjacent-pair rotation.
+    gains_hold_one : bool
+        The norm gains are stored as 1 + w, so the layout's norm offsets are 0.
+    rope_interleave : bool
+        The rotation pairs adjacent rows as stored.
+    swa_pattern : int or None
+        Every ``swa_pattern``-th layer has full attention, the others a sliding window; None: no pattern.
+    swa_theta : float
+        The RoPE base of the sliding-window layers.
+    """
 
     model_type: str
     permuted: bool = False
@@ -127,7 +143,18 @@ _LATENT_KEYS: dict[str, str] = {
 
 
 def tensor_names(gguf_names: list[str]) -> dict[str, str]:
-    """GGUF tensor name -> the name a layout reads, for the tensors :data:`BLOCK_TENSORS` covers."""
+    """GGUF tensor name -> the name a layout reads, for the tensors :data:`BLOCK_TENSORS` covers.
+
+    Parameters
+    ----------
+    gguf_names : list of str
+        The tensor names of the file(s).
+
+    Returns
+    -------
+    dict of str to str
+        Only the renamed tensors (block tensors of ``BLOCK_TENSORS`` and the top-level ones).
+    """
     out: dict[str, str] = {}
     for name in gguf_names:
         parts = name.split(".")
@@ -285,7 +312,30 @@ def _quantization(types: list[str]) -> dict[str, Any] | None:
 
 
 def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, dict[str, Any]]:
-    """(GGUFFile of each part, config dict, layout or None, notes for the settings) of a GGUF file."""
+    """(GGUFFile of each part, config dict, layout or None, notes for the settings) of a GGUF file.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The GGUF file (any part of a split model).
+
+    Returns
+    -------
+    files : list of GGUFFile
+        One per part, in order, reading tensors under the layouts' names.
+    config : dict
+        The config.json equivalent built from the metadata.
+    layout : Layout or None
+        The layout the file needs, or None where the family's own applies.
+    notes : dict
+        ``gguf`` (version, architecture, tensor types, parts, ...) and ``quantization``.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is not a readable GGUF file, a part is missing, or its architecture or
+        metadata is not supported.
+    """
     from collections import Counter
 
     header = read_header(path)
@@ -317,7 +367,26 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
 
 
 def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
-    """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`."""
+    """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The GGUF file (any part of a split model).
+    name : str
+        The model's name as given.
+    origin : str
+        Where it comes from ("file", "directory", "embedded", ...).
+
+    Returns
+    -------
+    ModelSource
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`gguf_model`.
+    """
     files, config, layout, notes = gguf_model(path)
     label = f"{show_path(files[0].path)} (GGUF metadata)"
     return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)

@@ -93,7 +93,18 @@ _PLAIN = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I8": "i1", "I16": "<i2", "I
 
 
 def is_gguf(path: Path) -> bool:
-    """Whether the file starts with the GGUF magic (a ``.gguf`` file, or an ollama blob ``sha256-...``)."""
+    """Whether the file starts with the GGUF magic (a ``.gguf`` file, or an ollama blob ``sha256-...``).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+
+    Returns
+    -------
+    bool
+        False also for a file that cannot be read or is not a regular file.
+    """
     try:
         with open_regular(path, show_path(path)) as fh:
             return fh.read(4) == GGUF_MAGIC
@@ -103,7 +114,15 @@ def is_gguf(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class GGUFArray:
-    """A long array value (a tokenizer's vocabulary): its item type and length, its items not kept."""
+    """A long array value (a tokenizer's vocabulary): its item type and length, its items not kept.
+
+    Parameters
+    ----------
+    item_type : str
+        The GGUF value type of its items.
+    count : int
+        Its length.
+    """
 
     item_type: str
     count: int
@@ -114,6 +133,21 @@ class GGUFTensorInfo:
     """One tensor of the table: ``shape`` in numpy order (outermost first); ``begin``/``end`` absolute offsets.
 
     ``name`` is the name the tensor is read under (see :class:`GGUFFile`), ``gguf_name`` its name in the file.
+
+    Parameters
+    ----------
+    name : str
+        The name the tensor is read under.
+    gguf_name : str
+        Its name in the file.
+    dtype : str
+        The ggml type's name: F32, F16, BF16, Q4_1, Q4_K, IQ2_XS, ...
+    type_code : int
+        The ggml type's number.
+    shape : tuple of int
+        In numpy order (outermost first).
+    begin, end : int
+        Absolute byte offsets of its data in the file.
     """
 
     name: str
@@ -144,7 +178,21 @@ class GGUFTensorInfo:
 
 @dataclass(frozen=True)
 class GGUFHeader:
-    """What the header of a GGUF file holds: its version, key-value metadata and tensor table."""
+    """What the header of a GGUF file holds: its version, key-value metadata and tensor table.
+
+    Parameters
+    ----------
+    version : int
+        The GGUF format version.
+    fields : dict of str to object
+        Key -> value (int, float, bool, str, tuple, or :class:`GGUFArray` for long arrays).
+    tensors : list of GGUFTensorInfo
+        The tensor table in file order (``name`` is ``gguf_name`` here).
+    data_start : int
+        The first byte of the data section.
+    size : int
+        The file's size when the header was read.
+    """
 
     version: int
     fields: dict[str, Any]  # key -> value (int, float, bool, str, tuple, or GGUFArray for long arrays)
@@ -252,7 +300,23 @@ class _Cursor:
 
 
 def read_header(path: Path) -> GGUFHeader:
-    """The version, metadata and tensor table of a GGUF file, each entry checked; one-line errors."""
+    """The version, metadata and tensor table of a GGUF file, each entry checked; one-line errors.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The GGUF file.
+
+    Returns
+    -------
+    GGUFHeader
+
+    Raises
+    ------
+    QKEnergyError
+        Not a regular little-endian GGUF file of a known version, or a truncated or
+        inconsistent header (counts, types, alignment, tensor offsets).
+    """
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     where = show_path(path)
@@ -360,6 +424,20 @@ class GGUFFile(SafetensorsFile):
     Face ``model.layers.0.self_attn.q_proj.weight`` that the layouts name.
     Plain types (F32, F16, BF16, ...) come back as stored; the others
     dequantised to float32 by the ``gguf`` package.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    header : GGUFHeader
+        Its header (from :func:`read_header`).
+    names : dict of str to str
+        GGUF name -> the name the tensor is read under.
+
+    Raises
+    ------
+    QKEnergyError
+        Two tensors would be read under the same name.
     """
 
     _index: dict[str, GGUFTensorInfo]  # type: ignore[assignment]
@@ -408,7 +486,18 @@ class GGUFFile(SafetensorsFile):
 
 
 class GGUFTensors(TensorSource):
-    """The tensors of a GGUF model (one file, or the parts of a split one)."""
+    """The tensors of a GGUF model (one file, or the parts of a split one).
+
+    Parameters
+    ----------
+    files : iterable of GGUFFile
+        The file, or each part of a split model.
+
+    Raises
+    ------
+    QKEnergyError
+        A tensor name appears in two parts, or no file is given.
+    """
 
     def quantization_of(self, name: str) -> str:
         """How tensor ``name`` is stored, for the heads read from it: "GGUF Q4_1", ...; "" for plain types."""
@@ -438,7 +527,18 @@ def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray
 
 
 def gguf_files(root: Path) -> list[Path]:
-    """The GGUF files of a directory: its ``*.gguf``, else the GGUF blobs of an ollama ``blobs`` folder."""
+    """The GGUF files of a directory: its ``*.gguf``, else the GGUF blobs of an ollama ``blobs`` folder.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The directory.
+
+    Returns
+    -------
+    list of pathlib.Path
+        Sorted; empty when there is none.
+    """
     found = sorted(p for p in root.glob("*.gguf") if p.is_file())
     return found or [p for p in sorted(root.glob("sha256-*")) if p.is_file() and is_gguf(p)]
 
@@ -450,7 +550,24 @@ def _split_parts(path: Path) -> tuple[str, int, int] | None:
 
 
 def one_gguf(root: Path, found: list[Path]) -> Path:
-    """The one GGUF file of a directory (or the first part of one split model), or a one-line error."""
+    """The one GGUF file of a directory (or the first part of one split model), or a one-line error.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The directory (for the message).
+    found : list of pathlib.Path
+        Its GGUF files (from :func:`gguf_files`), sorted.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    QKEnergyError
+        Several GGUF files that are not the parts of one split model.
+    """
     named = [parts for parts in map(_split_parts, found) if parts is not None]
     if len(found) == 1 or (
         len(named) == len(found) and len({(p[0], p[2]) for p in named}) == 1 and named[0][2] == len(found)
@@ -464,6 +581,22 @@ def split_files(path: Path, header: GGUFHeader) -> list[Path]:
     """Every part of a model split by llama.cpp's gguf-split (``split.count`` > 1), in order; else [path].
 
     The metadata lives in the first part: a later part given is read from the first.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file given.
+    header : GGUFHeader
+        Its header (its ``split.count``).
+
+    Returns
+    -------
+    list of pathlib.Path
+
+    Raises
+    ------
+    QKEnergyError
+        A part not named as gguf-split names them, or a part missing.
     """
     count = header.fields.get("split.count", 1)
     if count == 1:

@@ -58,6 +58,23 @@ def to_numpy(value: Any, what: str = "tensor") -> np.ndarray:
     torch bfloat16 (which numpy cannot take) is viewed through its 16-bit
     pattern as ``ml_dtypes.bfloat16``; a tensor on an accelerator is first
     copied to the CPU (that tensor only, same dtype).
+
+    Parameters
+    ----------
+    value : array_like or torch.Tensor
+        The tensor.
+    what : str
+        What it is, in error messages.
+
+    Returns
+    -------
+    ndarray
+        Same shape and dtype (torch bfloat16 as ``ml_dtypes.bfloat16``).
+
+    Raises
+    ------
+    QKEnergyError
+        The value cannot be read as an array.
     """
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
         tensor = value.detach()
@@ -85,6 +102,20 @@ class ArrayTensors:
 
     ``tensors`` maps each name to an array, or to a zero-argument callable
     returning one (computed when asked for: TransformerLens weights).
+
+    Parameters
+    ----------
+    tensors : mapping of str to array or callable
+        Name -> array (numpy array or torch tensor), or a zero-argument callable returning one.
+    location : str
+        What the tensors are, in error messages.
+    shapes : mapping of str to tuple of int or None
+        The shapes of tensors given as callables, so that they are known without computing them.
+
+    Raises
+    ------
+    QKEnergyError
+        A tensor name is not a string.
     """
 
     def __init__(
@@ -143,14 +174,41 @@ class ArrayTensors:
 
 
 def is_in_memory(model: object) -> bool:
-    """Whether ``model`` is an in-memory model rather than a path, hub id or None."""
+    """Whether ``model`` is an in-memory model rather than a path, hub id or None.
+
+    Parameters
+    ----------
+    model : object
+        The ``model`` argument.
+
+    Returns
+    -------
+    bool
+    """
     return (
         model is not None and not isinstance(model, str | bytes | Path) and not hasattr(model, "__fspath__")
     )
 
 
 def open_in_memory(model: Any, config: Mapping[str, Any] | None = None) -> ModelSource:
-    """A :class:`ModelSource` over an in-memory model (see the module docstring)."""
+    """A :class:`ModelSource` over an in-memory model (see the module docstring).
+
+    Parameters
+    ----------
+    model : object
+        A transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor names to arrays.
+    config : mapping or None
+        The config.json dict of a mapping of arrays (with ``model_type``); only for one.
+
+    Returns
+    -------
+    ModelSource
+
+    Raises
+    ------
+    QKEnergyError
+        A model of another kind, a mapping without ``config``, or a ``config`` where the model has its own.
+    """
     if _is_transformer_lens(model):
         if config is not None:
             raise QKEnergyError(

@@ -61,6 +61,25 @@ def open_regular(path: str | os.PathLike[str], where: str, limit: int | None = N
 
     The open is non-blocking and the check is fstat on the open descriptor, so a
     FIFO, a device or a symlink to one is refused without waiting or reading.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    where : str
+        The file as shown in messages.
+    limit : int or None
+        The largest size accepted, in bytes; None for no limit.
+
+    Returns
+    -------
+    file object
+        Binary, blocking; the caller closes it.
+
+    Raises
+    ------
+    QKEnergyError
+        The file cannot be opened, is not a regular file, or is larger than ``limit``.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -80,7 +99,28 @@ def open_regular(path: str | os.PathLike[str], where: str, limit: int | None = N
 
 
 def read_bytes(path: str | os.PathLike[str], where: str, what: str, limit: int) -> bytes:
-    """The bytes of regular file ``path`` (at most ``limit``); one-line QKEnergyError otherwise."""
+    """The bytes of regular file ``path`` (at most ``limit``); one-line QKEnergyError otherwise.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    where : str
+        The file as shown in messages.
+    what : str
+        What the file is, in messages.
+    limit : int
+        The largest size accepted, in bytes.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    QKEnergyError
+        The file cannot be read, is not a regular file, or is larger than ``limit``.
+    """
     try:
         with open_regular(path, where, limit) as fh:
             raw = fh.read(limit + 1)
@@ -92,7 +132,28 @@ def read_bytes(path: str | os.PathLike[str], where: str, what: str, limit: int) 
 
 
 def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int) -> dict[str, Any]:
-    """The JSON object in file ``path`` (at most ``limit`` bytes); one-line QKEnergyError otherwise."""
+    """The JSON object in file ``path`` (at most ``limit`` bytes); one-line QKEnergyError otherwise.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    where : str
+        The file as shown in messages.
+    what : str
+        What the file is, in messages.
+    limit : int
+        The largest size accepted, in bytes.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`read_bytes` and :func:`parse_object`.
+    """
     return parse_object(read_bytes(path, where, what, limit), where, what)
 
 
@@ -102,7 +163,18 @@ def _depth(raw: bytes) -> int:
 
 
 def bracket_depth(text_bytes: bytes) -> int:
-    """Deepest nesting of [ and { in ``text_bytes`` (strings already removed), counted vectorised."""
+    """Deepest nesting of [ and { in ``text_bytes`` (strings already removed), counted vectorised.
+
+    Parameters
+    ----------
+    text_bytes : bytes
+        JSON text with its strings removed.
+
+    Returns
+    -------
+    int
+        0 when there is no bracket.
+    """
     text = np.frombuffer(text_bytes, np.uint8)
     opens, closes = np.isin(text, _OPEN), np.isin(text, _CLOSE)
     marks = np.flatnonzero(opens | closes)
@@ -119,7 +191,26 @@ def _parse_int(text: str) -> int:
 
 
 def parse_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
-    """Parse ``raw`` (UTF-8 JSON) into a dict, with the depth and integer bounds of this module."""
+    """Parse ``raw`` (UTF-8 JSON) into a dict, with the depth and integer bounds of this module.
+
+    Parameters
+    ----------
+    raw : bytes
+        The JSON text.
+    where : str
+        The file, in messages.
+    what : str
+        What the text is ("config.json", "the header", ...), in messages.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`parse_value`, or the value is not an object.
+    """
     data = parse_value(raw, where, what)
     if not isinstance(data, dict):
         raise QKEnergyError(f"{where}: {what} must be a JSON object, got {json_type(data)}")
@@ -127,7 +218,28 @@ def parse_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
 
 
 def parse_value(raw: bytes, where: str, what: str) -> Any:
-    """Parse ``raw`` (UTF-8 JSON: any value) with the depth and integer bounds of this module."""
+    """Parse ``raw`` (UTF-8 JSON: any value) with the depth and integer bounds of this module.
+
+    Parameters
+    ----------
+    raw : bytes
+        The JSON text.
+    where : str
+        The file, in messages.
+    what : str
+        What the text is, in messages.
+
+    Returns
+    -------
+    object
+        The parsed value.
+
+    Raises
+    ------
+    QKEnergyError
+        Not valid UTF-8 JSON, nested more than ``MAX_DEPTH`` levels, or an integer longer than
+        ``MAX_INT_DIGITS`` digits.
+    """
     if _depth(raw) > MAX_DEPTH:
         raise QKEnergyError(f"{where}: {what} is nested more than {MAX_DEPTH} levels deep")
     try:
@@ -147,7 +259,18 @@ def parse_value(raw: bytes, where: str, what: str) -> Any:
 
 
 def json_type(value: object) -> str:
-    """The JSON type of a parsed value, for a message: 'an object', 'an array', 'a string', ..., 'null'."""
+    """The JSON type of a parsed value, for a message: 'an object', 'an array', 'a string', ..., 'null'.
+
+    Parameters
+    ----------
+    value : object
+        A parsed JSON value.
+
+    Returns
+    -------
+    str
+        The Python type's name for a value JSON has no type for.
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -161,7 +284,17 @@ def json_type(value: object) -> str:
 
 
 def describe(value: object) -> str:
-    """A bad value for a message: short scalars by value, everything else by JSON type."""
+    """A bad value for a message: short scalars by value, everything else by JSON type.
+
+    Parameters
+    ----------
+    value : object
+        A parsed JSON value.
+
+    Returns
+    -------
+    str
+    """
     if isinstance(value, bool | int | float) or value is None:
         text = json.dumps(value)
         return text if len(text) <= 24 else json_type(value)
@@ -171,12 +304,44 @@ def describe(value: object) -> str:
 
 
 def show_name(name: str, limit: int = 120) -> str:
-    """A name read from a file (tensor, key), quoted, cut to ``limit`` characters."""
+    """A name read from a file (tensor, key), quoted, cut to ``limit`` characters.
+
+    Parameters
+    ----------
+    name : str
+        The name.
+    limit : int
+        The most characters shown; a longer name ends in "...".
+
+    Returns
+    -------
+    str
+    """
     return repr(name) if len(name) <= limit else repr(name[:limit]) + "..."
 
 
 def get_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
-    """``obj[key]`` if it is a string, None if absent; else one line naming ``where`` and ``key``."""
+    """``obj[key]`` if it is a string, None if absent; else one line naming ``where`` and ``key``.
+
+    Parameters
+    ----------
+    obj : mapping
+        A parsed JSON object.
+    key : str
+        The field.
+    where : str
+        The file, in the message.
+
+    Returns
+    -------
+    str or None
+        None when the field is absent or null.
+
+    Raises
+    ------
+    QKEnergyError
+        The field is present and not a string.
+    """
     value = obj.get(key)
     if value is None or isinstance(value, str):
         return value
@@ -184,7 +349,28 @@ def get_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
 
 
 def get_bool(obj: Mapping[str, Any], key: str, where: str, *, default: bool) -> bool:
-    """``obj[key]`` if it is a boolean, ``default`` if absent or null; else one line naming the field."""
+    """``obj[key]`` if it is a boolean, ``default`` if absent or null; else one line naming the field.
+
+    Parameters
+    ----------
+    obj : mapping
+        A parsed JSON object.
+    key : str
+        The field.
+    where : str
+        The file, in the message.
+    default : bool
+        The value when the field is absent or null.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    QKEnergyError
+        The field is present and not a boolean.
+    """
     value = obj.get(key)
     if value is None:
         return default
@@ -196,7 +382,31 @@ def get_bool(obj: Mapping[str, Any], key: str, where: str, *, default: bool) -> 
 def get_int(
     obj: Mapping[str, Any], key: str, where: str, *, minimum: int = 0, maximum: int | None = None
 ) -> int | None:
-    """``obj[key]`` if it is an integer in [minimum, maximum], None if absent; else one line naming the field."""
+    """``obj[key]`` if it is an integer in [minimum, maximum], None if absent; else one line naming the field.
+
+    Parameters
+    ----------
+    obj : mapping
+        A parsed JSON object.
+    key : str
+        The field.
+    where : str
+        The file, in the message.
+    minimum : int
+        The least value accepted.
+    maximum : int or None
+        The largest value accepted; None for no bound.
+
+    Returns
+    -------
+    int or None
+        None when the field is absent or null.
+
+    Raises
+    ------
+    QKEnergyError
+        The field is present and not an integer (a boolean included) in [minimum, maximum].
+    """
     value = obj.get(key)
     if value is None:
         return None
