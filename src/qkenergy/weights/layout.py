@@ -75,6 +75,19 @@ class LayerPattern:
     - ``cycle``: as ``types``, the list repeated over the layers (recurrent_gemma's block_types);
     - ``first``: as ``types``, only the first layer that belongs (one attention block shared by
       every layer that belongs, zamba: its weights, and so its form, are the same at each).
+
+    Parameters
+    ----------
+    key : str
+        The config.json key (a dotted path reaches into a sub-dict).
+    kind : {"types", "indices", "period", "cycle", "first"}
+        How its value is read (see above).
+    members : tuple of str
+        The entries that belong (``types``, ``cycle``, ``first``); empty: every truthy entry.
+    base : int
+        The index of the first layer (``indices``).
+    offset_key : str or None
+        The config.json key of the offset (``period``).
     """
 
     key: str
@@ -95,6 +108,17 @@ class LayerShape:
     config: the stack's size; ignored when the config has transformers' ``per_layer_config``,
     which then gives the sizes of every layer), and ``kv_heads_factor`` multiplies their
     key-head count whatever gave it.
+
+    Parameters
+    ----------
+    layers : LayerPattern
+        The layers whose heads differ.
+    head_dim_key : str or None
+        The config.json key of their head dimension; None: the stack's.
+    kv_heads_key : str or None
+        The config.json key of their key-head count; None: the stack's.
+    kv_heads_factor : int
+        What their key-head count is multiplied by.
     """
 
     layers: LayerPattern
@@ -112,6 +136,13 @@ class KVSharing:
     from that layer's own input. Its score pairs its queries with those keys, so its form is
     ``W_K(source)^T W_Q(layer)``, read with the source layer's key projection, key norm and
     (with fold-norm) the source layer's input norm on the key side.
+
+    Parameters
+    ----------
+    count_key : str
+        The config.json key of the number of last layers that share keys.
+    types_key : str
+        The config.json key of the per-layer attention types.
     """
 
     count_key: str = "num_kv_shared_layers"
@@ -128,6 +159,15 @@ class SharedBlocks:
     low-rank adapter of its own to the query and key projections: ``W_Q(k) = W_Q + B_k A_k``,
     the tensors named by ``query_adapter`` / ``key_adapter`` (down A, then up B; ``{i}`` is the
     block's first layer, ``{k}`` the application's index), so each application has its own form.
+
+    Parameters
+    ----------
+    blocks_key : str
+        The config.json key of the number of shared blocks.
+    adapter_key : str
+        The config.json key that says whether each application has its own adapters.
+    query_adapter, key_adapter : (str, str) or None
+        The names of the adapter's down (A) and up (B) tensors of the query and key projections.
     """
 
     blocks_key: str = "num_mem_blocks"
@@ -147,6 +187,23 @@ class QKNorm:
     mean of the normalised entries, a fixed linear projection P that is folded too:
     W -> diag(g) P W. A norm without learned gains (llama4's L2 norm: ``query`` and ``key``
     None) leaves the form unchanged: nothing is folded.
+
+    Parameters
+    ----------
+    query : str or None
+        The gain of the query norm (relative name; "{h}" in it: each head has its own norm).
+    key : str or None
+        The gain of the key norm; None for both: a norm without learned gains, nothing folded.
+    scope : {"head", "projection", "head_rows"}
+        What is normalised together: each head's n entries (gain (n,), or one per head with
+        "{h}"), the whole projection's H*n entries (gain (H*n,)), or each head with its gains
+        stored as one (H, n) tensor.
+    offset : float
+        Added to the stored gains (1 for an RMSNorm that multiplies by 1 + w).
+    centred : bool
+        A LayerNorm (subtracts the mean) rather than an RMSNorm.
+    after_rope : bool
+        The norm acts after the rotary embedding: the form read is that of two tokens at position 0.
     """
 
     query: str | None  # gain of the query norm; "{h}" in the name: each head has its own norm
@@ -173,6 +230,19 @@ class LatentAttention:
     (d_rope rows), concatenated into one form at offset 0. The layout's ``query`` names
     W_QA (or the plain query projection when the model has no query latent: q_lora_rank
     null) and its ``key`` names W_KVA.
+
+    Parameters
+    ----------
+    query_norm : str or None
+        The norm on the query latent (gain g_Q); None when the model has no query latent.
+    query_up : str or None
+        W_QB, the query up-projection; None with no query latent.
+    key_norm : str
+        The norm on the key latent c_K (gain g_K).
+    key_up : str
+        W_KVB, the key-value up-projection.
+    nope_key, rope_key, value_key, rank_key : str
+        The config.json keys of d_nope, d_rope, the value head size and the key latent's rank r.
     """
 
     query_norm: str | None  # None: no query latent
@@ -311,7 +381,21 @@ class Layout:
 
 @dataclass(frozen=True)
 class Family:
-    """Everything qkenergy knows about one config.json ``model_type``."""
+    """Everything qkenergy knows about one config.json ``model_type``.
+
+    Parameters
+    ----------
+    stacks : tuple of Layout
+        One layout per attention stack.
+    models : str
+        Examples of checkpoints of the family, for ``qkenergy layouts``.
+    note : str
+        What a user must know about the rows, printed with the analysis.
+    proof : str
+        The transformers attention class whose scores the layout is proven to reproduce; "" when none.
+    variants : str
+        The config-dependent variants, for ``qkenergy layouts`` (e.g. "alibi if alibi: true").
+    """
 
     stacks: tuple[Layout, ...]
     models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`

@@ -46,13 +46,45 @@ __all__ = ["layout_from_mapping", "load_layout"]
 
 
 def load_layout(path: str | os.PathLike[str]) -> Layout:
-    """The :class:`Layout` a TOML file describes; one-line QKEnergyError naming the file and key."""
+    """The :class:`Layout` a TOML file describes; one-line QKEnergyError naming the file and key.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The TOML file.
+
+    Returns
+    -------
+    Layout
+
+    Raises
+    ------
+    QKEnergyError
+        The file cannot be read, is not valid TOML, or does not describe a layout.
+    """
     where = show_path(path)
     return layout_from_mapping(read_toml(path, where, "the layout file"), where)
 
 
 def layout_from_mapping(data: Mapping[str, Any], where: str = "layout") -> Layout:
-    """A :class:`Layout` from a parsed TOML table (``where`` names it in messages)."""
+    """A :class:`Layout` from a parsed TOML table (``where`` names it in messages).
+
+    Parameters
+    ----------
+    data : mapping
+        The parsed TOML table (the Layout's fields, nested tables for its parts).
+    where : str
+        What the table is, in messages.
+
+    Returns
+    -------
+    Layout
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown key, a missing field, or a value of the wrong type, named by its key.
+    """
     layout: Layout = _build(Layout, data, where, "")
     return layout
 

@@ -92,6 +92,27 @@ def unpack_fields(packed: np.ndarray, bits: int, axis: int, order: Sequence[int]
     entries of ``axis`` per word: field k of word w is bits [k*bits, (k+1)*bits)
     of w and lands at index w * 32/bits + k, or, with ``order`` (a permutation
     of the fields of a word), field order[k] lands there. Returns C-ordered uint8.
+
+    Parameters
+    ----------
+    packed : ndarray of int32 or uint32
+        The words.
+    bits : int
+        Bits per field (2, 4 or 8).
+    axis : int
+        The axis the fields unpack along (its length grows 32/bits times).
+    order : sequence of int or None
+        A permutation of a word's fields; None: low bits first.
+
+    Returns
+    -------
+    ndarray of uint8
+        ``packed``'s shape with ``axis`` 32/bits times longer.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` is not 2, 4 or 8, or the words are not 32-bit integers.
     """
     if bits not in _PACKED_BITS:
         raise ValueError(f"bits must be one of {_PACKED_BITS}, got {bits}")
@@ -122,6 +143,16 @@ def product_dtype(scale_dtype: np.dtype) -> np.dtype:
     q - z is a small integer (or a float8 value), exact in float32, and a float32 product of two
     float32 numbers is the exact product rounded once; float64 scales (rare) would be rounded
     before the product, so they are multiplied in float64 and the product rounded to float32.
+
+    Parameters
+    ----------
+    scale_dtype : numpy.dtype
+        The stored scales' dtype.
+
+    Returns
+    -------
+    numpy.dtype
+        float64 for float64 scales, else float32.
     """
     return np.dtype(np.float64 if _code(scale_dtype) == "F64" else np.float32)
 
@@ -152,6 +183,29 @@ def dequantize_grid(
     (in,) replaces j // columns_per_scale (GPTQ's g_idx). Returns C-ordered
     float32, each entry the exact value rounded once (``product_dtype``): exact
     whenever it fits, as with 16-bit scales (8-bit values times 11-bit significands).
+
+    Parameters
+    ----------
+    values : (out, in) ndarray
+        The stored integers or float8 values.
+    scale : (R, C) ndarray
+        One scale per block.
+    zero : (R, C) ndarray or None
+        One zero point per block; None: 0.
+    rows_per_scale, columns_per_scale : int or None
+        The block's size along each axis; None: the whole axis.
+    column_group : (in,) ndarray of int or None
+        Each column's block index along the columns, replacing j // columns_per_scale.
+
+    Returns
+    -------
+    (out, in) ndarray of float32
+        C-ordered.
+
+    Raises
+    ------
+    ValueError
+        The scales or zeros do not fit the weight's shape in blocks of that size.
     """
     rows, cols = values.shape
     dtype = product_dtype(scale.dtype)
@@ -213,6 +267,27 @@ def dequantize_gptq(
     (groups, out * bits/32) unpacked along its columns, plus ``zero_offset``
     (1 for checkpoint_format gptq, which stores z - 1; 0 for gptq_v2); g(i) =
     g_idx[i] (act-order) or i // group_size (group_size -1: one group).
+
+    Parameters
+    ----------
+    qweight : (in * bits/32, out) ndarray of int32
+        The packed weights.
+    qzeros : (groups, out * bits/32) ndarray of int32
+        The packed zero points.
+    scales : (groups, out) ndarray
+        The scales.
+    g_idx : (in,) ndarray of int or None
+        Each input column's group (act-order); None: i // group_size.
+    bits : int
+        Bits per field (2, 4 or 8).
+    group_size : int
+        Input columns per group; -1: one group.
+    zero_offset : int
+        Added to the stored zero points (1 for gptq, 0 for gptq_v2).
+
+    Returns
+    -------
+    (out, in) ndarray of float32
     """
     # the words transposed (a small copy) unpack straight into W's C order
     q = unpack_fields(qweight.T, bits, axis=1)
@@ -230,6 +305,21 @@ def dequantize_awq(
 
     q: ``qweight`` (in, out/8) and z: ``qzeros`` (groups, out/8), 4-bit fields in
     AutoAWQ's order (nibble k holds column 0, 2, 4, 6, 1, 3, 5, 7 of each 8).
+
+    Parameters
+    ----------
+    qweight : (in, out/8) ndarray of int32
+        The packed 4-bit weights.
+    qzeros : (groups, out/8) ndarray of int32
+        The packed 4-bit zero points.
+    scales : (groups, out) ndarray
+        The scales.
+    group_size : int
+        Input rows per group; -1: one group.
+
+    Returns
+    -------
+    (out, in) ndarray of float32
     """
     q = unpack_fields(qweight.T, 4, axis=0, order=_AWQ_UNPACK)
     z = unpack_fields(qzeros, 4, axis=1, order=_AWQ_UNPACK)
@@ -242,7 +332,29 @@ def dequantize_awq(
 
 @dataclass(frozen=True)
 class Scheme:
-    """One compressed-tensors config group: which modules it covers and how their weights are stored."""
+    """One compressed-tensors config group: which modules it covers and how their weights are stored.
+
+    Parameters
+    ----------
+    name : str
+        The config group's name.
+    targets : tuple of str
+        The modules (names or "re:" patterns) it covers.
+    format : str
+        float-quantized, int-quantized, naive-quantized, pack-quantized or dense.
+    type : str
+        "int" or "float".
+    bits : int
+        Bits per stored weight.
+    strategy : str
+        tensor, channel, group or block (others are refused when a weight needs them).
+    symmetric : bool
+        Whether the zero point is fixed.
+    group_size : int or None
+        Input columns per scale (``group``).
+    block_size : (int, int) or None
+        The block each scale covers (``block``).
+    """
 
     name: str
     targets: tuple[str, ...]
@@ -278,7 +390,31 @@ class Scheme:
 
 @dataclass(frozen=True)
 class Quantization:
-    """A checkpoint's ``quantization_config``, validated: how its quantised weights are stored."""
+    """A checkpoint's ``quantization_config``, validated: how its quantised weights are stored.
+
+    Parameters
+    ----------
+    method : str
+        One of ``METHODS``.
+    format : str
+        fp8: e4m3; gptq: gptq or gptq_v2; awq: gemm; compressed-tensors: the global format.
+    bits : int
+        Bits per stored weight.
+    where : str
+        The config file, for messages.
+    group_size : int or None
+        GPTQ, AWQ: input columns per scale (-1: one group per column).
+    block_size : (int, int) or None
+        fp8: the block each scale covers; None: one scale per tensor.
+    desc_act : bool
+        GPTQ act-order (a ``g_idx`` gives each column's group).
+    symmetric : bool or None
+        Whether the zero point is fixed; None when the method does not say.
+    ignore : tuple of str
+        Modules the config leaves unquantised.
+    schemes : tuple of Scheme
+        compressed-tensors: its config groups.
+    """
 
     method: str  # one of METHODS
     format: str  # fp8: e4m3; gptq: gptq or gptq_v2; awq: gemm; compressed-tensors: the global format
@@ -387,6 +523,22 @@ def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | 
     one line naming the method and ``where`` (the config file): bitsandbytes,
     HQQ, EETQ, any method not in :data:`METHODS`, and the packings of a known
     method that are not read (GPTQ 3-bit or marlin, AWQ gemv, ...).
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    where : str
+        The config file, for messages.
+
+    Returns
+    -------
+    Quantization or None
+
+    Raises
+    ------
+    QKEnergyError
+        A method or packing that is not read, or a field of the wrong type or value.
     """
     raw = config.get("quantization_config")
     if raw is None and isinstance(config.get("compression_config"), Mapping):
@@ -441,6 +593,25 @@ def read_quantization(config: Mapping[str, Any], where: str, root: Path | None =
 
     AutoGPTQ and AutoAWQ used to write the settings to quantize_config.json /
     quant_config.json beside a config.json that does not have them.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    where : str
+        config.json, for messages.
+    root : pathlib.Path or None
+        The checkpoint directory holding the side files; None: config.json only.
+
+    Returns
+    -------
+    Quantization or None
+        None for plain weights.
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`parse_quantization`, or a side file that cannot be read.
     """
     found = parse_quantization(config, where)
     if found is not None or root is None:
@@ -654,6 +825,15 @@ class QuantizedTensors:
     (checked reads) only when the weight is; :meth:`stored_names` names them
     (the fingerprints hash their bytes). With ``quantization`` None (a config
     without quantization_config) a quantised weight is one error line.
+
+    Parameters
+    ----------
+    inner : object
+        The wrapped reader (``names``, ``shape``, ``dtype``, ``tensor``).
+    quantization : Quantization or None
+        The checkpoint's settings; None for a config without quantization_config.
+    config : str
+        The config file, for messages.
     """
 
     def __init__(self, inner: Any, quantization: Quantization | None, config: str) -> None:
@@ -1047,6 +1227,22 @@ def quantized_tensors(
     The wrapper is installed whenever the config has a quantization_config or
     the tensors hold quantised parts, so that a weight stored quantised under a
     config that does not say so is one error line, not integers read as weights.
+
+    Parameters
+    ----------
+    tensors : object
+        The checkpoint's tensor reader.
+    quantization : Quantization or None
+        The checkpoint's settings, from :func:`parse_quantization`.
+    config : str
+        The config file, for messages.
+
+    Returns
+    -------
+    tensors : object
+        ``tensors`` itself, or a :class:`QuantizedTensors` over it.
+    notes : dict
+        ``{"quantization": ...}`` (the settings) when the config has some, else empty.
     """
     if quantization is None and not _has_quantized_parts(tensors):
         return tensors, {}
@@ -1055,7 +1251,20 @@ def quantized_tensors(
 
 
 def stored_quantization(tensors: Any, names: Iterable[str]) -> str:
-    """The ``quantization`` cell of the heads read from ``names``: their labels, "" for plain weights."""
+    """The ``quantization`` cell of the heads read from ``names``: their labels, "" for plain weights.
+
+    Parameters
+    ----------
+    tensors : object
+        The tensor reader (its ``quantization_of``, where it has one).
+    names : iterable of str
+        The tensors the heads are read from.
+
+    Returns
+    -------
+    str
+        The distinct labels joined by " + ".
+    """
     label = getattr(tensors, "quantization_of", None)
     if label is None:
         return ""
