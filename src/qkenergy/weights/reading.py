@@ -30,7 +30,23 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """Query/key weights of one layer's heads; ``kv_head[h]`` is query head h's key head."""
+    """Query/key weights of one layer's heads; ``kv_head[h]`` is query head h's key head.
+
+    Parameters
+    ----------
+    layer : int
+        The layer's index in the model.
+    w_query : (H, n, N) ndarray
+        W_Q of each query head.
+    w_key : (H_kv, n, N) ndarray
+        W_K of each key head.
+    kv_head : (H,) ndarray of int
+        The key head of each query head.
+    norm_gain : (N,) ndarray or None
+        The gain of the norm feeding attention, folded in (``fold_norm``); None when not folded.
+    key_norm_gain : (N,) ndarray or None
+        Cross-attention or KV sharing: the gain folded into W_K (the key stream's own norm).
+    """
 
     layer: int
     w_query: np.ndarray  # (H, n, N)
@@ -55,6 +71,22 @@ def find_prefix(tensors: TensorReader, arch: Architecture) -> str:
 
     The shortest match wins, so a base model nested inside a larger one (``bert.``
     in a BertForMaskedLM) is found and a stray deeper copy is not.
+
+    Parameters
+    ----------
+    tensors : TensorReader
+        The checkpoint's tensors.
+    arch : Architecture
+        The stack (its layout's query name, and the tower it lies ``within``).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    QKEnergyError
+        No tensor has the layer-0 query's name with any prefix.
     """
     suffix = arch.layout.query.format(i=arch.attention_layers[0])  # a hybrid's first attention layer
     dotted = "." + suffix
@@ -94,7 +126,24 @@ def _float(w: np.ndarray) -> np.dtype:
 
 
 def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, prefix: str = "") -> list[str]:
-    """Names of the tensors holding layer ``layer``'s W_Q and W_K (those present), e.g. to prefetch them."""
+    """Names of the tensors holding layer ``layer``'s W_Q and W_K (those present), e.g. to prefetch them.
+
+    Parameters
+    ----------
+    tensors : TensorReader
+        The checkpoint's tensors.
+    arch : Architecture
+        The stack.
+    layer : int
+        The layer's index.
+    prefix : str
+        The checkpoint's name prefix (see :func:`find_prefix`).
+
+    Returns
+    -------
+    list of str
+        Full names, query first.
+    """
     lay = arch.layout
     relative = [lay.query.format(i=arch.tensor_layer(layer))]  # a shared block: its first layer's
     if lay.storage == "separate" and lay.key is not None:
@@ -120,6 +169,29 @@ def read_layer(
     gain of the norm feeding attention (L -> D L D; for cross-attention the keys' own
     norm: L -> D_K L D_Q). Norm biases are not part of L and are ignored. ``prefix``
     skips prefix detection (see :func:`find_prefix`).
+
+    Parameters
+    ----------
+    tensors : TensorReader
+        The checkpoint's tensors.
+    arch : Architecture
+        The stack.
+    layer : int
+        The layer's index, 0 <= layer < ``arch.n_layers``, a layer with softmax attention.
+    fold_norm : bool
+        Also fold the gain of the norm feeding attention into W_Q and W_K.
+    prefix : str or None
+        The checkpoint's name prefix; None to find it.
+
+    Returns
+    -------
+    LayerWeights
+
+    Raises
+    ------
+    QKEnergyError
+        A layer out of range or without attention, a tensor missing, or one whose shape does
+        not fit the architecture.
     """
     if not 0 <= layer < arch.n_layers:
         raise QKEnergyError(

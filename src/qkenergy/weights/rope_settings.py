@@ -48,14 +48,38 @@ _FLOAT_FIELDS = (
 
 def stack_config(config: Mapping[str, Any], arch: Architecture) -> Mapping[str, Any]:
     """The part of config.json that holds a stack's settings: its section (a multimodal tower's
-    ``text_config``), or the whole config for a model with one stack or an older flat config."""
+    ``text_config``), or the whole config for a model with one stack or an older flat config.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    arch : Architecture
+        The stack (its layout's ``config_section``).
+
+    Returns
+    -------
+    mapping
+    """
     section = arch.layout.config_section
     value = config.get(section) if section is not None else None
     return value if isinstance(value, Mapping) else config
 
 
 def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
-    """Whether the model rotates queries and keys (the layout's ``positional``, else its config keys)."""
+    """Whether the model rotates queries and keys (the layout's ``positional``, else its config keys).
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    arch : Architecture
+        The stack.
+
+    Returns
+    -------
+    bool
+    """
     positional = getattr(arch.layout, "positional", None)
     if positional is not None:
         return bool(positional == "rope")
@@ -63,7 +87,18 @@ def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
 
 
 def context_length(config: Mapping[str, Any]) -> int | None:
-    """The model's context length (``max_position_embeddings`` or an alias), or None."""
+    """The model's context length (``max_position_embeddings`` or an alias), or None.
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+
+    Returns
+    -------
+    int or None
+        The first positive integer among ``CONTEXT_KEYS``; None when there is none.
+    """
     for key in CONTEXT_KEYS:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -165,7 +200,28 @@ def _rope(
 
 
 def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "config.json") -> list[Rope]:
-    """The rotary settings of each layer (ArgumentError if the model has no rotary embedding)."""
+    """The rotary settings of each layer (ArgumentError if the model has no rotary embedding).
+
+    Parameters
+    ----------
+    config : mapping
+        The parsed config.json.
+    arch : Architecture
+        The stack.
+    source : str
+        The config file, for messages.
+
+    Returns
+    -------
+    list of Rope
+        One per layer of the stack (``arch.n_layers``).
+
+    Raises
+    ------
+    QKEnergyError
+        The model has no rotary embedding (an ArgumentError naming ``rope_offsets``), or its
+        rope parameters are missing, invalid, or not given for a layer type.
+    """
     if not has_rope(config, arch):
         raise ArgumentError(
             f"rope_offsets: {source} describes a {arch.model_type} model, which has no rotary position embedding",

@@ -108,7 +108,19 @@ MAX_RANK = 32
 
 def show_path(path: os.PathLike[str] | str, limit: int = 300) -> str:
     """The path for a one-line message: control characters escaped, a path longer than ``limit``
-    characters cut in its middle (its start and its file name stay)."""
+    characters cut in its middle (its start and its file name stay).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The path.
+    limit : int
+        The most characters shown.
+
+    Returns
+    -------
+    str
+    """
     text = repr(str(path))[1:-1]
     if len(text) <= limit:
         return text
@@ -117,7 +129,19 @@ def show_path(path: os.PathLike[str] | str, limit: int = 300) -> str:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """Header entry of one tensor; ``begin``/``end`` are absolute file offsets."""
+    """Header entry of one tensor; ``begin``/``end`` are absolute file offsets.
+
+    Parameters
+    ----------
+    name : str
+        The tensor's name.
+    dtype : str
+        The safetensors dtype (F32, F16, BF16, ...).
+    shape : tuple of int
+        In numpy order.
+    begin, end : int
+        Absolute byte offsets of its data in the file.
+    """
 
     name: str
     dtype: str
@@ -299,6 +323,16 @@ class SafetensorsFile(_TensorIndex):
     tensor. The array is freed with its last reference, so a layer-by-layer
     reader holds about one layer in memory (benchmarks/bench_checked_reads.py
     measures the cost against the mapped route).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Raises
+    ------
+    QKEnergyError
+        The file cannot be read or its header is not a valid safetensors header.
     """
 
     _index: dict[str, TensorInfo]
@@ -413,6 +447,16 @@ class TensorSource(_TensorIndex):
 
     All headers are read and validated up front (cheap); a name present in two
     shards is an error.
+
+    Parameters
+    ----------
+    files : iterable of str, os.PathLike or SafetensorsFile
+        The shards (paths are opened).
+
+    Raises
+    ------
+    QKEnergyError
+        A shard cannot be read, a name appears in two shards, or no file is given.
     """
 
     def __init__(self, files: Iterable[str | os.PathLike[str] | SafetensorsFile]) -> None:

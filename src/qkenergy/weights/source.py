@@ -26,7 +26,29 @@ CONFIG_NAME = "config.json"
 
 @dataclass
 class ModelSource(Closeable):
-    """A resolved checkpoint: close it (or use ``with``) to release the memory maps."""
+    """A resolved checkpoint: close it (or use ``with``) to release the memory maps.
+
+    Parameters
+    ----------
+    name : str
+        The model's display name.
+    config : dict
+        The parsed config.json.
+    tensors : TensorSource
+        Its tensors.
+    root : pathlib.Path
+        The directory holding config.json.
+    origin : str
+        "embedded", "file", "directory", "cache", "hub", or an in-memory kind.
+    config_label : str or None
+        How messages name the config when it is not a file.
+    layout : Layout or None
+        The layout the source itself implies (TransformerLens), else None.
+    notes : dict
+        Facts about the source for the analysis settings (GGUF, quantisation).
+    package : str or None
+        The PyPI package of an embedded model (None: the default MiniLM's).
+    """
 
     name: str  # display name
     config: dict[str, Any]  # parsed config.json

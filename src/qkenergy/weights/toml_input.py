@@ -30,14 +30,56 @@ _DIGITS = re.compile(rb"[0-9_]{%d,}" % (MAX_INT_DIGITS + 1))
 
 
 def read_text(path: str | os.PathLike[str], where: str, what: str, limit: int = MAX_TOML_BYTES) -> bytes:
-    """The bytes of regular file ``path`` (at most ``limit``, default 1 MiB); one-line QKEnergyError otherwise."""
+    """The bytes of regular file ``path`` (at most ``limit``, default 1 MiB); one-line QKEnergyError otherwise.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    where : str
+        The file as shown in messages.
+    what : str
+        What the file is, in messages.
+    limit : int
+        The largest size accepted, in bytes.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    QKEnergyError
+        The file cannot be read, is not a regular file, or is larger than ``limit``.
+    """
     return read_bytes(path, where, what, limit)
 
 
 def read_toml(
     path: str | os.PathLike[str], where: str, what: str, limit: int = MAX_TOML_BYTES
 ) -> dict[str, Any]:
-    """The TOML document in file ``path``, within this module's bounds."""
+    """The TOML document in file ``path``, within this module's bounds.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    where : str
+        The file as shown in messages.
+    what : str
+        What the file is, in messages.
+    limit : int
+        The largest size accepted, in bytes.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`read_text` and :func:`parse_toml`.
+    """
     return parse_toml(read_text(path, where, what, limit), where, what)
 
 
@@ -56,7 +98,27 @@ def _table_depth(data: Any) -> int:
 
 
 def parse_toml(raw: bytes, where: str, what: str) -> dict[str, Any]:
-    """Parse ``raw`` (UTF-8 TOML) into a dict, with the bounds of this module."""
+    """Parse ``raw`` (UTF-8 TOML) into a dict, with the bounds of this module.
+
+    Parameters
+    ----------
+    raw : bytes
+        The TOML text.
+    where : str
+        The file, in messages.
+    what : str
+        What the text is, in messages.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    QKEnergyError
+        Not UTF-8, not valid TOML, nested more than ``MAX_DEPTH`` levels, or a number longer
+        than ``MAX_INT_DIGITS`` digits.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
