@@ -76,8 +76,8 @@ def open_model(
     ----------
     model : object
         None (the embedded MiniLM), an embedded model's short name, a .safetensors or .gguf
-        file, a checkpoint directory, a Hugging Face cache folder, a hub id, or a mapping of
-        arrays (or a torch module).
+        file, a checkpoint directory, a Hugging Face cache folder, a hub id, a transformers or
+        TransformerLens model, or a mapping of tensor names to arrays.
     config : mapping or None
         The config of a mapping of arrays; only for one.
     revision : str or None

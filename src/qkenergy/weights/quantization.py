@@ -315,7 +315,7 @@ def dequantize_awq(
     scales : (groups, out) ndarray
         The scales.
     group_size : int
-        Input rows per group; -1: one group.
+        Input channels per group; -1: one group.
 
     Returns
     -------
@@ -339,7 +339,7 @@ class Scheme:
     name : str
         The config group's name.
     targets : tuple of str
-        The modules (names or "re:" patterns) it covers.
+        The modules it covers: names, "re:" patterns, or a class ("Linear").
     format : str
         float-quantized, int-quantized, naive-quantized, pack-quantized or dense.
     type : str
