@@ -359,7 +359,7 @@ def fingerprint_files(
     Raises
     ------
     QKEnergyError
-        A file is shorter than its header says, or cannot be read.
+        A file changed while it was read, or cannot be read.
     """
     by_file: dict[Path, list[str]] = {}
     for name in dict.fromkeys(part for asked in read for part in _stored_names(tensors, asked)):
