@@ -931,15 +931,15 @@ def layer_form_statistics(
     w_key : ndarray, shape (H*n, N)
         The key factors, expanded to the query heads.
     radius : float, optional
-        Radius of the ternary types' centre region.
-    type_rule : str, optional
-        The head-type rule ("imbalance" or the other rules of the typing module).
+        The radius rule's tolerance on c_sym + d_sym.
+    type_rule : {"imbalance", "radius"}, optional
+        The head-type rule (:func:`qkenergy.math.head_types.head_types`).
     imbalance_cut : float, optional
-        The imbalance cut of the type rule.
+        The imbalance rule's cut on |(c - d)/(c + d)|.
     edge_cut : float, optional
-        The edge cut of the type rule.
+        The imbalance rule's tolerance on c + d.
     gamma : float, optional
-        The exponent of the directionality.
+        The directionality's outlier threshold: norms above mean + gamma * sd.
     route : {"gram", "dense"} or None, optional
         Force one route; None takes the smaller eigenproblem.
 
