@@ -458,8 +458,8 @@ def present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Ar
 
     Parameters
     ----------
-    tensors : tensor source
-        The checkpoint's tensors (names -> shapes and values).
+    tensors : TensorReader
+        The checkpoint's tensors.
     archs : sequence of Architecture
         The model's attention stacks.
 
