@@ -86,6 +86,19 @@ class Analysis:
 
     ``columns`` holds the head table as numpy columns; ``heads`` is the same
     table as a pandas DataFrame, built (and pandas imported) on first use.
+
+    Parameters
+    ----------
+    columns : Columns
+        The head table as numpy columns (name -> array of length heads).
+    layers : DataFrame or None
+        One row per layer form, or None when the layer forms were not asked for.
+    model : str
+        The model's name (its directory or file).
+    settings : dict, optional
+        The settings the analysis ran with (recorded beside the tables).
+    null_laws : dict, optional
+        (n, N) -> the Gaussian null law the heads of that shape were judged against.
     """
 
     columns: Columns
@@ -442,6 +455,23 @@ def present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Ar
 
     A checkpoint may hold part of a model (a T5 encoder alone): its other stacks are
     left out. With none present, the first stack's error names what was looked for.
+
+    Parameters
+    ----------
+    tensors : TensorReader
+        The checkpoint's tensors.
+    archs : sequence of Architecture
+        The model's attention stacks.
+
+    Returns
+    -------
+    list of (Architecture, str)
+        Each stack present, with the name prefix of its tensors.
+
+    Raises
+    ------
+    QKEnergyError
+        No stack is present (the error names the first stack's tensor).
     """
     found = []
     for arch in archs:
@@ -453,6 +483,19 @@ def present_stacks(tensors: Any, archs: Sequence[Architecture]) -> list[tuple[Ar
 
 
 def stack_settings(arch: Architecture) -> dict[str, Any]:
+    """The settings that record one attention stack's shape: heads, widths, attention layers.
+
+    Parameters
+    ----------
+    arch : Architecture
+        The stack.
+
+    Returns
+    -------
+    dict
+        stack, n_layers, n_heads, n_kv_heads, head_dim, hidden_size, positional, qk_norm,
+        attention_layers; and layer_shapes / key_layers where the stack has them.
+    """
     return {
         "stack": arch.stack,
         "n_layers": arch.n_layers,
@@ -548,6 +591,27 @@ def select(
     ``chosen`` holds indices and/or ``range`` objects (the command line's ``0-3``); a range is
     checked by its ends, never expanded before it is known to fit, so ``0-100000000`` costs nothing.
     Raises ArgumentError: the option is fine on the command line but does not fit this checkpoint.
+
+    Parameters
+    ----------
+    option : str
+        The option's name, as the error shows it ("--layers").
+    chosen : int, range, sequence of int and range, or None
+        The indices asked for; None for all.
+    count : int
+        How many there are (valid indices are 0..count-1).
+    what : str
+        What is indexed ("layers", "heads"), for the error.
+
+    Returns
+    -------
+    list of int
+        The sorted, distinct indices.
+
+    Raises
+    ------
+    ArgumentError
+        An index is not an integer or out of range.
     """
     if chosen is None:
         return list(range(count))  # count <= layouts.MAX_CONFIG_SIZE
@@ -708,7 +772,22 @@ def _null_columns(kind: str = "") -> list[str]:
 
 
 def rotation_seed(seed: int, layer: int, head: int) -> int:
-    """The rotation null's seed of one head: its own SeedSequence child of (seed, layer, head)."""
+    """The rotation null's seed of one head: its own SeedSequence child of (seed, layer, head).
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed.
+    layer : int
+        The head's layer.
+    head : int
+        The head's index in its layer.
+
+    Returns
+    -------
+    int
+        A 32-bit seed.
+    """
     return int(np.random.SeedSequence([seed, layer, head]).generate_state(1, np.uint32)[0])
 
 
@@ -844,6 +923,32 @@ def layer_form_statistics(
     (:mod:`qkenergy.math.directionality`; the row/column norms of M = L^T come
     from Gram matrices, never from M, on the Gram route).
     Returns (values, route).
+
+    Parameters
+    ----------
+    w_query : ndarray, shape (H*n, N)
+        The layer's query factors stacked over its H heads.
+    w_key : ndarray, shape (H*n, N)
+        The key factors, expanded to the query heads.
+    radius : float, optional
+        The radius rule's tolerance on c_sym + d_sym.
+    type_rule : {"imbalance", "radius"}, optional
+        The head-type rule (:func:`qkenergy.math.head_types.head_types`).
+    imbalance_cut : float, optional
+        The imbalance rule's cut on |(c - d)/(c + d)|.
+    edge_cut : float, optional
+        The imbalance rule's tolerance on c + d.
+    gamma : float, optional
+        The directionality's outlier threshold: norms above mean + gamma * sd.
+    route : {"gram", "dense"} or None, optional
+        Force one route; None takes the smaller eigenproblem.
+
+    Returns
+    -------
+    values : dict
+        The statistics of the form L (name -> value).
+    route : str
+        The route taken, "gram" or "dense".
     """
     hn, N = w_query.shape
     types: dict[str, Any] = {

@@ -66,7 +66,20 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 
 
 def check_heads(heads: pd.DataFrame, what: str = "head table") -> None:
-    """One-line QKEnergyError unless ``heads`` is a non-empty head table with the required columns."""
+    """One-line QKEnergyError unless ``heads`` is a non-empty head table with the required columns.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The table to check.
+    what : str, optional
+        What the table is, for the error.
+
+    Raises
+    ------
+    QKEnergyError
+        A required column is missing, or the table is empty.
+    """
     missing = [c for c in REQUIRED_COLUMNS if c not in heads.columns]
     if missing:
         raise QKEnergyError(f"{what}: not a qkenergy head table; missing column(s) {', '.join(missing)}")
@@ -75,7 +88,18 @@ def check_heads(heads: pd.DataFrame, what: str = "head table") -> None:
 
 
 def head_keys(heads: pd.DataFrame) -> list[str]:
-    """Columns naming a head within its model: (stack,) layer, head."""
+    """Columns naming a head within its model: (stack,) layer, head.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        A head table.
+
+    Returns
+    -------
+    list of str
+        ``["stack", "layer", "head"]`` or ``["layer", "head"]``.
+    """
     return ["stack", "layer", "head"] if "stack" in heads.columns else ["layer", "head"]
 
 
@@ -86,7 +110,18 @@ def _stack(frame: pd.DataFrame) -> pd.Series:
 
 
 def model_order(heads: pd.DataFrame) -> list[str]:
-    """Models in reading order: by group, then training step (missing last), then name."""
+    """Models in reading order: by group, then training step (missing last), then name.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table (``model``; optionally ``group``, ``step``).
+
+    Returns
+    -------
+    list of str
+        The model names, each once.
+    """
     keys = pd.DataFrame({"model": heads["model"].astype(str)})
     keys["group"] = text(heads["group"]) if "group" in heads.columns else ""
     keys["step"] = pd.to_numeric(heads["step"], errors="coerce") if "step" in heads.columns else np.nan
@@ -101,6 +136,18 @@ def model_info(heads: pd.DataFrame, models: pd.DataFrame | None = None) -> pd.Da
     Taken from ``models`` (a frame with a ``model`` column and any of
     ``architecture`` / ``model_type`` / ``n_layers``, e.g. from a survey's
     settings), else from the same columns of ``heads``.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table (a ``model`` column).
+    models : DataFrame or None, optional
+        Per-model facts, preferred over the head table's.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by model, in :func:`model_order`: architecture, n_layers.
     """
     names = model_order(heads)
     info = pd.DataFrame({"architecture": "", "n_layers": np.nan}, index=pd.Index(names, name="model"))
@@ -126,6 +173,18 @@ def relative_depth(heads: pd.DataFrame, info: pd.DataFrame | None = None) -> pd.
     L is the model's layer count from ``info`` (see :func:`model_info`) when
     known, else one more than the deepest analysed layer of that model and
     stack. A one-layer model sits at 0.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table (model, layer; optionally stack).
+    info : DataFrame or None, optional
+        :func:`model_info` of the heads (computed when None).
+
+    Returns
+    -------
+    Series
+        The relative depth in [0, 1] per row, named ``relative_depth``.
     """
     info = model_info(heads) if info is None else info
     layer = heads["layer"].to_numpy(np.float64)
@@ -172,6 +231,25 @@ def model_summary(
     per-layer forms when ``layers`` is given, median and quartiles over the
     model's layers of the symmetry score 2s - 1 and of the directionality
     (Saponati et al. 2025; NaN otherwise).
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table of all models.
+    layers : DataFrame or None, optional
+        The layer table (per-layer forms), for the symmetry score and directionality.
+    models : DataFrame or None, optional
+        Per-model facts; see :func:`model_info`.
+
+    Returns
+    -------
+    DataFrame
+        One row per model, the columns above.
+
+    Raises
+    ------
+    QKEnergyError
+        ``heads`` is not a head table.
     """
     check_heads(heads)
     info = model_info(heads, models)
@@ -251,6 +329,17 @@ class BaselineComparison:
     symmetric_energy_reference, difference (= s - s_reference).
     ``compared``: the models compared, in report order. ``skipped``: model ->
     why it was not compared (another architecture or other heads).
+
+    Parameters
+    ----------
+    reference : str
+        The reference model.
+    differences : DataFrame
+        One row per compared head (columns above).
+    compared : list of str
+        The models compared, in report order.
+    skipped : dict, optional
+        Model -> why it was not compared.
     """
 
     reference: str
@@ -290,6 +379,27 @@ def baseline_comparison(
     reference's and it has exactly the reference's heads ((stack,) layer,
     head) with the same (n, N); the others are listed in ``skipped`` with the
     reason. Raises ArgumentError when ``reference`` is not one of the models.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table of all models (a ``model`` column).
+    reference : str
+        The reference model's name.
+    models : DataFrame or None, optional
+        Per-model facts (architecture, n_layers); see :func:`model_info`.
+
+    Returns
+    -------
+    BaselineComparison
+        The differences, the models compared and those skipped.
+
+    Raises
+    ------
+    ArgumentError
+        ``reference`` is not a model of the table.
+    QKEnergyError
+        ``heads`` is not a head table.
     """
     check_heads(heads)
     info = model_info(heads, models)
@@ -339,6 +449,17 @@ def _shape(frame: pd.DataFrame, keys: list[str]) -> list[tuple[Any, ...]]:
 
 
 def present(values: Sequence[Any] | pd.Series) -> bool:
-    """True when some value is neither missing nor empty text."""
+    """True when some value is neither missing nor empty text.
+
+    Parameters
+    ----------
+    values : sequence or Series
+        The values of a column.
+
+    Returns
+    -------
+    bool
+        Whether any value is present.
+    """
     series = pd.Series(values)
     return bool((series.notna() & (series.astype(str) != "")).any())

@@ -92,7 +92,26 @@ def null_cache_path(
     cache_dir: str | os.PathLike[str], spec: NullSpec, n: int, N: int, names: Sequence[str] | None = None
 ) -> Path:
     """Path of the cached Gaussian null law of shape (n, N) drawn as ``spec`` says (the file may not
-    exist); ``names``: the statistics drawn, None = all."""
+    exist); ``names``: the statistics drawn, None = all.
+
+    Parameters
+    ----------
+    cache_dir : str or path-like
+        The cache directory.
+    spec : NullSpec
+        The draws: samples, seed, radius.
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    names : sequence of str or None, optional
+        The statistics; None for all.
+
+    Returns
+    -------
+    Path
+        The file (it may not exist).
+    """
     key = _cache_key(spec, n, N, tuple(STATISTICS) if names is None else tuple(names))
     return Path(cache_dir) / (
         f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{spec.samples}-seed{spec.seed}-{key}.npz"
@@ -150,7 +169,22 @@ def _read_member(archive: zipfile.ZipFile, name: str, dtype_kind: str, shape: tu
 
 
 def load_cached(path: str | os.PathLike[str], names: tuple[str, ...], samples: int) -> np.ndarray | None:
-    """The cached ``values`` (samples, len(names)) at ``path``, or None for anything but our own file."""
+    """The cached ``values`` (samples, len(names)) at ``path``, or None for anything but our own file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The cache file.
+    names : tuple of str
+        The statistics the file must hold, in order.
+    samples : int
+        The samples it must hold.
+
+    Returns
+    -------
+    ndarray, shape (samples, len(names)), or None
+        The values, or None when the file is missing or not exactly ours.
+    """
     limit = samples * len(names) * 8 + _OVERHEAD_BYTES
     data = _read_regular_file(Path(path), limit)
     if data is None:
@@ -172,7 +206,22 @@ def load_cached(path: str | os.PathLike[str], names: tuple[str, ...], samples: i
 
 
 def save_cached(path: str | os.PathLike[str], values: np.ndarray, names: tuple[str, ...]) -> bool:
-    """Write the law atomically (temporary file + os.replace); False, with a warning, if it cannot be written."""
+    """Write the law atomically (temporary file + os.replace); False, with a warning, if it cannot be written.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The cache file.
+    values : ndarray, shape (samples, len(names))
+        The law's samples.
+    names : tuple of str
+        The statistics, one per column of ``values``.
+
+    Returns
+    -------
+    bool
+        True when written.
+    """
     path = Path(path)
     tmp: str | None = None
     try:
@@ -214,6 +263,24 @@ def cached_null_law(
 
     A law of some ``names`` is also read from the cached law of every
     statistic (same draws), when present.
+
+    Parameters
+    ----------
+    spec : NullSpec
+        The draws: samples, seed, radius.
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    cache_dir : str or path-like
+        The cache directory.
+    names : sequence of str or None, optional
+        The statistics; None for all.
+
+    Returns
+    -------
+    NullLaw or None
+        The cached law, or None on a miss.
     """
     n, N = check_integer(n, "n"), check_integer(N, "N")
     every = tuple(STATISTICS)
@@ -230,7 +297,22 @@ def cached_null_law(
 
 
 def store_null_law(law: nulls.NullLaw, spec: NullSpec, cache_dir: str | os.PathLike[str]) -> bool:
-    """Keep ``law`` (drawn as ``spec`` says) where :func:`cached_null_law` finds it."""
+    """Keep ``law`` (drawn as ``spec`` says) where :func:`cached_null_law` finds it.
+
+    Parameters
+    ----------
+    law : NullLaw
+        The law drawn.
+    spec : NullSpec
+        How it was drawn.
+    cache_dir : str or path-like
+        The cache directory.
+
+    Returns
+    -------
+    bool
+        True when written (see :func:`save_cached`).
+    """
     path = null_cache_path(cache_dir, spec, law.n, law.N, law.names)
     return save_cached(path, law.values, law.names)
 
@@ -252,6 +334,30 @@ def null_law(
     A cached file that is not exactly what this module writes is a miss: the
     law is drawn again and the file replaced. A law of some ``names`` is also
     read from the cached law of every statistic (same draws), when present.
+
+    Parameters
+    ----------
+    spec : NullSpec
+        The draws: samples, seed, radius.
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    cache_dir : str or path-like or None, optional
+        The cache directory; None for no cache.
+    progress : bool, optional
+        Show a progress bar while drawing.
+    chunk_size : int or None, optional
+        Samples drawn per chunk (None: chosen by size).
+    names : sequence of str or None, optional
+        The statistics; None for all.
+    threads : int or None, optional
+        Threads that draw (None: all cores).
+
+    Returns
+    -------
+    NullLaw
+        The Gaussian null law of shape (n, N).
     """
     draw = dict(
         samples=spec.samples, seed=spec.seed, progress=progress, radius=spec.radius, chunk_size=chunk_size
@@ -271,7 +377,26 @@ def layer_null_cache_path(
     cache_dir: str | os.PathLike[str], spec: NullSpec, group_sizes: tuple[int, ...], head_dim: int, N: int
 ) -> Path:
     """Path of the cached per-layer null law (:mod:`qkenergy.math.layer_null`) of this layer shape,
-    drawn with ``spec``'s samples and seed."""
+    drawn with ``spec``'s samples and seed.
+
+    Parameters
+    ----------
+    cache_dir : str or path-like
+        The cache directory.
+    spec : NullSpec
+        The draws: samples and seed.
+    group_sizes : tuple of int
+        Query heads per key head of the layer (GQA groups).
+    head_dim : int
+        Head dimension.
+    N : int
+        Residual width.
+
+    Returns
+    -------
+    Path
+        The file (it may not exist).
+    """
     samples, seed = spec.samples, spec.seed
     n = sum(1 for m in group_sizes if m > 0) * head_dim
     route = layer_null.layer_null_route(n, N)
@@ -304,7 +429,28 @@ def layer_null_law(
     progress: bool = False,
 ) -> nulls.NullLaw:
     """:func:`qkenergy.math.layer_null.layer_null_law` with ``spec``'s samples and seed, kept on disk
-    under ``cache_dir`` (None: no cache)."""
+    under ``cache_dir`` (None: no cache).
+
+    Parameters
+    ----------
+    spec : NullSpec
+        The draws: samples and seed.
+    group_sizes : tuple of int
+        Query heads per key head of the layer (GQA groups).
+    head_dim : int
+        Head dimension.
+    N : int
+        Residual width.
+    cache_dir : str or path-like or None, optional
+        The cache directory; None for no cache.
+    progress : bool, optional
+        Show a progress bar while drawing.
+
+    Returns
+    -------
+    NullLaw
+        The per-layer null law (kind "layer").
+    """
     group_sizes = tuple(int(m) for m in group_sizes)
     samples, seed = spec.samples, spec.seed
     if cache_dir is None:

@@ -30,7 +30,29 @@ MAX_OFFSETS = 4096
 def plan_offsets(
     spec: Sequence[int | range] | str | None, config: Mapping[str, Any], arch: Architecture, where: str
 ) -> OffsetPlan | None:
-    """Each layer's Rope and the offsets to read (``spec``: "log", offsets, or None for none)."""
+    """Each layer's Rope and the offsets to read (``spec``: "log", offsets, or None for none).
+
+    Parameters
+    ----------
+    spec : "log", int, range, sequence of int and range, or None
+        The offsets asked for.
+    config : mapping
+        The model's configuration.
+    arch : Architecture
+        The attention stack.
+    where : str
+        The checkpoint, for errors.
+
+    Returns
+    -------
+    OffsetPlan or None
+        (the Rope of each layer, the sorted offsets); None when ``spec`` is None.
+
+    Raises
+    ------
+    ArgumentError
+        ``spec`` is not "log" or offsets, gives too many offsets, or "log" without a context length.
+    """
     if spec is None:
         return None
     ropes = layer_ropes(config, arch, where)
@@ -78,7 +100,29 @@ def plan_stacks(
     archs: Sequence[Architecture],
     where: str,
 ) -> dict[int, OffsetPlan | None]:
-    """:func:`plan_offsets` for each attention stack with RoPE, keyed by ``id(arch)`` (None: no offsets)."""
+    """:func:`plan_offsets` for each attention stack with RoPE, keyed by ``id(arch)`` (None: no offsets).
+
+    Parameters
+    ----------
+    spec : "log", int, range, sequence of int and range, or None
+        The offsets asked for.
+    config : mapping
+        The model's configuration.
+    archs : sequence of Architecture
+        The model's attention stacks.
+    where : str
+        The checkpoint, for errors.
+
+    Returns
+    -------
+    dict
+        ``id(arch)`` -> its OffsetPlan or None.
+
+    Raises
+    ------
+    QKEnergyError
+        Offsets are asked for and no stack has a rotary embedding, or as :func:`plan_offsets`.
+    """
     plans: dict[int, OffsetPlan | None] = {id(a): None for a in archs}
     if spec is None:
         return plans
@@ -97,6 +141,22 @@ def offset_grams(
 
     ``G``: the heads' Gram matrices (gram.head_gram), computed once. Offsets without a
     ``rope`` (a NoPE layer of a RoPE model) give G itself at every offset.
+
+    Parameters
+    ----------
+    G : ndarray, shape (H, 2n, 2n)
+        The heads' Gram matrices.
+    rope : Rope or None, optional
+        The layer's rotary embedding; None for none.
+    offsets : sequence of int or None, optional
+        The relative offsets d; None for none.
+
+    Yields
+    ------
+    offset : int or None
+        The offset d.
+    G_d : ndarray, shape (H, 2n, 2n)
+        The Gram matrices at offset d.
     """
     if offsets is None:
         yield None, G
@@ -108,7 +168,22 @@ def offset_grams(
 def rope_description(
     config: Mapping[str, Any], archs: Sequence[Architecture], where: str
 ) -> dict[str, Any] | None:
-    """The rotary settings of the first stack with RoPE, for the analysis settings (None without RoPE)."""
+    """The rotary settings of the first stack with RoPE, for the analysis settings (None without RoPE).
+
+    Parameters
+    ----------
+    config : mapping
+        The model's configuration.
+    archs : sequence of Architecture
+        The model's attention stacks.
+    where : str
+        The checkpoint, for errors.
+
+    Returns
+    -------
+    dict or None
+        kind, theta, rotary_dim, head_dim, pairs, context; ``{"kind": "unknown"}`` when unreadable.
+    """
     arch = next((a for a in archs if has_rope(config, a)), None)
     if arch is None:
         return None

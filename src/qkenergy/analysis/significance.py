@@ -29,7 +29,20 @@ SUFFIXES: tuple[str, ...] = ("null_mean", "null_sd", "z", "p")
 
 
 def empirical_floor(law: NullLaw, name: str) -> float:
-    """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples."""
+    """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples.
+
+    Parameters
+    ----------
+    law : NullLaw
+        The null law.
+    name : str
+        The statistic.
+
+    Returns
+    -------
+    float
+        2/(1 + K).
+    """
     return 2.0 / (1 + int(np.isfinite(law.samples(name)).sum()))
 
 
@@ -38,6 +51,20 @@ def judge(law: NullLaw, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
 
     Undefined values stay NaN (the empirical p would otherwise call them 1).
     ``floor`` is a boolean array: the empirical p sits at :func:`empirical_floor`.
+
+    Parameters
+    ----------
+    law : NullLaw
+        The null law of the heads' shape.
+    name : str
+        The statistic.
+    values : ndarray, shape (m,)
+        The heads' values of it.
+
+    Returns
+    -------
+    dict
+        Column -> ndarray of shape (m,).
     """
     x = np.asarray(values, dtype=np.float64)
     defined = np.isfinite(x)
@@ -66,6 +93,16 @@ def bh(p: np.ndarray) -> np.ndarray:
     scipy.stats.false_discovery_control computes; the tests hold the two equal.
     Written out here because importing scipy.stats costs about 0.5 s, more than
     a whole analysis of a small model.)
+
+    Parameters
+    ----------
+    p : ndarray, shape (...)
+        The p-values.
+
+    Returns
+    -------
+    ndarray, shape (...)
+        The adjusted p-values.
     """
     out = np.full(p.shape, np.nan)
     finite = np.isfinite(p)
@@ -85,6 +122,20 @@ def bh_with_tail(p: np.ndarray, p_tail: np.ndarray, floor: np.ndarray) -> np.nda
 
     Returns the adjusted p-values; an entry keeps its empirical p when the tail
     approximation is undefined (NaN).
+
+    Parameters
+    ----------
+    p : ndarray, shape (m,)
+        The empirical p-values.
+    p_tail : ndarray, shape (m,)
+        Their tail approximations.
+    floor : ndarray of bool, shape (m,)
+        Where the empirical p is at its floor.
+
+    Returns
+    -------
+    ndarray, shape (m,)
+        The adjusted p-values.
     """
     use_tail = floor & np.isfinite(p_tail)
     return bh(np.where(use_tail, p_tail, p))

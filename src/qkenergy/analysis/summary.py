@@ -78,7 +78,18 @@ def _rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
 
 
 def baseline(N: Any) -> Any:
-    """Exact null mean of the symmetric energy, (N+1)/(2N) (Corollary 2, Proposition 6)."""
+    """Exact null mean of the symmetric energy, (N+1)/(2N) (Corollary 2, Proposition 6).
+
+    Parameters
+    ----------
+    N : int or ndarray
+        Residual width(s).
+
+    Returns
+    -------
+    float or ndarray
+        (N+1)/(2N), elementwise.
+    """
     return (N + 1) / (2 * N)
 
 
@@ -142,6 +153,16 @@ def layer_summary(df: pd.DataFrame | Columns) -> pd.DataFrame:
     A head is significantly above (below) the random law when
     ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative);
     the shares are over the layer's heads and NaN when no null was computed.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The head table.
+
+    Returns
+    -------
+    DataFrame
+        One row per layer (and stack).
     """
     import pandas as pd
 
@@ -149,7 +170,20 @@ def layer_summary(df: pd.DataFrame | Columns) -> pd.DataFrame:
 
 
 def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
-    """One sentence on the whole model: how many heads differ from the random law, and how."""
+    """One sentence on the whole model: how many heads differ from the random law, and how.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The head table.
+    null : bool, optional
+        Whether null laws were drawn (False: no significance is claimed).
+
+    Returns
+    -------
+    str
+        The sentence.
+    """
     s = _floats(df, "symmetric_energy")
     defined = np.isfinite(s)
     total = int(defined.sum())
@@ -194,7 +228,18 @@ def _significant(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int
 
 
 def rotation_verdict(df: pd.DataFrame | Columns) -> str | None:
-    """One sentence on the rotation null (the heads' own spectra, random orientation); None if not drawn."""
+    """One sentence on the rotation null (the heads' own spectra, random orientation); None if not drawn.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The head table.
+
+    Returns
+    -------
+    str or None
+        The sentence.
+    """
     counts = _significant(df, "symmetric_energy_rotation")
     if counts is None:
         return None
@@ -209,7 +254,20 @@ def rotation_verdict(df: pd.DataFrame | Columns) -> str | None:
 
 
 def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | None:
-    """How many empirical p-values sat at their Monte Carlo floor and entered BH as the Beta tail."""
+    """How many empirical p-values sat at their Monte Carlo floor and entered BH as the Beta tail.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The head table.
+    settings : dict
+        The analysis settings (samples, rotation_samples).
+
+    Returns
+    -------
+    str or None
+        The note; None when no p sat at its floor.
+    """
     parts = []
     for prefix, key, label in (
         ("symmetric_energy", "samples", "Gaussian"),
@@ -273,7 +331,22 @@ def notable_heads(
 ) -> tuple[pd.DataFrame | Columns, pd.DataFrame | Columns]:
     """The ``top`` most symmetric heads (largest s, above the random baseline) and the ``top``
     most skew (smallest s, below it), as ``df`` is: a head above the baseline is never listed
-    as skew, nor one below it as symmetric."""
+    as skew, nor one below it as symmetric.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The head table.
+    top : int, optional
+        How many heads of each kind.
+
+    Returns
+    -------
+    symmetric : DataFrame or Columns
+        The most symmetric heads, largest s first.
+    skew : DataFrame or Columns
+        The most skew heads, smallest s first.
+    """
     largest, smallest = _notable_rows(df, top)
     return _take(df, largest), _take(df, smallest)
 
@@ -364,6 +437,15 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
 
     On a console that is not a terminal (a pipe, a file) the tables are plain
     text: aligned columns without box drawing.
+
+    Parameters
+    ----------
+    analysis : Analysis
+        The analysis to print.
+    console : Console or None, optional
+        Where to print (None: a new rich Console on standard output).
+    top : int, optional
+        How many symmetric and skew heads to list.
     """
     from rich.console import Console
     from rich.markup import escape

@@ -333,7 +333,18 @@ EXTREME_HEADS = 5  # heads per type in the mean spectrum
 
 def type_counts(df: pd.DataFrame) -> pd.DataFrame:
     """Per layer (rows: layer, or 'stack layer', in table order) how many heads are of each type
-    (columns II, I+, I-, and 'undefined' when some head has no type)."""
+    (columns II, I+, I-, and 'undefined' when some head has no type).
+
+    Parameters
+    ----------
+    df : DataFrame
+        The head table (layer, head_type; optionally stack).
+
+    Returns
+    -------
+    DataFrame
+        Heads per layer (rows) and type (columns).
+    """
     rows = _rows(df)["row"].astype(str)
     types = df["head_type"].fillna("").astype(str).replace("", "undefined")
     counts = pd.crosstab(pd.Categorical(rows, categories=pd.unique(rows)), types)
@@ -377,7 +388,22 @@ def _type_shares(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 
 def extreme_heads(df: pd.DataFrame, head_type: str, count: int = EXTREME_HEADS) -> pd.DataFrame:
     """The ``count`` heads of ``head_type`` that go furthest its way: the largest b_sym (Type II),
-    c_sym (I+) or d_sym (I-); ties in table order."""
+    c_sym (I+) or d_sym (I-); ties in table order.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The head table (head_type and the profile columns).
+    head_type : {"II", "I+", "I-"}
+        The type.
+    count : int, optional
+        How many heads.
+
+    Returns
+    -------
+    DataFrame
+        The heads, most extreme first.
+    """
     part = df[df["head_type"].astype(str) == head_type]
     values = part[TYPE_PROFILE[head_type]].to_numpy(np.float64)
     order = [i for i in np.argsort(-values, kind="stable") if math.isfinite(values[i])]
@@ -389,6 +415,18 @@ def normalised_spectrum(heads: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
     alpha: the positive eigenvalues of S in decreasing order, beta: the magnitudes of its negative
     ones; ||S||^2 = ||alpha||^2 + ||beta||^2, so each head's spectrum has unit norm before the mean.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        Heads with ``alpha`` and ``beta`` list columns.
+
+    Returns
+    -------
+    alpha : ndarray, shape (r,)
+        Mean normalised positive lobe by rank (r the longest lobe).
+    beta : ndarray, shape (r,)
+        Mean normalised negative lobe by rank.
     """
     alphas = [np.asarray(a, dtype=np.float64) for a in heads["alpha"]]
     betas = [np.asarray(b, dtype=np.float64) for b in heads["beta"]]
@@ -441,7 +479,18 @@ def _type_spectra(df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[A
 
 
 def ternary_xy(b: ArrayLike, c: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """Barycentric (b, c, d) -> plane: b at the top, c bottom left, d bottom right."""
+    """Barycentric (b, c, d) -> plane: b at the top, c bottom left, d bottom right.
+
+    Parameters
+    ----------
+    b, c, d : array_like, shape (...)
+        Barycentric weights (normalised here).
+
+    Returns
+    -------
+    x, y : ndarray, shape (...)
+        The plane coordinates.
+    """
     top, left, right = (np.asarray(v, dtype=np.float64) for v in (b, c, d))
     total = top + left + right
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -450,7 +499,18 @@ def ternary_xy(b: ArrayLike, c: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np
 
 
 def accumulation_limit(rho: np.ndarray) -> np.ndarray:
-    """(2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2): the limit symmetric profile (docs/mathematics.md §3)."""
+    """(2rho, (1-rho)_+^2, (rho-1)_+^2)/(1+rho^2): the limit symmetric profile (docs/mathematics.md §3).
+
+    Parameters
+    ----------
+    rho : ndarray, shape (...)
+        The ratios rho >= 0.
+
+    Returns
+    -------
+    ndarray, shape (..., 3)
+        The profile (b, c, d) at each rho.
+    """
     rho = np.asarray(rho, dtype=np.float64)
     out = np.stack([2 * rho, np.clip(1 - rho, 0, None) ** 2, np.clip(rho - 1, 0, None) ** 2], axis=-1)
     return out / (1 + rho**2)[..., None]
@@ -534,6 +594,25 @@ def choose_head(df: pd.DataFrame, head: Any = None) -> tuple[int, int]:
 
     Most extreme: largest |symmetric_energy_z|, or, without null columns, the
     largest |s - (N+1)/(2N)|.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One model's head table.
+    head : (layer, head), str or None, optional
+        The head asked for; None for the most extreme.
+
+    Returns
+    -------
+    (int, int)
+        The head's layer and index.
+
+    Raises
+    ------
+    ArgumentError
+        ``head`` is malformed or not in the table.
+    QKEnergyError
+        No head has a defined symmetric energy.
     """
     if head is not None:
         if isinstance(head, str):
@@ -684,6 +763,26 @@ def moment_scatter(
 
     The cloud is the Gaussian null law of the same shape (``null_cache.null_law``
     with ``null_samples`` and ``seed``: the draws of the other null figures).
+
+    Parameters
+    ----------
+    df : DataFrame
+        The head table (n, N, moment_O, moment_E, head_type).
+    null_samples : int, optional
+        Samples of each null cloud.
+    seed : int, optional
+        Seed of the null draws.
+    cache_dir : str or path-like or None, optional
+        The null-law cache (None: no cache).
+    population : str, optional
+        What the points are, for the legend.
+    ax : Axes or None, optional
+        Draw into these axes instead of a new figure.
+
+    Returns
+    -------
+    Figure
+        The matplotlib figure.
     """
     from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.nulls import NULL_STATISTICS
@@ -775,8 +874,24 @@ def figure(
     null_laws : mapping (n, N) -> NullLaw, optional
         The Gaussian null laws to draw in ``symmetric_energy_null`` (an analysis' own); other
         shapes are drawn with ``null_samples``, ``seed`` and ``cache_dir``.
+    null_samples : int, optional
+        Samples of each null law drawn here.
+    seed : int, optional
+        Seed of those draws.
+    cache_dir : str or path-like, optional
+        The null-law cache (None: no cache).
     settings : dict, optional
         The run's settings (default ``df.attrs["settings"]``): they name the heads in legends.
+
+    Returns
+    -------
+    Figure
+        The matplotlib figure.
+
+    Raises
+    ------
+    QKEnergyError
+        ``name`` is not a figure, the table lacks a column the figure needs, or is empty.
     """
     if name not in FIGURES:
         raise QKEnergyError(f"name must be one of {', '.join(FIGURES)}, got {name!r}", parameter="name")
@@ -847,6 +962,37 @@ def plot_results(
     (PNG text chunk ``qkenergy``, SVG description, PDF subject).
     ``transaction``: stage the files in the caller's transaction (see
     :mod:`qkenergy.formats.transaction`); by default they are committed together here.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One model's head table.
+    outdir : str or path-like
+        The directory to write into.
+    head : (layer, head), str or None, optional
+        Another head to draw the lobe figure of.
+    null_samples : int, optional
+        Samples of each null law drawn.
+    seed : int, optional
+        Seed of the null draws.
+    cache_dir : str or path-like or None, optional
+        The null-law cache (None: no cache).
+    formats : sequence of str, optional
+        The file formats (png, svg, pdf).
+    settings : dict or None, optional
+        The run's settings.
+    transaction : OutputTransaction or None, optional
+        The caller's transaction to stage the files in.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    QKEnergyError
+        An unsupported format, a missing column, an empty table or a table of several models.
     """
     formats = _check_formats(formats)
     _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")

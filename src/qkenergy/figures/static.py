@@ -40,12 +40,44 @@ _TAGS = re.compile(r"<[^>]+>")
 
 
 def unsupported(figure: Any) -> list[str]:
-    """The trace types of a plotly figure that :func:`draw` cannot draw (empty when it can draw all)."""
+    """The trace types of a plotly figure that :func:`draw` cannot draw (empty when it can draw all).
+
+    Parameters
+    ----------
+    figure : plotly Figure
+        The figure.
+
+    Returns
+    -------
+    list of str
+        The trace types, sorted.
+    """
     return sorted({t.type for t in figure.data if t.type not in SUPPORTED_TRACES})
 
 
 def save(figure: Any, path: Path, fmt: str, *, width: int, height: int, scale: float = 1.0) -> Path:
-    """Draw ``figure`` (plotly) with matplotlib into ``path`` as ``fmt`` (png or svg)."""
+    """Draw ``figure`` (plotly) with matplotlib into ``path`` as ``fmt`` (png or svg).
+
+    Parameters
+    ----------
+    figure : plotly Figure
+        The figure to draw.
+    path : Path
+        The file to write.
+    fmt : {"png", "svg"}
+        The file format.
+    width : int
+        Width in CSS pixels.
+    height : int
+        Height in CSS pixels.
+    scale : float, optional
+        Resolution factor (dpi = 100 * scale).
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     metadata = {"Date": None} if fmt == "svg" else {}
     with _style(figure):  # text is sized when it is drawn: the whole save runs in the style
         fig = _draw(figure, width=width, height=height)
@@ -557,7 +589,22 @@ def _legend(canvas: _Canvas, entries: list[tuple[Any, str]]) -> None:
 
 
 def draw(figure: Any, *, width: int, height: int) -> Figure:
-    """A matplotlib Figure of plotly ``figure``, ``width`` x ``height`` CSS pixels at 100 dpi."""
+    """A matplotlib Figure of plotly ``figure``, ``width`` x ``height`` CSS pixels at 100 dpi.
+
+    Parameters
+    ----------
+    figure : plotly Figure
+        The figure to draw.
+    width : int
+        Width in CSS pixels.
+    height : int
+        Height in CSS pixels.
+
+    Returns
+    -------
+    Figure
+        The matplotlib figure.
+    """
     with _style(figure):
         return _draw(figure, width=width, height=height)
 

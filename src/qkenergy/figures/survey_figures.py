@@ -58,7 +58,21 @@ _BAND_EDGE = "rgba(200,100,0,0.9)"
 
 @dataclass(frozen=True)
 class ReportFigure:
-    """One figure of the report: ``name`` is the file stem of its PNG / SVG."""
+    """One figure of the report: ``name`` is the file stem of its PNG / SVG.
+
+    Parameters
+    ----------
+    name : str
+        The file stem.
+    title : str
+        The figure's title in the report.
+    caption : str
+        The caption under it.
+    figure : plotly Figure
+        The figure.
+    height : int
+        Its height in CSS pixels.
+    """
 
     name: str
     title: str
@@ -524,7 +538,22 @@ MOMENT_CLOUD_SAMPLES = 500
 def moment_clouds(
     heads: pd.DataFrame, *, samples: int = MOMENT_CLOUD_SAMPLES, seed: int = 0
 ) -> dict[tuple[int, int], np.ndarray]:
-    """(n, N) -> (samples, 2) draws of (moment_O, moment_E) of a Gaussian head of that shape (nulls.null_law)."""
+    """(n, N) -> (samples, 2) draws of (moment_O, moment_E) of a Gaussian head of that shape (nulls.null_law).
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table (n, N).
+    samples : int, optional
+        Draws per shape.
+    seed : int, optional
+        Seed of the draws.
+
+    Returns
+    -------
+    dict
+        (n, N) -> ndarray of shape (samples, 2).
+    """
     from qkenergy.math.nulls import null_law  # only when the figure is drawn
 
     clouds = {}
@@ -859,6 +888,24 @@ def report_figures(
     """The report's figures for a head table (see the module docstring for which appear when).
 
     ``losses``: training loss curves (``run``, ``step``, ``loss``), drawn after the training steps.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table of all models.
+    summary : DataFrame
+        The per-model summary (:func:`qkenergy.analysis.comparison.model_summary`).
+    models : DataFrame or None, optional
+        Per-model facts (architecture, n_layers).
+    comparison : BaselineComparison or None, optional
+        The comparison with a reference model, drawn when given.
+    losses : DataFrame or None, optional
+        Training loss curves.
+
+    Returns
+    -------
+    list of ReportFigure
+        The figures, in report order.
     """
     info = model_info(heads, models)
     order = list(info.index)

@@ -59,17 +59,51 @@ def csv_cell(text: str) -> str:
     Names are data: a model called ``=HYPERLINK(...)`` must not become a formula
     when a spreadsheet opens the table (OWASP, "CSV injection"). A leading
     ``'`` is doubled too, so that :func:`csv_text` gives back exactly the text.
+
+    Parameters
+    ----------
+    text : str
+        The cell's text.
+
+    Returns
+    -------
+    str
+        The text as written.
     """
     return "'" + text if text.startswith(CSV_TRIGGERS) else text
 
 
 def csv_text(cell: str) -> str:
-    """The text that :func:`csv_cell` wrote as ``cell``."""
+    """The text that :func:`csv_cell` wrote as ``cell``.
+
+    Parameters
+    ----------
+    cell : str
+        The cell as read.
+
+    Returns
+    -------
+    str
+        The text.
+    """
     return cell[1:] if cell.startswith("'") and cell[1:].startswith(CSV_TRIGGERS) else cell
 
 
 def broadcast(values: Mapping[str, Any], rows: int) -> Columns:
-    """Each value as a column of ``rows`` entries: arrays as given, scalars repeated (text as objects)."""
+    """Each value as a column of ``rows`` entries: arrays as given, scalars repeated (text as objects).
+
+    Parameters
+    ----------
+    values : mapping
+        Column name -> an array of ``rows`` entries or a scalar.
+    rows : int
+        The number of rows.
+
+    Returns
+    -------
+    Columns
+        Name -> 1-D array of ``rows`` entries.
+    """
     out: Columns = {}
     for name, value in values.items():
         if isinstance(value, np.ndarray):
@@ -80,7 +114,18 @@ def broadcast(values: Mapping[str, Any], rows: int) -> Columns:
 
 
 def list_column(rows: Iterable[list[float]]) -> np.ndarray:
-    """A column whose cells are lists (the lobes): an object array, never a 2-D array."""
+    """A column whose cells are lists (the lobes): an object array, never a 2-D array.
+
+    Parameters
+    ----------
+    rows : iterable of list of float
+        One list per row.
+
+    Returns
+    -------
+    ndarray of object, shape (rows,)
+        The lists.
+    """
     cells = list(rows)
     column = np.empty(len(cells), dtype=object)
     column[:] = cells
@@ -88,12 +133,34 @@ def list_column(rows: Iterable[list[float]]) -> np.ndarray:
 
 
 def row_count(columns: Columns) -> int:
-    """The number of rows of a column table (0 without columns)."""
+    """The number of rows of a column table (0 without columns).
+
+    Parameters
+    ----------
+    columns : Columns
+        The column table.
+
+    Returns
+    -------
+    int
+        Its rows.
+    """
     return len(next(iter(columns.values()))) if columns else 0
 
 
 def concat(parts: Sequence[Columns]) -> Columns:
-    """The rows of ``parts`` one after another; a column a part lacks is NaN there (as ``pandas.concat``)."""
+    """The rows of ``parts`` one after another; a column a part lacks is NaN there (as ``pandas.concat``).
+
+    Parameters
+    ----------
+    parts : sequence of Columns
+        The column tables.
+
+    Returns
+    -------
+    Columns
+        Every column of any part, over all their rows.
+    """
     names = list(dict.fromkeys(name for part in parts for name in part))
     out: Columns = {}
     for name in names:
@@ -105,7 +172,18 @@ def concat(parts: Sequence[Columns]) -> Columns:
 
 
 def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with n_pos, n_neg, n_zero as nullable integers (Int64; undefined heads are <NA>)."""
+    """``df`` with n_pos, n_neg, n_zero as nullable integers (Int64; undefined heads are <NA>).
+
+    Parameters
+    ----------
+    df : DataFrame
+        A head table, changed in place.
+
+    Returns
+    -------
+    DataFrame
+        ``df``.
+    """
     import pandas as pd
 
     for col in COUNT_COLUMNS:
@@ -116,14 +194,36 @@ def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_frame(columns: Columns) -> pd.DataFrame:
-    """The table as a pandas DataFrame, the counts as nullable integers."""
+    """The table as a pandas DataFrame, the counts as nullable integers.
+
+    Parameters
+    ----------
+    columns : Columns
+        The column table.
+
+    Returns
+    -------
+    DataFrame
+        The same rows and columns.
+    """
     import pandas as pd
 
     return with_integer_counts(pd.DataFrame(columns))
 
 
 def json_list(values: Any) -> str:
-    """A list cell as JSON array text (NaN as null); plain finite floats skip the item-by-item json_safe."""
+    """A list cell as JSON array text (NaN as null); plain finite floats skip the item-by-item json_safe.
+
+    Parameters
+    ----------
+    values : iterable
+        The cell's items.
+
+    Returns
+    -------
+    str
+        JSON array text.
+    """
     values = list(values)
     try:
         return json.dumps(values, allow_nan=False)
@@ -174,7 +274,18 @@ def _fields(name: str, column: np.ndarray) -> list[str]:
 
 
 def frame_columns(df: pd.DataFrame) -> Columns:
-    """A DataFrame as a column table that :func:`write_csv` writes as ``df.to_csv(index=False)`` would."""
+    """A DataFrame as a column table that :func:`write_csv` writes as ``df.to_csv(index=False)`` would.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table.
+
+    Returns
+    -------
+    Columns
+        Name -> 1-D array (numbers as numbers, the rest as objects, missing as None).
+    """
     out: Columns = {}
     for name in df.columns:
         series = df[name]
@@ -191,6 +302,13 @@ def write_csv(columns: Columns, path: str | os.PathLike[str]) -> None:
     """Write the table as CSV: the bytes of ``to_frame(columns).to_csv(path, index=False)``.
 
     The list columns (alpha, beta) hold JSON array text, as report.write_table writes them.
+
+    Parameters
+    ----------
+    columns : Columns
+        The column table.
+    path : str or path-like
+        The file to write (the caller makes the write atomic).
     """
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")

@@ -46,7 +46,26 @@ def write(
     layers: pd.DataFrame | None = None,
     outputs: OutputTransaction,
 ) -> list[Path]:
-    """Stage the table as CSV (and, with settings, its sidecar) in ``outputs``; returns both paths."""
+    """Stage the table as CSV (and, with settings, its sidecar) in ``outputs``; returns both paths.
+
+    Parameters
+    ----------
+    table : DataFrame or Columns
+        The table.
+    path : Path
+        The CSV file.
+    settings : dict or None
+        The settings for the sidecar; None for no sidecar.
+    layers : DataFrame or None, optional
+        Must be None: a CSV file holds one table.
+    outputs : OutputTransaction
+        The transaction the files are staged in.
+
+    Returns
+    -------
+    list of Path
+        The table and, with settings, its sidecar.
+    """
     if layers is not None:
         raise ValueError("a csv table holds one table; the layer table is a table of its own")
     target = Path(path)
@@ -70,7 +89,27 @@ def write(
 
 
 def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, Any] | None]:
-    """The checked table and its sidecar's settings (None without a sidecar)."""
+    """The checked table and its sidecar's settings (None without a sidecar).
+
+    Parameters
+    ----------
+    path : Path
+        The CSV file.
+    table : {"heads", "layers"}, optional
+        Which table it is (the columns it is checked for).
+
+    Returns
+    -------
+    frame : DataFrame
+        The table.
+    settings : dict or None
+        The recorded settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The file or its sidecar is unreadable, too large or not such a table.
+    """
     source = Path(path)
     where = show_path(source)
     names, cells = read_cells(source, where)
@@ -79,7 +118,23 @@ def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, A
 
 
 def read_settings(path: Path) -> dict[str, Any] | None:
-    """The settings of the sidecar ``<table>.meta.json`` (bounded, checked); None when there is none."""
+    """The settings of the sidecar ``<table>.meta.json`` (bounded, checked); None when there is none.
+
+    Parameters
+    ----------
+    path : Path
+        The CSV file (the sidecar is found beside it).
+
+    Returns
+    -------
+    dict or None
+        The settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The sidecar is too large, not JSON or its settings not an object.
+    """
     sidecar = sidecar_path(path)
     if not sidecar.exists():
         return None
@@ -97,6 +152,25 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
     Arrow strings (compact: no Python object per cell), and numeric columns are converted there,
     so that a large table costs about its size in memory, not ten times it. Numbers come back as
     float64 arrays (NaN for an empty cell), other columns as lists of text.
+
+    Parameters
+    ----------
+    source : Path
+        The CSV file.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    names : list of str
+        The header.
+    cells : dict
+        Name -> float64 array or list of text.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is too large, not CSV, or exceeds a bound.
     """
     import csv
     import io

@@ -39,7 +39,26 @@ def write(
     layers: pd.DataFrame | None = None,
     outputs: OutputTransaction,
 ) -> list[Path]:
-    """Stage the JSON object (settings, head records, layer records when given) in ``outputs``."""
+    """Stage the JSON object (settings, head records, layer records when given) in ``outputs``.
+
+    Parameters
+    ----------
+    table : DataFrame or Columns
+        The head table.
+    path : Path
+        The JSON file.
+    settings : dict or None
+        The settings member.
+    layers : DataFrame or None, optional
+        The layer table, as a ``layers`` member.
+    outputs : OutputTransaction
+        The transaction the file is staged in.
+
+    Returns
+    -------
+    list of Path
+        ``[path]``.
+    """
     target = Path(path)
     document: dict[str, Any] = {"settings": settings, "heads": records(frame_of(table))}
     if layers is not None:
@@ -51,7 +70,27 @@ def write(
 
 
 def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, Any] | None]:
-    """The checked ``table`` member (``heads`` or ``layers``) and the ``settings`` member."""
+    """The checked ``table`` member (``heads`` or ``layers``) and the ``settings`` member.
+
+    Parameters
+    ----------
+    path : Path
+        The JSON file.
+    table : {"heads", "layers"}, optional
+        The member to read.
+
+    Returns
+    -------
+    frame : DataFrame
+        The table.
+    settings : dict or None
+        The recorded settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is unreadable, too large or not such a table.
+    """
     source = Path(path)
     where = show_path(source)
     names, cells, settings = read_cells(source, where, table)
@@ -59,7 +98,23 @@ def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, A
 
 
 def read_settings(path: Path) -> dict[str, Any] | None:
-    """The ``settings`` member (checked); None for a plain list of records."""
+    """The ``settings`` member (checked); None for a plain list of records.
+
+    Parameters
+    ----------
+    path : Path
+        The JSON file.
+
+    Returns
+    -------
+    dict or None
+        The settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is unreadable or its settings not an object.
+    """
     source = Path(path)
     where = show_path(source)
     document = parse_value(read_bytes(source, where, "the table", MAX_TABLE_BYTES), where, "the table")
@@ -69,7 +124,31 @@ def read_settings(path: Path) -> dict[str, Any] | None:
 def read_cells(
     source: Path, where: str, table: str
 ) -> tuple[list[str], dict[str, list[Any]], dict[str, Any] | None]:
-    """Columns of a JSON table (an object with settings and records, or a plain list of records)."""
+    """Columns of a JSON table (an object with settings and records, or a plain list of records).
+
+    Parameters
+    ----------
+    source : Path
+        The JSON file.
+    where : str
+        The file as errors show it.
+    table : str
+        The member to read.
+
+    Returns
+    -------
+    names : list of str
+        The columns, in first-seen order.
+    cells : dict
+        Name -> list of values.
+    settings : dict or None
+        The ``settings`` member.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is not JSON, lacks the member, or its records are not objects or too many.
+    """
     raw = read_bytes(source, where, "the table", MAX_TABLE_BYTES)
     try:
         document = parse_value(raw, where, "the table")

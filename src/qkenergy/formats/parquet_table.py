@@ -67,6 +67,26 @@ def arrow_table(
     column's type: the survey's); ``metadata``: further key-value metadata,
     before the settings; ``pandas_metadata``: keep the ``pandas`` key that
     pyarrow adds (a survey's unit files carry only qkenergy's keys).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The table.
+    settings : mapping or None, optional
+        The settings to record.
+    metadata : mapping or None, optional
+        Further key-value metadata.
+    types : mapping or None, optional
+        Column -> Arrow type.
+    nulls_as_text : bool, optional
+        Store all-null columns as text.
+    pandas_metadata : bool, optional
+        Keep pyarrow's ``pandas`` metadata key.
+
+    Returns
+    -------
+    pyarrow.Table
+        The Arrow table.
     """
     import pyarrow as pa
 
@@ -90,7 +110,17 @@ def arrow_table(
 
 
 def write_frame(frame: pd.DataFrame, path: str | os.PathLike[str], **options: Any) -> None:
-    """Write ``arrow_table(frame, **options)`` to ``path`` (a staged temporary file: no atomicity here)."""
+    """Write ``arrow_table(frame, **options)`` to ``path`` (a staged temporary file: no atomicity here).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The table.
+    path : str or path-like
+        The file to write.
+    **options
+        Keywords of :func:`arrow_table`.
+    """
     import pyarrow.parquet as pq
 
     pq.write_table(arrow_table(frame, **options), path)
@@ -104,7 +134,26 @@ def write(
     layers: pd.DataFrame | None = None,
     outputs: OutputTransaction,
 ) -> list[Path]:
-    """Stage the table as Parquet in ``outputs``: counts as nullable integers, lobes as lists of doubles."""
+    """Stage the table as Parquet in ``outputs``: counts as nullable integers, lobes as lists of doubles.
+
+    Parameters
+    ----------
+    table : DataFrame or Columns
+        The table.
+    path : Path
+        The Parquet file.
+    settings : dict or None
+        The settings to record in the metadata.
+    layers : DataFrame or None, optional
+        Must be None: a Parquet file holds one table.
+    outputs : OutputTransaction
+        The transaction the file is staged in.
+
+    Returns
+    -------
+    list of Path
+        ``[path]``.
+    """
     if layers is not None:
         raise ValueError("a parquet table holds one table; the layer table is a table of its own")
     target = Path(path)
@@ -119,7 +168,27 @@ def write(
 
 
 def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, Any] | None]:
-    """The checked table and the settings of its metadata (None without)."""
+    """The checked table and the settings of its metadata (None without).
+
+    Parameters
+    ----------
+    path : Path
+        The Parquet file.
+    table : {"heads", "layers"}, optional
+        Which table it is (the columns it is checked for).
+
+    Returns
+    -------
+    frame : DataFrame
+        The table.
+    settings : dict or None
+        The recorded settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is unreadable, too large or not such a table.
+    """
     source = Path(path)
     where = show_path(source)
     names, cells, settings = read_cells(source, where)
@@ -127,7 +196,23 @@ def read(path: Path, *, table: str = "heads") -> tuple[pd.DataFrame, dict[str, A
 
 
 def read_settings(path: Path) -> dict[str, Any] | None:
-    """The settings of the file's metadata (its schema alone is read), checked; None without."""
+    """The settings of the file's metadata (its schema alone is read), checked; None without.
+
+    Parameters
+    ----------
+    path : Path
+        The Parquet file.
+
+    Returns
+    -------
+    dict or None
+        The settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The file is not readable Parquet or its settings are not valid.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -152,6 +237,27 @@ def read_arrow(
     column's Arrow type fitting its documented kind; the settings checked. A
     failure is one line starting with ``where`` (``unreadable (...)`` for what
     pyarrow cannot read).
+
+    Parameters
+    ----------
+    path : Path
+        The Parquet file.
+    where : str
+        The file as errors show it.
+    unreadable : str, optional
+        The error's words for a file pyarrow cannot read.
+
+    Returns
+    -------
+    table : pyarrow.Table
+        The table.
+    settings : dict or None
+        The recorded settings.
+
+    Raises
+    ------
+    QKEnergyError
+        Any check above fails.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -181,7 +287,29 @@ def read_arrow(
 
 
 def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any], dict[str, Any] | None]:
-    """Columns of a Parquet table (:func:`read_arrow`): numbers as float64 arrays, the rest as Python values."""
+    """Columns of a Parquet table (:func:`read_arrow`): numbers as float64 arrays, the rest as Python values.
+
+    Parameters
+    ----------
+    source : Path
+        The Parquet file.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    names : list of str
+        The columns.
+    cells : dict
+        Name -> float64 array or list of values.
+    settings : dict or None
+        The recorded settings.
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`read_arrow`.
+    """
     arrow, settings = read_arrow(source, where)
     cells: dict[str, Any] = {}
     for field in arrow.schema:

@@ -83,6 +83,18 @@ def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) 
 
     ``settings`` are the command's own keys (samples, seed, radius, fold_norm,
     null_kind, ...): any JSON-ready values, recorded as given.
+
+    Parameters
+    ----------
+    resolved : mapping or None, optional
+        The :func:`model_source` of the run, positional only.
+    **settings
+        The command's own keys.
+
+    Returns
+    -------
+    dict
+        The settings, JSON-ready: qkenergy_version, created, command, blas, model_source, then ``settings``.
     """
     out: dict[str, Any] = {
         "qkenergy_version": __version__,
@@ -111,6 +123,20 @@ def model_source(
     ``hub_id`` and ``revision`` (the snapshot's commit) for hub models and the
     embedded MiniLM where known; ``package`` for the embedded MiniLM; ``files``:
     the fingerprints of the weight files read.
+
+    Parameters
+    ----------
+    argument : str, path-like, model or None
+        MODEL as given.
+    model : ModelSource
+        What it resolved to.
+    files : list of dict or None, optional
+        The fingerprints of the weight files read (:func:`fingerprint_files`).
+
+    Returns
+    -------
+    dict
+        The keys above (JSON-ready).
     """
     on_disk = argument is None or isinstance(argument, str | os.PathLike)
     root = Path(model.root).resolve() if on_disk else None
@@ -159,6 +185,11 @@ class ReadRecorder:
     of delaying the first layer's. A safetensors tensor is read-only, so the
     bytes hashed are the bytes read. :meth:`fingerprints` waits for it;
     :meth:`close` (or the ``with`` block) ends it.
+
+    Parameters
+    ----------
+    tensors : TensorSource
+        The checkpoint's tensors (safetensors files or a model in memory).
     """
 
     def __init__(self, tensors: Any) -> None:
@@ -310,6 +341,25 @@ def fingerprint_files(
     query and key weights (which are in the page cache by then), less what
     ``begun`` (digests begun by :class:`ReadRecorder` as it read) already holds.
     The entry lists the tensor names hashed so that the digest can be recomputed.
+
+    Parameters
+    ----------
+    tensors : TensorSource
+        The checkpoint's safetensors files.
+    read : iterable of str
+        The names of the tensors read.
+    begun : mapping or None, optional
+        File -> digest already begun by a :class:`ReadRecorder`.
+
+    Returns
+    -------
+    list of dict
+        Per file: its path, size, sha256 and the tensors hashed.
+
+    Raises
+    ------
+    QKEnergyError
+        A file changed while it was read, or cannot be read.
     """
     by_file: dict[Path, list[str]] = {}
     for name in dict.fromkeys(part for asked in read for part in _stored_names(tensors, asked)):
@@ -403,6 +453,18 @@ def population_label(settings: Mapping[str, Any] | None, model: str | None = Non
     A run records ``initialisation = "random"`` when it knows the weights are a
     random initialisation (e.g. the step-0 checkpoint of a training run); a
     table without settings is named after its ``model`` column.
+
+    Parameters
+    ----------
+    settings : mapping or None
+        The table's settings.
+    model : str or None, optional
+        The model named by the table's ``model`` column.
+
+    Returns
+    -------
+    str
+        The label.
     """
     settings = settings or {}
     name = settings.get("model") or model

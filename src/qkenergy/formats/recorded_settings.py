@@ -35,18 +35,58 @@ MAX_SETTINGS_BYTES = 16 << 20
 
 
 def sidecar_path(table: str | os.PathLike[str]) -> Path:
-    """The settings file beside a CSV table: ``results.csv`` -> ``results.csv.meta.json``."""
+    """The settings file beside a CSV table: ``results.csv`` -> ``results.csv.meta.json``.
+
+    Parameters
+    ----------
+    table : str or path-like
+        The CSV table.
+
+    Returns
+    -------
+    Path
+        Its sidecar.
+    """
     table = Path(table)
     return table.with_name(table.name + SIDECAR_SUFFIX)
 
 
 def settings_json(settings: Mapping[str, Any]) -> str:
-    """The settings as strict JSON text (NaN as null)."""
+    """The settings as strict JSON text (NaN as null).
+
+    Parameters
+    ----------
+    settings : mapping
+        The settings.
+
+    Returns
+    -------
+    str
+        JSON text.
+    """
     return json.dumps(json_safe(dict(settings)), allow_nan=False, sort_keys=False)
 
 
 def parse_settings(raw: bytes | None, where: str) -> dict[str, Any] | None:
-    """Settings from a Parquet file's ``qkenergy`` metadata (JSON text; None when absent), checked."""
+    """Settings from a Parquet file's ``qkenergy`` metadata (JSON text; None when absent), checked.
+
+    Parameters
+    ----------
+    raw : bytes or None
+        The metadata value.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    dict or None
+        The settings.
+
+    Raises
+    ------
+    QKEnergyError
+        The value is too large, not a JSON object, or fails :func:`check_settings`.
+    """
     from qkenergy.weights.json_input import parse_object
 
     if raw is None:
@@ -66,7 +106,25 @@ _FLAG_SETTINGS = ("null", "per_layer", "fold_norm")
 def check_settings(settings: Any, where: str) -> dict[str, Any] | None:
     """``settings`` (parsed JSON, None for a table without) checked: a JSON object whose keys that
     readers use have their types (text, counts, flags, the radius in [0, 1], notes a list of
-    text, RoPE offsets a list of integers, ``rope`` an object); one line naming the key otherwise."""
+    text, RoPE offsets a list of integers, ``rope`` an object); one line naming the key otherwise.
+
+    Parameters
+    ----------
+    settings : object
+        The parsed settings, or None.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    dict or None
+        ``settings``, unchanged.
+
+    Raises
+    ------
+    QKEnergyError
+        ``settings`` is not an object, or a key has the wrong type.
+    """
     from qkenergy.weights.json_input import describe, get_bool, get_int, get_str, json_type
 
     if settings is None:

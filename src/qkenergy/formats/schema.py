@@ -118,7 +118,18 @@ _SLACK = 1e-9  # rounding: a share computed as 1 - x may come out a hair outside
 
 
 def column_kind(name: str) -> str | None:
-    """The kind of a documented column (see :data:`KINDS`); None for a column docs/columns.md does not name."""
+    """The kind of a documented column (see :data:`KINDS`); None for a column docs/columns.md does not name.
+
+    Parameters
+    ----------
+    name : str
+        The column's name.
+
+    Returns
+    -------
+    str or None
+        Its kind.
+    """
     kind = _NAMED.get(name)
     if kind is None:
         kind = next((k for suffix, k in _SUFFIXES if name.endswith(suffix)), None)
@@ -265,7 +276,27 @@ def _lobes(cells: Sequence[Any], name: str, where: str, source: str) -> list[lis
 
 
 def check_numbers(values: np.ndarray, name: str, where: str) -> np.ndarray:
-    """A numeric column read as float64 (NaN for missing: Parquet) checked against its kind."""
+    """A numeric column read as float64 (NaN for missing: Parquet) checked against its kind.
+
+    Parameters
+    ----------
+    values : ndarray, shape (rows,)
+        The column.
+    name : str
+        The column's name.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    ndarray, shape (rows,)
+        The column, as float64 or its kind's dtype.
+
+    Raises
+    ------
+    QKEnergyError
+        The column's kind is not numeric, or a value does not fit it.
+    """
     kind = column_kind(name) or "score"
     if kind not in _EXPECTED:
         raise QKEnergyError(f"{where}: column {show_name(name, 60)} holds numbers; expected {_WANTS[kind]}")
@@ -278,7 +309,29 @@ _WANTS = {"text": "text", "flag": "True or False", "lobe": "a list of numbers pe
 def check_cells(cells: Sequence[Any], name: str, where: str, source: str) -> Any:
     """One column's cells (CSV text, JSON values, or Parquet values as Python objects) checked
     against the column's kind; returns the column's values (float64 / int64 / bool array, list of
-    str, or list of lists). ``source``: 'csv', 'json' or 'parquet'."""
+    str, or list of lists). ``source``: 'csv', 'json' or 'parquet'.
+
+    Parameters
+    ----------
+    cells : sequence
+        The column's cells.
+    name : str
+        The column's name.
+    where : str
+        The file as errors show it.
+    source : {"csv", "json", "parquet"}
+        The format the cells were read from.
+
+    Returns
+    -------
+    ndarray or list
+        The column's values.
+
+    Raises
+    ------
+    QKEnergyError
+        A cell does not fit the column's kind.
+    """
     kind = column_kind(name)
     if kind is None:  # undocumented: numbers when every cell is one, else text
         try:

@@ -93,17 +93,50 @@ class TableFormat(Protocol):
 
 
 def list_columns(table: pd.DataFrame | Columns) -> list[str]:
-    """The list columns (alpha, beta) the table has."""
+    """The list columns (alpha, beta) the table has.
+
+    Parameters
+    ----------
+    table : DataFrame or Columns
+        The table.
+
+    Returns
+    -------
+    list of str
+        Its list columns.
+    """
     return [c for c in LIST_COLUMNS if c in table]
 
 
 def frame_of(table: pd.DataFrame | Columns) -> pd.DataFrame:
-    """A copy of the table as a DataFrame, counts as nullable integers."""
+    """A copy of the table as a DataFrame, counts as nullable integers.
+
+    Parameters
+    ----------
+    table : DataFrame or Columns
+        The table.
+
+    Returns
+    -------
+    DataFrame
+        A copy.
+    """
     return to_frame(table) if isinstance(table, dict) else with_integer_counts(table.copy())
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: NaN and <NA> as None, lists as lists of floats."""
+    """Rows as JSON-ready dicts: NaN and <NA> as None, lists as lists of floats.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The table.
+
+    Returns
+    -------
+    list of dict
+        One dict per row.
+    """
     out = frame.astype(object).where(frame.notna(), None) if len(frame) else frame
     return cast(list[dict[str, Any]], json_safe(out.to_dict(orient="records")))
 
@@ -112,12 +145,47 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def too_many(where: str, count: int, what: str, limit: int) -> QKEnergyError:
-    """The one line for a table beyond a bound of :mod:`qkenergy.formats.schema`."""
+    """The one line for a table beyond a bound of :mod:`qkenergy.formats.schema`.
+
+    Parameters
+    ----------
+    where : str
+        The file as errors show it.
+    count : int
+        How many there are.
+    what : str
+        Of what ("rows", "columns").
+    limit : int
+        The bound.
+
+    Returns
+    -------
+    QKEnergyError
+        The error, for the caller to raise.
+    """
     return QKEnergyError(f"{where}: {count} {what}, more than the {limit} a qkenergy table may have")
 
 
 def check_names(names: list[Any], where: str) -> list[str]:
-    """Column names: at most MAX_COLUMNS, text, unique."""
+    """Column names: at most MAX_COLUMNS, text, unique.
+
+    Parameters
+    ----------
+    names : list
+        The column names read.
+    where : str
+        The file as errors show it.
+
+    Returns
+    -------
+    list of str
+        ``names``.
+
+    Raises
+    ------
+    QKEnergyError
+        Too many columns, a name that is not text of 1 to 200 characters, or a name twice.
+    """
     if len(names) > MAX_COLUMNS:
         raise too_many(where, len(names), "columns", MAX_COLUMNS)
     seen: set[str] = set()
@@ -148,6 +216,31 @@ def checked_frame(
     rules of ``source`` ('csv': cells are text; 'json', 'parquet': typed values).
     ``text``: applied to every text cell once checked (CSV: undoing the
     spreadsheet neutralisation). Counts come back as nullable integers.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The columns, in order.
+    cells : dict
+        Column -> its values.
+    where : str
+        The file as errors show it.
+    table : {"heads", "layers"}
+        Which table it is (its required columns).
+    source : {"csv", "json", "parquet"}
+        The format read.
+    text : callable or None, optional
+        Applied to each text cell.
+
+    Returns
+    -------
+    DataFrame
+        The table.
+
+    Raises
+    ------
+    QKEnergyError
+        A required column is missing, or a cell does not fit its kind.
     """
     import pandas as pd
 
@@ -181,5 +274,16 @@ def checked_frame(
 
 
 def text_column(values: pd.Series) -> pd.Series:
-    """A label column as str: missing values become "" (also in a column csv read as all-NaN floats)."""
+    """A label column as str: missing values become "" (also in a column csv read as all-NaN floats).
+
+    Parameters
+    ----------
+    values : Series
+        The column.
+
+    Returns
+    -------
+    Series
+        The column as str.
+    """
     return values.astype(object).where(values.notna(), "").astype(str)

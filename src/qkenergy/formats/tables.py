@@ -65,7 +65,23 @@ CSV_LIST_ENCODING = csv_table.LIST_ENCODING
 
 
 def table_format(path: str | os.PathLike[str]) -> TableFormat:
-    """The format module of ``path``'s extension; one line naming the accepted ones otherwise."""
+    """The format module of ``path``'s extension; one line naming the accepted ones otherwise.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The table's file.
+
+    Returns
+    -------
+    TableFormat
+        The format module.
+
+    Raises
+    ------
+    QKEnergyError
+        The extension is not .csv, .parquet or .json.
+    """
     target = Path(path)
     module = FORMATS.get(target.suffix.lower())
     if module is None:
@@ -77,7 +93,23 @@ def table_format(path: str | os.PathLike[str]) -> TableFormat:
 
 
 def ensure_directory(path: str | os.PathLike[str]) -> Path:
-    """Create directory ``path`` (and its parents) if needed; one-line QKEnergyError when that fails."""
+    """Create directory ``path`` (and its parents) if needed; one-line QKEnergyError when that fails.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The directory.
+
+    Returns
+    -------
+    Path
+        The directory.
+
+    Raises
+    ------
+    QKEnergyError
+        It cannot be created.
+    """
     directory = Path(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -92,6 +124,16 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     A one-file :class:`~qkenergy.formats.transaction.OutputTransaction`: a
     symlinked ``path`` is written through, an existing file keeps its permissions.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file to write.
+
+    Yields
+    ------
+    Path
+        The temporary path to write to.
     """
     with OutputTransaction() as outputs:
         yield outputs.stage(path)
@@ -118,6 +160,29 @@ def write_table(
     ``transaction``: stage the files in the caller's transaction instead of
     committing them here. ``df`` may be a column table
     (:mod:`qkenergy.formats.columns`): csv is then written without pandas.
+
+    Parameters
+    ----------
+    df : DataFrame or Columns
+        The table.
+    path : str or path-like
+        The file; its extension picks the format.
+    settings : dict or None, optional
+        How the table was made.
+    layers : DataFrame or None, optional
+        The layer table (json only).
+    transaction : OutputTransaction or None, optional
+        The caller's transaction; None to commit here.
+
+    Returns
+    -------
+    Path
+        The table's file.
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown extension, or a file that cannot be written.
     """
     return _write(df, Path(path), settings, layers, transaction)[0]
 
@@ -140,7 +205,18 @@ def _write(
 
 
 def layers_path(path: str | os.PathLike[str]) -> Path:
-    """Where the layer table of a csv / parquet head table goes: results.csv -> results.layers.csv."""
+    """Where the layer table of a csv / parquet head table goes: results.csv -> results.layers.csv.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The head table.
+
+    Returns
+    -------
+    Path
+        The layer table's path.
+    """
     target = Path(path)
     return target.with_name(f"{target.stem}.layers{target.suffix}")
 
@@ -158,6 +234,29 @@ def write_results(
     json: one file holding both; csv / parquet: ``path`` and :func:`layers_path`
     (each csv with its ``.meta.json`` sidecar when there are settings). The
     tables come first in the list, then the files beside them (sidecars).
+
+    Parameters
+    ----------
+    heads : DataFrame or Columns
+        The head table.
+    path : str or path-like
+        The head table's file.
+    settings : dict or None, optional
+        The run's settings.
+    layers : DataFrame or None, optional
+        The layer table.
+    transaction : OutputTransaction or None, optional
+        The caller's transaction; None to commit here.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    QKEnergyError
+        An unknown extension, or a file that cannot be written.
     """
     target = Path(path)
     with joined(transaction) as outputs:

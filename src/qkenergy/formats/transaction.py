@@ -43,7 +43,18 @@ class _Staged:
 
 
 def write_through_target(path: str | os.PathLike[str]) -> Path:
-    """The file that writing ``path`` should replace: ``path`` itself, or what its symlinks point to."""
+    """The file that writing ``path`` should replace: ``path`` itself, or what its symlinks point to.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file asked for.
+
+    Returns
+    -------
+    Path
+        The file to replace.
+    """
     requested = Path(path)
     if requested.is_symlink():
         return Path(os.path.realpath(requested))
@@ -156,7 +167,18 @@ class OutputTransaction:
 
 @contextlib.contextmanager
 def joined(transaction: OutputTransaction | None) -> Iterator[OutputTransaction]:
-    """The caller's transaction (committed by the caller), or a fresh one committed here."""
+    """The caller's transaction (committed by the caller), or a fresh one committed here.
+
+    Parameters
+    ----------
+    transaction : OutputTransaction or None
+        The caller's transaction, or None.
+
+    Yields
+    ------
+    OutputTransaction
+        The transaction to stage in.
+    """
     if transaction is not None:
         yield transaction
         return

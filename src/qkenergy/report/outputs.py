@@ -27,6 +27,27 @@ def write_outputs(
     unwritable plot directory or a failing layer table leaves no head table
     behind. ``plot_options`` go to :func:`qkenergy.figures.plots.plot_results`.
     Returns the files written.
+
+    Parameters
+    ----------
+    analysis : Analysis
+        The analysis whose tables and figures are written.
+    output : str or path-like or None, optional
+        The head table's file (csv, parquet or json); None for no table.
+    plot_dir : str or path-like or None, optional
+        The figures' directory; None for no figures.
+    **plot_options
+        Keywords of :func:`qkenergy.figures.plots.plot_results`.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    QKEnergyError
+        A table or figure cannot be written (then nothing is).
     """
     from qkenergy.formats import tables
 

@@ -64,7 +64,25 @@ _PNG_SCALE = 2  # 2000 px wide PNGs: sharp in print
 
 @dataclass(frozen=True)
 class Report:
-    """What :func:`build_report` wrote: the page, the folder beside it and every file in it."""
+    """What :func:`build_report` wrote: the page, the folder beside it and every file in it.
+
+    Parameters
+    ----------
+    html : Path
+        The page.
+    directory : Path
+        The folder beside it.
+    files : list of Path
+        Every file written.
+    figures : list of str
+        The figures' names, in page order.
+    summary : DataFrame
+        The per-model summary the page shows.
+    comparison : BaselineComparison or None
+        The comparison with a reference model, when asked for.
+    renderer : str or None, optional
+        What drew the static figures.
+    """
 
     html: Path
     directory: Path
@@ -78,7 +96,17 @@ class Report:
 
 @dataclass(frozen=True)
 class StaticFigures:
-    """The PNG / SVG files written, the figures they show, and what drew them."""
+    """The PNG / SVG files written, the figures they show, and what drew them.
+
+    Parameters
+    ----------
+    files : list of Path
+        The PNG / SVG files.
+    figures : list of str
+        The figures they show.
+    renderer : str or None
+        "kaleido", "matplotlib", or None (none drawn).
+    """
 
     files: list[Path]
     figures: list[str]
@@ -86,7 +114,18 @@ class StaticFigures:
 
 
 def files_directory(out_html: str | os.PathLike[str]) -> Path:
-    """The folder beside the page that holds its static figures: report.html -> report_files/."""
+    """The folder beside the page that holds its static figures: report.html -> report_files/.
+
+    Parameters
+    ----------
+    out_html : str or path-like
+        The page.
+
+    Returns
+    -------
+    Path
+        The folder.
+    """
     path = Path(out_html)
     return path.with_name(f"{path.stem}_files")
 
@@ -227,7 +266,21 @@ def _default_title(summary: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """What a report is drawn from: heads, layer forms (or None), per-model facts and the run's settings."""
+    """What a report is drawn from: heads, layer forms (or None), per-model facts and the run's settings.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The head table of all models.
+    layers : DataFrame or None
+        The layer forms.
+    models : DataFrame or None
+        Per-model facts (architecture, n_layers), from a survey.
+    settings : dict
+        The run's settings.
+    losses : DataFrame or None, optional
+        Training loss per run and step.
+    """
 
     heads: pd.DataFrame
     layers: pd.DataFrame | None
@@ -247,6 +300,23 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
     them (inside the json file, or beside: ``results.csv`` ->
     ``results.layers.csv``) and the settings recorded with them; a model may
     appear in one table only.
+
+    Parameters
+    ----------
+    sources : sequence of str or path-like
+        One survey directory, or head tables.
+
+    Returns
+    -------
+    ReportInputs
+        What the report is drawn from.
+
+    Raises
+    ------
+    ArgumentError
+        No source, or a survey directory given with other sources.
+    QKEnergyError
+        A table cannot be read, or a model appears in two tables.
     """
     paths = [Path(s) for s in sources]
     if not paths:
@@ -368,7 +438,13 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
 
 def browser_path() -> str | None:
     """The Chrome or Chromium kaleido would start (``BROWSER_PATH``, then the usual names and
-    places, as kaleido's choreographer looks), or None when there is none it could run."""
+    places, as kaleido's choreographer looks), or None when there is none it could run.
+
+    Returns
+    -------
+    str or None
+        The browser's path.
+    """
     try:
         from choreographer.browsers.chromium import Chromium
     except ImportError:

@@ -95,7 +95,29 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def unit_path(out: str | os.PathLike[str], table: str, model: str, layer: int) -> Path:
-    """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``; ``model`` must be a safe path component."""
+    """``OUT/<table>/model=<model>/layer-<LLLLL>.parquet``; ``model`` must be a safe path component.
+
+    Parameters
+    ----------
+    out : str or path-like
+        The survey's output directory OUT.
+    table : {"heads", "layers"}
+        The dataset.
+    model : str
+        The survey's model name.
+    layer : int
+        The layer.
+
+    Returns
+    -------
+    Path
+        The unit's file.
+
+    Raises
+    ------
+    QKEnergyError
+        ``model`` cannot name a folder, or ``table`` is not a dataset.
+    """
     if not _SAFE_NAME.fullmatch(model) or table not in TABLES:
         raise QKEnergyError(
             f"model name {model[:60]!r} cannot name a folder of the survey (see manifest.model_name)"
@@ -104,7 +126,18 @@ def unit_path(out: str | os.PathLike[str], table: str, model: str, layer: int) -
 
 
 def file_sha256(path: Path) -> str | None:
-    """SHA-256 of a unit file (None when it is missing or not a regular file)."""
+    """SHA-256 of a unit file (None when it is missing or not a regular file).
+
+    Parameters
+    ----------
+    path : Path
+        The unit file.
+
+    Returns
+    -------
+    str or None
+        The hex digest.
+    """
     from qkenergy.weights.json_input import open_regular
 
     digest = hashlib.sha256()
@@ -148,6 +181,33 @@ def write_unit(
     Written by the package's Parquet writer (:func:`qkenergy.formats.parquet_table.write_frame`),
     as ``analyze -o heads.parquet`` is, with stable column types (a column of nulls only as
     text) and only qkenergy's metadata: the unit (``qkenergy_unit``) and the settings.
+
+    Parameters
+    ----------
+    out : str or path-like
+        The survey's output directory OUT.
+    table : {"heads", "layers"}
+        The dataset.
+    model : str
+        The survey's model name.
+    layer : int
+        The layer.
+    frame : DataFrame
+        The unit's rows.
+    extra : dict
+        The manifest's group, step, source and revision, added to every row.
+    settings : dict or None, optional
+        The unit's settings.
+
+    Returns
+    -------
+    Path
+        The unit's file.
+
+    Raises
+    ------
+    QKEnergyError
+        As :func:`unit_path`, or the file cannot be written.
     """
     from qkenergy.formats import parquet_table
     from qkenergy.formats.tables import atomic_path
@@ -168,7 +228,18 @@ def write_unit(
 
 
 def clean_partial_files(out: str | os.PathLike[str]) -> list[Path]:
-    """Remove temporary files that a killed run left in OUT's datasets; returns them."""
+    """Remove temporary files that a killed run left in OUT's datasets; returns them.
+
+    Parameters
+    ----------
+    out : str or path-like
+        The survey's output directory OUT.
+
+    Returns
+    -------
+    list of Path
+        The files removed.
+    """
     removed = []
     for table in TABLES:
         for path in (Path(out) / table).glob("model=*/.*.tmp"):

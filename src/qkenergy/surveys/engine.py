@@ -43,7 +43,31 @@ __all__ = [
 
 @dataclass
 class SurveyRun:
-    """What one call of :func:`survey` did (counts over units) and where the results are."""
+    """What one call of :func:`survey` did (counts over units) and where the results are.
+
+    Parameters
+    ----------
+    out : Path
+        The output directory OUT.
+    run : int
+        The run's number in the ledger.
+    units : int
+        Units planned.
+    computed : int, optional
+        Units analysed.
+    unchanged : int, optional
+        Units whose tensors had not changed (not analysed again).
+    skipped : int, optional
+        Units already done.
+    heads : int, optional
+        Heads analysed.
+    failed : list of (str, int, str), optional
+        (model, layer, error) of each failed unit.
+    model_errors : dict, optional
+        Model -> why it could not be planned.
+    elapsed : float, optional
+        Seconds the run took.
+    """
 
     out: Path
     run: int

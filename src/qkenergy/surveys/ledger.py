@@ -103,7 +103,18 @@ CREATE TABLE IF NOT EXISTS attempts (
 
 
 def iso(seconds: float | None = None) -> str:
-    """Unix seconds (default: now) as ISO 8601 UTC with milliseconds."""
+    """Unix seconds (default: now) as ISO 8601 UTC with milliseconds.
+
+    Parameters
+    ----------
+    seconds : float or None, optional
+        Unix seconds; None for now.
+
+    Returns
+    -------
+    str
+        E.g. ``2026-01-31T12:00:00.000Z``.
+    """
     moment = dt.datetime.now(dt.UTC) if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -147,7 +158,23 @@ def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
 
 def done_files(path: Path) -> dict[str, str | None] | None:
     """The unit files of the done units (path relative to OUT -> SHA-256, None when not recorded),
-    read without writing anything; None when OUT has no ledger."""
+    read without writing anything; None when OUT has no ledger.
+
+    Parameters
+    ----------
+    path : Path
+        The ledger file.
+
+    Returns
+    -------
+    dict or None
+        Path -> SHA-256 or None.
+
+    Raises
+    ------
+    QKEnergyError
+        The ledger is not readable.
+    """
     if not os.path.lexists(path):
         return None
     with Ledger(path, read_only=True) as ledger:
@@ -161,6 +188,21 @@ def survey_lock(out: Path) -> Iterator[None]:
     An exclusive ``flock`` on OUT/survey.lock, released by the kernel when the
     process ends however it ends (a killed survey never leaves OUT locked); the
     file says which process holds it, for the message.
+
+    Parameters
+    ----------
+    out : Path
+        The output directory OUT.
+
+    Yields
+    ------
+    None
+        While OUT is held.
+
+    Raises
+    ------
+    QKEnergyError
+        The lock file cannot be opened, is not a regular file, or another survey holds it.
     """
     import fcntl
 
@@ -191,7 +233,33 @@ def survey_lock(out: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class UnitRow:
-    """The ledger's record of one unit."""
+    """The ledger's record of one unit.
+
+    Parameters
+    ----------
+    model : str
+        The survey's model name.
+    layer : int
+        The layer.
+    status : str
+        "pending", "running", "done" or "failed".
+    attempts : int
+        How often it was run.
+    fingerprint : str or None
+        The fingerprint of the tensors read.
+    files_digest : str or None
+        The digest of the model's files when planned.
+    params : str or None
+        The analysis parameters, as JSON text.
+    heads_file : str or None
+        The unit's head file, relative to OUT.
+    layers_file : str or None
+        Its layer file, relative to OUT.
+    heads_sha256 : str or None, optional
+        SHA-256 of the head file.
+    layers_sha256 : str or None, optional
+        SHA-256 of the layer file.
+    """
 
     model: str
     layer: int
@@ -207,7 +275,20 @@ class UnitRow:
 
 
 class Ledger:
-    """OUT/ledger.sqlite; use as a context manager."""
+    """OUT/ledger.sqlite; use as a context manager.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ledger file.
+    read_only : bool, optional
+        Open it for reading only (nothing is created or changed).
+
+    Raises
+    ------
+    QKEnergyError
+        The file is not a regular file, or not a readable ledger.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)

@@ -56,7 +56,25 @@ _HF_CACHE = re.compile(r"^models--(.+)$")
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model of the manifest, validated; ``name`` is filesystem-safe and unique."""
+    """One model of the manifest, validated; ``name`` is filesystem-safe and unique.
+
+    Parameters
+    ----------
+    source : str
+        Where the model is: a directory, a file or a hub id.
+    name : str
+        The survey's name for it.
+    revision : str or None, optional
+        The hub revision.
+    fold_norm : bool, optional
+        Fold the query/key norms into the weights.
+    layers : tuple of int or None, optional
+        The layers to analyse; None for all.
+    step : int or None, optional
+        The training step of the checkpoint.
+    group : str or None, optional
+        The group (training run) it belongs to.
+    """
 
     source: str
     name: str
@@ -79,6 +97,16 @@ def model_name(text: str) -> str:
     ``org/name`` becomes ``org--name`` (as the Hugging Face cache spells it);
     other characters become ``_``; leading dots and underscores are dropped
     (readers of Parquet datasets skip such names as hidden files).
+
+    Parameters
+    ----------
+    text : str
+        The name or source as given.
+
+    Returns
+    -------
+    str
+        The safe name.
     """
     safe = _UNSAFE.sub("_", text.strip().replace("/", "--")).lstrip("._") or "model"
     if len(safe) > MAX_NAME_BYTES:  # ASCII only by now: characters are bytes
@@ -225,7 +253,25 @@ def _read_lines(path: Path, raw: bytes) -> list[ModelEntry]:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[list[ModelEntry], str]:
-    """The models of a manifest (``.toml``: [[model]] tables; else one source per line) and its sha256."""
+    """The models of a manifest (``.toml``: [[model]] tables; else one source per line) and its sha256.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The manifest.
+
+    Returns
+    -------
+    entries : list of ModelEntry
+        The models.
+    sha256 : str
+        The manifest's digest.
+
+    Raises
+    ------
+    QKEnergyError
+        The manifest is unreadable, an entry invalid, or a name used twice.
+    """
     manifest = Path(path)
     raw = read_text(manifest, show_path(manifest), "the manifest")
     reader = _read_toml if manifest.suffix.lower() == ".toml" else _read_lines

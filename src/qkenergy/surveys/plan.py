@@ -43,7 +43,25 @@ SETTINGS = (  # NullSpec.settings, TypeRule.settings and per_layer: a resumed su
 
 @dataclass
 class ModelPlan:
-    """A manifest model resolved on the client: where its files are, its sizes, its layers."""
+    """A manifest model resolved on the client: where its files are, its sizes, its layers.
+
+    Parameters
+    ----------
+    entry : ModelEntry
+        The manifest's model.
+    path : str or None, optional
+        The resolved checkpoint.
+    origin : str or None, optional
+        Where it was found (file, directory, cache, hub).
+    arch : dict, optional
+        Its architecture's settings.
+    layers : list of int, optional
+        The layers to analyse.
+    files_digest : str, optional
+        The digest of its files.
+    error : str or None, optional
+        Why it could not be resolved.
+    """
 
     entry: ModelEntry
     path: str | None = None

@@ -24,6 +24,16 @@ def model_summary(heads: pd.DataFrame) -> pd.DataFrame:
 
     A head is significantly above (below) the random law when its per-model
     ``symmetric_energy_p_bh < 0.05`` and its z-score is positive (negative).
+
+    Parameters
+    ----------
+    heads : DataFrame
+        The survey's head table.
+
+    Returns
+    -------
+    DataFrame
+        One row per model.
     """
     import pandas as pd
 
@@ -55,7 +65,17 @@ def model_summary(heads: pd.DataFrame) -> pd.DataFrame:
 
 
 def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -> None:
-    """Per-model table, the run's counts, failures (one line each) and the report command."""
+    """Per-model table, the run's counts, failures (one line each) and the report command.
+
+    Parameters
+    ----------
+    run : SurveyRun
+        The run.
+    heads : DataFrame or None
+        The survey's head table.
+    console : Console
+        Where to print.
+    """
     from rich.markup import escape
 
     if heads is not None and len(heads):

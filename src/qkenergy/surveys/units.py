@@ -27,7 +27,31 @@ __all__ = ["UnitResult", "UnitSpec", "files_fingerprint", "layer_fingerprint", "
 
 @dataclass(frozen=True)
 class UnitSpec:
-    """Everything a worker needs to analyse one layer of one model."""
+    """Everything a worker needs to analyse one layer of one model.
+
+    Parameters
+    ----------
+    model : str
+        The survey's model name.
+    layer : int
+        The layer.
+    path : str
+        The resolved checkpoint.
+    fold_norm : bool
+        Fold the query/key norms into the weights.
+    per_layer : bool
+        Also the layer form.
+    null : bool
+        Draw null laws.
+    null_spec : NullSpec
+        Their samples, seed and radius.
+    types : TypeRule
+        The head-type rule.
+    expected_fingerprint : str or None, optional
+        Analyse only when the tensors' fingerprint differs from it.
+    cache_dir : str or None, optional
+        The null-law cache shared with the client.
+    """
 
     model: str  # the survey's model name
     layer: int
@@ -47,7 +71,29 @@ class UnitSpec:
 @dataclass(frozen=True)
 class UnitResult:
     """A unit's tables and settings (None when ``unchanged``), the fingerprint of the tensors read,
-    and who ran it."""
+    and who ran it.
+
+    Parameters
+    ----------
+    spec : UnitSpec
+        The unit.
+    fingerprint : str
+        The fingerprint of the tensors read.
+    heads : DataFrame or None
+        The head table.
+    layers : DataFrame or None
+        The layer table.
+    settings : dict or None
+        The analysis settings of the layer.
+    worker : str
+        The worker that ran it.
+    started : float
+        Unix seconds, on the worker.
+    finished : float
+        Unix seconds, on the worker.
+    unchanged : bool, optional
+        The tensors matched the expected fingerprint; nothing was analysed.
+    """
 
     spec: UnitSpec
     fingerprint: str
@@ -86,13 +132,39 @@ class _Recorder:
 
 def files_fingerprint(files: list[dict[str, Any]]) -> str:
     """The unit's fingerprint from provenance.fingerprint_files entries: sha256 over each file's digest
-    (its header and the tensors read) and the names of those tensors."""
+    (its header and the tensors read) and the names of those tensors.
+
+    Parameters
+    ----------
+    files : list of dict
+        The entries of the files read.
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     text = json.dumps([(f["sha256"], f["tensors"]) for f in files])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
-    """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it)."""
+    """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it).
+
+    Parameters
+    ----------
+    path : str
+        The checkpoint.
+    layer : int
+        The layer.
+    fold_norm : bool
+        Whether the norms are folded (more tensors are read).
+
+    Returns
+    -------
+    str
+        The fingerprint.
+    """
     from qkenergy.analysis.analyze import present_stacks
     from qkenergy.formats.provenance import fingerprint_files
     from qkenergy.weights.architecture import architectures
@@ -122,6 +194,24 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
 
     Only the statistics analyze judges against the law (``NULL_STATISTICS``):
     the blocks joined in order are bitwise the law analyze draws (and caches).
+
+    Parameters
+    ----------
+    n : int
+        Head dimension.
+    N : int
+        Residual width.
+    first : int
+        The first block.
+    last : int
+        One past the last block.
+    spec : NullSpec
+        Samples, seed and radius of the law.
+
+    Returns
+    -------
+    ndarray
+        The rows of these blocks, one column per statistic of ``NULL_STATISTICS``.
     """
     from qkenergy.base.parallel import single_threaded_blas
     from qkenergy.math.nulls import NULL_STATISTICS, null_law_blocks
@@ -138,6 +228,18 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
     ``laws``: the survey's shared null laws by (n, N). With
     ``spec.expected_fingerprint`` equal to the tensors' fingerprint the layer
     is not analysed (``unchanged``).
+
+    Parameters
+    ----------
+    spec : UnitSpec
+        The unit.
+    laws : mapping or None, optional
+        (n, N) -> the survey's null law.
+
+    Returns
+    -------
+    UnitResult
+        The unit's tables, or ``unchanged``.
     """
     from threadpoolctl import threadpool_limits
 
