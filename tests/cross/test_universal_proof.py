@@ -235,8 +235,28 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
+    more = _more_inputs(kind, config, gen)
+    if more is not None:
+        return more
     assert kind == "clip", kind
     return dict(input_ids=ids, pixel_values=pixels)
+
+
+def _more_inputs(kind: str, config: Any, gen: Any) -> dict[str, Any] | None:
+    """Inputs of the towers saved on their own and of the vision-language wrappers (issue 18, second round)."""
+    if kind == "image16":  # a 16 x 16 image: 4 x 4 patches of 4 x 4 pixels
+        return dict(pixel_values=torch.randn((1, 3, 16, 16), generator=gen))
+    if kind == "siglip2_vision":  # patches already cut, a 3 x 3 grid
+        return dict(
+            pixel_values=torch.randn((1, 9, 3 * 4 * 4), generator=gen),
+            pixel_attention_mask=torch.ones((1, 9), dtype=torch.long),
+            spatial_shapes=torch.tensor([[3, 3]]),
+        )
+    if kind == "qwen_vision":  # the Qwen vision encoders alone: two images of 8 x 8 and 4 x 4 patches
+        grids = torch.tensor([[1, 8, 8], [1, 4, 4]])
+        patches = int(grids.prod(-1).sum())
+        return dict(hidden_states=torch.randn((patches, 3 * 2 * 2 * 2), generator=gen), grid_thw=grids)
+    return None
 
 
 def _owners(model: Any) -> dict[tuple[tuple[int, ...], bytes], Any]:

@@ -507,4 +507,97 @@ CASES: dict[str, Tiny] = {
     "bamba": Tiny(
         "BambaConfig", "BambaForCausalLM", dict(mamba_n_heads=8, mamba_d_head=8, attn_layer_indices=[1])
     ),
+    # ----------------------------------------------- issue 18, second round: towers saved on their own
+    "clip_text_model": Tiny("CLIPTextConfig", "CLIPTextModel", _ENCODER),
+    "clip_vision_model": Tiny("CLIPVisionConfig", "CLIPVisionModel", _ENCODER, inputs="image"),
+    "siglip_text_model": Tiny("SiglipTextConfig", "SiglipTextModel", _ENCODER),
+    "siglip_vision_model": Tiny("SiglipVisionConfig", "SiglipVisionModel", _ENCODER, inputs="image"),
+    "siglip2_text_model": Tiny("Siglip2TextConfig", "Siglip2TextModel", _ENCODER),
+    "siglip2_vision_model": Tiny(
+        "Siglip2VisionConfig", "Siglip2VisionModel", dict(num_patches=16), inputs="siglip2_vision"
+    ),
+    "metaclip_2": Tiny(
+        "MetaClip2Config", "MetaClip2Model", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
+    ),
+    "metaclip_2_text_model": Tiny("MetaClip2TextConfig", "MetaClip2TextModel", _ENCODER),
+    "metaclip_2_vision_model": Tiny(
+        "MetaClip2VisionConfig", "MetaClip2VisionModel", _ENCODER, inputs="image"
+    ),
+    "qwen2_5_vl_vision": Tiny(
+        "Qwen2_5_VLVisionConfig",
+        "Qwen2_5_VisionTransformerPretrainedModel",
+        _QWEN2_5_VISION,
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "qwen3_vl_vision": Tiny(
+        "Qwen3VLVisionConfig",
+        "Qwen3VLVisionModel",
+        dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "qwen3_5_vision": Tiny(
+        "Qwen3_5VisionConfig", "Qwen3_5VisionModel", _QWEN3_VISION, inputs="qwen_vision", identity_rope=""
+    ),
+    "qwen3_5_moe_vision": Tiny(
+        "Qwen3_5MoeVisionConfig",
+        "Qwen3_5MoeVisionModel",
+        _QWEN3_VISION,
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "llama4_vision_model": Tiny(
+        "Llama4VisionConfig",
+        "Llama4VisionModel",
+        dict(
+            _TOWER,
+            image_size=16,
+            patch_size=4,
+            intermediate_size=128,
+            vision_output_dim=32,
+            projector_input_dim=32,
+            projector_output_dim=32,
+        ),
+        inputs="image16",
+        identity_rope="",
+    ),
+    "pixtral": Tiny(
+        "PixtralVisionConfig",
+        "PixtralVisionModel",
+        dict(_TOWER, head_dim=8, image_size=16, patch_size=4),
+        inputs="image16",
+        identity_rope="",
+    ),
+    # ------------------------------------------------------------- issue 18, second round: decoders
+    "gpt_bigcode": Tiny(
+        "GPTBigCodeConfig", "GPTBigCodeForCausalLM", dict(n_embd=32, n_head=4, n_layer=2, n_positions=32)
+    ),
+    "gpt_bigcode-multi-head": Tiny(
+        "GPTBigCodeConfig",
+        "GPTBigCodeForCausalLM",
+        dict(n_embd=32, n_head=4, n_layer=2, n_positions=32, multi_query=False),
+    ),
+    "openai-gpt": Tiny(
+        "OpenAIGPTConfig",
+        "OpenAIGPTLMHeadModel",
+        dict(n_embd=32, n_head=4, n_layer=2, n_positions=32),
+        scores_in_module=True,
+    ),
+    "xglm": Tiny(
+        "XGLMConfig",
+        "XGLMForCausalLM",
+        dict(d_model=32, attention_heads=4, num_layers=2, ffn_dim=64),
+        scores_in_module=True,
+    ),
+    "biogpt": Tiny("BioGptConfig", "BioGptForCausalLM"),
+    "persimmon": Tiny("PersimmonConfig", "PersimmonForCausalLM"),
+    "bitnet": Tiny("BitNetConfig", "BitNetForCausalLM"),
+    "nanochat": Tiny("NanoChatConfig", "NanoChatForCausalLM"),
+    "minicpm3": Tiny("MiniCPM3Config", "MiniCPM3ForCausalLM", _LATENT),
+    "lfm2_moe": Tiny(
+        "Lfm2MoeConfig",
+        "Lfm2MoeForCausalLM",
+        dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    ),
 }

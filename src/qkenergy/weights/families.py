@@ -361,6 +361,83 @@ _DEEPSTACK_NOTE = (
 )
 
 
+# ------------------------------------------------- issue 18, second round: towers alone, wrappers, decoders
+
+
+def _tower_alone(tower: str) -> Layout:
+    """A CLIP-like encoder tower saved as its own model (clip_vision_model, siglip_text_model, ...).
+
+    The sizes are at the config's top level; the names match with or without the tower's
+    ``text_model.`` / ``vision_model.`` prefix (found at read time).
+    """
+    return Layout(
+        query="encoder.layers.{i}.self_attn.q_proj.weight",
+        key="encoder.layers.{i}.self_attn.k_proj.weight",
+        norm="encoder.layers.{i}.layer_norm1.weight",
+        stack=tower,
+    )
+
+
+def _alone(layout: Layout) -> Layout:
+    """A multimodal model's tower layout for the tower's own config (its sizes at the top level)."""
+    return dataclasses.replace(layout, config_section=None, section_optional=False, within=None)
+
+
+def _sub_model(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """A wrapper's tower laid out as the supported family its section's own ``model_type`` names.
+
+    Vision-language wrappers (llava, paligemma, ...) combine a vision encoder and a decoder of
+    other model types, named in ``vision_config`` / ``text_config``: the tower is read with that
+    family's layout (its own config-dependent variant), kept in the wrapper's section and
+    prefix. A section without a model_type is the wrapper's default tower (``layout`` itself).
+    """
+    sub = config.get("model_type")
+    if sub is None:
+        return dataclasses.replace(layout, adjust=None)
+    family = FAMILIES.get(sub) if isinstance(sub, str) else None
+    if family is None or len(family.stacks) != 1:
+        raise QKEnergyError(
+            f"the {layout.stack} tower ({layout.config_section}) has model_type {str(sub)[:60]!r}, "
+            "which qkenergy does not read as a single stack; pass --layout FILE.toml to describe it"
+        )
+    inner = family.stacks[0]
+    if inner.adjust is not None:
+        inner = inner.adjust(config, inner)
+    return dataclasses.replace(
+        inner,
+        stack=layout.stack,
+        config_section=layout.config_section,
+        section_optional=layout.section_optional,
+        within=layout.within,
+        adjust=None,
+    )
+
+
+def _wrapper(text: Layout, vision: Layout, text_within: str, vision_within: str) -> tuple[Layout, Layout]:
+    """The text and vision stacks of a vision-language wrapper: defaults, delegated by model_type."""
+    return (
+        dataclasses.replace(
+            text, stack="text", config_section="text_config", within=text_within, adjust=_sub_model
+        ),
+        dataclasses.replace(
+            vision, stack="vision", config_section="vision_config", within=vision_within, adjust=_sub_model
+        ),
+    )
+
+
+_WRAPPER_NOTE = (
+    "two towers: the decoder and the vision encoder named by text_config / vision_config, each read "
+    "as its own model_type (the projector has no attention)"
+)
+
+
+def _bigcode_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """StarCoder 1 (multi_query): c_attn rows are all queries, then one key head, then one value head."""
+    if config.get("multi_query", True):
+        return dataclasses.replace(layout, storage="stacked", kv_heads=1)
+    return dataclasses.replace(layout, storage="interleaved")  # per head: its q, k, v rows
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -988,6 +1065,172 @@ FAMILIES: dict[str, Family] = {
         "Kimi Linear",
         "hybrid: rows for the latent-attention (MLA) layers only, which have no positions (NoPE); "
         "the Kimi Delta Attention layers are linear attention",
+    ),
+    # --------------------------------------------- issue 18, second round: towers saved on their own
+    "clip_text_model": _family(_tower_alone("text"), "CLIPTextModel", "CLIP text encoder"),
+    "clip_vision_model": _family(_tower_alone("vision"), "CLIPVisionModel", "CLIP vision encoder"),
+    "siglip_text_model": _family(_tower_alone("text"), "SiglipTextModel", "SigLIP text encoder"),
+    "siglip_vision_model": _family(
+        _tower_alone("vision"),
+        "SiglipVisionModel",
+        "SigLIP vision encoder",
+        "the attention-pooling head (one learned probe) is not read",
+    ),
+    "siglip2_text_model": _family(_tower_alone("text"), "Siglip2TextModel", "SigLIP 2 text encoder"),
+    "siglip2_vision_model": _family(
+        _tower_alone("vision"),
+        "Siglip2VisionModel",
+        "SigLIP 2 vision encoder",
+        "the attention-pooling head (one learned probe) is not read",
+    ),
+    "metaclip_2": Family(
+        (_clip_tower("text"), _clip_tower("vision")), models="MetaCLIP 2", proof="MetaClip2Model"
+    ),
+    "metaclip_2_text_model": _family(_tower_alone("text"), "MetaClip2TextModel", "MetaCLIP 2 text encoder"),
+    "metaclip_2_vision_model": _family(
+        _tower_alone("vision"), "MetaClip2VisionModel", "MetaCLIP 2 vision encoder"
+    ),
+    "qwen2_5_vl_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen2_5_VisionTransformerPretrainedModel",
+        "Qwen2.5-VL vision encoder",
+        _QWEN_VISION_NOTE + _QWEN_WINDOWS_NOTE,
+    ),
+    "qwen3_vl_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3VLVisionModel",
+        "Qwen3-VL vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "qwen3_5_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3_5VisionModel",
+        "Qwen3.5 vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "qwen3_5_moe_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3_5MoeVisionModel",
+        "Qwen3.5 MoE vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "llama4_vision_model": _family(
+        Layout(
+            query="model.layers.{i}.self_attn.q_proj.weight",
+            key="model.layers.{i}.self_attn.k_proj.weight",
+            norm="model.layers.{i}.input_layernorm.weight",
+            stack="vision",
+            positional="rope_2d",
+        ),
+        "Llama4VisionModel",
+        "Llama 4 vision encoder",
+        "2-D RoPE (interleaved pairs, over patch columns and rows; the class token is not rotated): the "
+        "form read is the one at offset (0, 0)",
+    ),
+    "pixtral": _family(
+        Layout(
+            query="transformer.layers.{i}.attention.q_proj.weight",
+            key="transformer.layers.{i}.attention.k_proj.weight",
+            norm="transformer.layers.{i}.attention_norm.weight",
+            head_dim_key="head_dim",
+            stack="vision",
+            positional="rope_2d",
+        ),
+        "PixtralVisionModel",
+        "Pixtral vision encoder",
+        "2-D RoPE over patch rows and columns: the form read is the one at offset (0, 0)",
+    ),
+    # ------------------------------------------------------------- issue 18, second round: decoders
+    "gpt_bigcode": _family(
+        Layout(
+            query="h.{i}.attn.c_attn.weight",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+            adjust=_bigcode_adjust,
+        ),
+        "GPTBigCodeForCausalLM",
+        "StarCoder, SantaCoder, GPT-BigCode",
+        "multi-query: one key head shared by every query head",
+        "multi-head (c_attn per head) without multi_query",
+    ),
+    "openai-gpt": _family(
+        Layout(
+            # Post-norm: layer i reads layer i-1's ln_2; the embeddings feeding layer 0 are not normed.
+            query="h.{i}.attn.c_attn.weight",
+            storage="conv1d",
+            norm="h.{i}.ln_2.weight",
+            post_norm=True,
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+        ),
+        "OpenAIGPTLMHeadModel",
+        "GPT (OpenAI GPT-1)",
+    ),
+    "xglm": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+            heads_keys=("attention_heads", "num_attention_heads"),
+            hidden_keys=("d_model", "hidden_size"),
+            layers_keys=("num_layers", "num_hidden_layers"),
+        ),
+        "XGLMForCausalLM",
+        "XGLM",
+        "sinusoidal positions added to the embeddings (absolute)",
+    ),
+    "biogpt": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+        ),
+        "BioGptForCausalLM",
+        "BioGPT",
+    ),
+    "persimmon": _family(
+        Layout(
+            query="layers.{i}.self_attn.query_key_value.weight",
+            storage="interleaved",
+            norm="layers.{i}.input_layernorm.weight",
+            positional="rope",
+            adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True)),
+        ),
+        "PersimmonForCausalLM",
+        "Persimmon, Fuyu's decoder",
+        variants="qk-norm (LayerNorm) with qk_layernorm",
+    ),
+    "bitnet": _family(
+        _llama_like(),
+        "BitNetForCausalLM",
+        "BitNet b1.58",
+        "the norm after attention (attn_sub_norm, before o_proj) does not enter the scores; ternary "
+        "checkpoints are read as stored",
+    ),
+    "nanochat": _family(
+        # Its RMSNorms have no learned gains: nothing to fold, and the qk-norm is a per-token factor.
+        # Its rotate_half is cat(x2, -x1): the rotation turns the other way, so only the form at
+        # offset 0 is the standard one (proved at position 0, as for a qk-norm after RoPE).
+        _llama_like(norm=None, qk_norm=QKNorm(None, None, after_rope=True)),
+        "NanoChatForCausalLM",
+        "nanochat",
+        "RMSNorms without gains (inputs and q, k after RoPE): per-token factors, the form is unchanged; "
+        "its RoPE turns the opposite way, so with --rope-offsets the row at offset d is nanochat's form "
+        "at offset -d (offset 0 is exact)",
+    ),
+    "minicpm3": _family(_mla(), "MiniCPM3ForCausalLM", "MiniCPM3", "latent attention, as deepseek_v3"),
+    "lfm2_moe": _family(
+        _llama_like(
+            norm="layers.{i}.operator_norm.weight",
+            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
+            attention_layers=(_FULL_ATTENTION,),
+        ),
+        "Lfm2MoeForCausalLM",
+        "LFM2-MoE",
+        "hybrid: rows for the attention layers only (the others are short convolutions)",
     ),
 }
 
