@@ -256,6 +256,15 @@ def _more_inputs(kind: str, config: Any, gen: Any) -> dict[str, Any] | None:
         grids = torch.tensor([[1, 8, 8], [1, 4, 4]])
         patches = int(grids.prod(-1).sum())
         return dict(hidden_states=torch.randn((patches, 3 * 2 * 2 * 2), generator=gen), grid_thw=grids)
+    if kind == "llava":  # one image among the text: as many image tokens as the projector gives
+        vision = config.vision_config
+        side = vision.image_size // vision.patch_size
+        tokens = side**2 // getattr(config, "downsample_factor", 1) ** 2
+        token = getattr(config, "image_token_id", None) or config.image_token_index
+        ids = torch.randint(6, VOCAB, (1, TOKENS + tokens), generator=gen)
+        ids[0, 1 : 1 + tokens] = token
+        image = torch.randn((1, 3, vision.image_size, vision.image_size), generator=gen)
+        return dict(input_ids=ids, pixel_values=image)
     return None
 
 
@@ -775,3 +784,12 @@ def test_nope_layers_are_positional_none_at_every_offset(tmp_path: Path) -> None
     s = heads.pivot_table(index=["layer", "head"], columns="offset", values="symmetric_energy")
     assert (s.loc[1][0] == s.loc[1][3]).all()  # NoPE: the same form at every offset
     assert not np.allclose(s.loc[0][0], s.loc[0][3])  # RoPE: the form turns with the offset
+
+
+def test_a_wrapper_reads_each_tower_as_its_own_model_type(tmp_path: Path, monkeypatch: Any) -> None:
+    """llava over a Qwen3 decoder: read with llava's default (Llama) text layout, the qk-norm gains are missed."""
+    family = families.FAMILIES["llava"]
+    fixed = tuple(dataclasses.replace(s, adjust=None) for s in family.stacks)  # no delegation by model_type
+    monkeypatch.setitem(families.FAMILIES, "llava", dataclasses.replace(family, stacks=fixed))
+    with pytest.raises(AssertionError, match="text layer 0"):
+        prove(CASES["llava-siglip-qwen3"], tmp_path)

@@ -168,6 +168,13 @@ _AUDIO = dict(
     apply_spec_augment=False,
 )
 
+# A vision-language wrapper over a CLIP tower (3 x 3 patches: 9 image tokens) and a Llama decoder.
+_LLAVA: dict[str, Any] = dict(
+    text_config=dict(_TOWER, model_type="llama", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB),
+    vision_config=dict(_TOWER, model_type="clip_vision_model", image_size=12, patch_size=4),
+    image_token_index=5,
+)
+
 # case id -> tiny model; the model_type is the config class's.
 CASES: dict[str, Tiny] = {
     # ---------------------------------------------------------------- the first 37 families
@@ -599,5 +606,78 @@ CASES: dict[str, Tiny] = {
         "Lfm2MoeConfig",
         "Lfm2MoeForCausalLM",
         dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    ),
+    # ------------------------------------------ issue 18, second round: vision-language wrappers
+    "llava": Tiny("LlavaConfig", "LlavaForConditionalGeneration", _LLAVA, inputs="llava"),
+    # the same wrapper over a SigLIP tower and a Qwen3 decoder (qk-norm): each tower read as its own model_type
+    "llava-siglip-qwen3": Tiny(
+        "LlavaConfig",
+        "LlavaForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(_LLAVA["text_config"], model_type="qwen3"),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model"),
+            vision_feature_select_strategy="full",
+        ),
+        inputs="llava",
+    ),
+    "vipllava": Tiny(
+        "VipLlavaConfig",
+        "VipLlavaForConditionalGeneration",
+        dict(_LLAVA, vision_feature_layers=[-2, -1]),
+        inputs="llava",
+    ),
+    "paligemma": Tiny(
+        "PaliGemmaConfig",
+        "PaliGemmaForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(_LLAVA["text_config"], model_type="gemma"),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model"),
+            projection_dim=32,
+        ),
+        inputs="llava",
+    ),
+    "aya_vision": Tiny(
+        "AyaVisionConfig",
+        "AyaVisionForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(
+                _LLAVA["text_config"],
+                model_type="cohere2",
+                layer_types=["sliding_attention", "full_attention"],
+            ),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model", image_size=16),
+            downsample_factor=2,
+        ),
+        inputs="llava",
+    ),
+    "qwen2_vl": Tiny(
+        "Qwen2VLConfig",
+        "Qwen2VLForConditionalGeneration",
+        dict(text_config=dict(_QWEN_VL_TEXT), vision_config=dict(_QWEN_VISION, embed_dim=32), **_QWEN_TOKENS),
+        inputs="qwen_vl",
+        identity_rope="visual",
+    ),
+    "qwen2_vl_text": Tiny("Qwen2VLTextConfig", "Qwen2VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl_moe": Tiny(
+        "Qwen3VLMoeConfig",
+        "Qwen3VLMoeForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16),
+            vision_config=dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+            **_QWEN_TOKENS,
+        ),
+        inputs="qwen_vl",
+        identity_rope="visual",
+    ),
+    "qwen3_vl_moe_text": Tiny("Qwen3VLMoeTextConfig", "Qwen3VLMoeTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl_moe_vision": Tiny(
+        "Qwen3VLMoeVisionConfig",
+        "Qwen3VLMoeVisionModel",
+        dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+        inputs="qwen_vision",
+        identity_rope="",
     ),
 }

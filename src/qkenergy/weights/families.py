@@ -1232,6 +1232,73 @@ FAMILIES: dict[str, Family] = {
         "LFM2-MoE",
         "hybrid: rows for the attention layers only (the others are short convolutions)",
     ),
+    # ------------------------------------------ issue 18, second round: vision-language wrappers
+    "llava": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="LLaVA 1.5, BakLLaVA, Pixtral 12B (llava with a pixtral tower)",
+        proof="LlavaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "vipllava": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="ViP-LLaVA",
+        proof="VipLlavaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "paligemma": Family(
+        _wrapper(_llama_like(norm_offset=1.0), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="PaliGemma, PaliGemma 2",
+        proof="PaliGemmaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "aya_vision": Family(
+        _wrapper(
+            _llama_like(
+                rope_pairs="interleaved",
+                rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            ),
+            _tower_alone("vision"),
+            "language_model",
+            "vision_tower",
+        ),
+        models="Aya Vision",
+        proof="AyaVisionForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "qwen2_vl": Family(
+        (
+            _llama_like(stack="text", config_section="text_config", section_optional=True),
+            dataclasses.replace(_qwen_vision(), hidden_keys=("embed_dim",)),
+        ),
+        models="Qwen2-VL",
+        proof="Qwen2VLForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE,
+    ),
+    "qwen2_vl_text": _family(_llama_like(), "Qwen2VLTextModel", "Qwen2-VL (text tower alone)", _MROPE_NOTE),
+    "qwen3_vl_moe": Family(
+        (
+            _llama_like(
+                qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True
+            ),
+            _qwen_vision(),
+        ),
+        models="Qwen3-VL MoE",
+        proof="Qwen3VLMoeForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
+    ),
+    "qwen3_vl_moe_text": _family(
+        _llama_like(qk_norm=_qk_norm()), "Qwen3VLMoeTextModel", "Qwen3-VL MoE (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_vl_moe_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3VLMoeVisionModel",
+        "Qwen3-VL MoE vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
 }
 
 
