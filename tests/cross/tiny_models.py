@@ -680,4 +680,46 @@ CASES: dict[str, Tiny] = {
         inputs="qwen_vision",
         identity_rope="",
     ),
+    # -------------------------------------------------------------- issue 18, second round: encoders
+    "xlm-roberta-xl": Tiny("XLMRobertaXLConfig", "XLMRobertaXLModel", dict(_ENCODER, pad_token_id=1)),
+    "eurobert": Tiny("EuroBertConfig", "EuroBertModel"),
+    "splinter": Tiny("SplinterConfig", "SplinterModel", _ENCODER),
+    "rembert": Tiny(
+        "RemBertConfig",
+        "RemBertModel",
+        dict(_ENCODER, input_embedding_size=16, output_embedding_size=16),
+        scores_in_module=True,
+    ),
+    "layoutlm": Tiny("LayoutLMConfig", "LayoutLMModel", _ENCODER),
+    "markuplm": Tiny("MarkupLMConfig", "MarkupLMModel", _ENCODER),
+    "mpnet": Tiny("MPNetConfig", "MPNetModel", dict(_ENCODER, pad_token_id=1), scores_in_module=True),
+    "data2vec-vision": Tiny(
+        "Data2VecVisionConfig", "Data2VecVisionModel", _ENCODER, inputs="image", scores_in_module=True
+    ),
+    "data2vec-vision-relative": Tiny(
+        "Data2VecVisionConfig",
+        "Data2VecVisionModel",
+        dict(_ENCODER, use_relative_position_bias=True),
+        inputs="image",
+        scores_in_module=True,
+    ),
+    "beit": Tiny(
+        "BeitConfig",
+        "BeitModel",
+        dict(_ENCODER, use_relative_position_bias=True),
+        inputs="image",
+        scores_in_module=True,
+    ),
+    # ------------------------------------------------------ issue 18, second round: encoder-decoders
+    "mbart": Tiny("MBartConfig", "MBartForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "pegasus": Tiny("PegasusConfig", "PegasusForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "m2m_100": Tiny("M2M100Config", "M2M100ForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "blenderbot": Tiny("BlenderbotConfig", "BlenderbotForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "blenderbot-small": Tiny(
+        "BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"
+    ),
+    "plbart": Tiny("PLBartConfig", "PLBartForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "marian": Tiny(
+        "MarianConfig", "MarianMTModel", dict(_SEQ2SEQ, decoder_start_token_id=0), inputs="seq2seq"
+    ),
 }

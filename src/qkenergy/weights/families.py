@@ -438,6 +438,19 @@ def _bigcode_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return dataclasses.replace(layout, storage="interleaved")  # per head: its q, k, v rows
 
 
+def _beit_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """BEiT's learned relative position bias (per layer or shared) is added to the scores."""
+    if config.get("use_relative_position_bias") or config.get("use_shared_relative_position_bias"):
+        return dataclasses.replace(layout, positional="relative_bias")
+    return layout
+
+
+def _unnormed_embeddings(stacks: tuple[Layout, ...], names: tuple[str, ...]) -> tuple[Layout, ...]:
+    """Post-norm seq2seq stacks (``names``) whose layer 0 is not fed by a norm's output (Marian; the
+    BlenderBot-small decoder, which adds its positions after the embeddings norm)."""
+    return tuple(dataclasses.replace(s, first_norm=None) if s.stack in names else s for s in stacks)
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -1298,6 +1311,94 @@ FAMILIES: dict[str, Family] = {
         "Qwen3VLMoeVisionModel",
         "Qwen3-VL MoE vision encoder",
         _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    # -------------------------------------------------------------- issue 18, second round: encoders
+    "xlm-roberta-xl": _family(
+        _bert_like(
+            "encoder",
+            norm="encoder.layer.{i}.attention.self_attn_layer_norm.weight",
+            post_norm=False,
+            first_norm=None,
+        ),
+        "XLMRobertaXLModel",
+        "XLM-RoBERTa XL, XXL",
+        "pre-norm (attention.self_attn_layer_norm feeds attention)",
+    ),
+    "eurobert": _family(_llama_like(), "EuroBertModel", "EuroBERT", "bidirectional: no causal mask"),
+    "splinter": _family(_bert_like("encoder"), "SplinterModel", "Splinter"),
+    "rembert": _family(
+        _bert_like("encoder", first_norm=None),
+        "RemBertModel",
+        "RemBERT",
+        "the normed input embeddings are projected up before layer 0: no norm feeds it directly",
+    ),
+    "layoutlm": _family(
+        _bert_like("encoder"),
+        "LayoutLMModel",
+        "LayoutLM",
+        "2-D box position embeddings are added to the embeddings (absolute)",
+    ),
+    "markuplm": _family(
+        _bert_like("encoder"),
+        "MarkupLMModel",
+        "MarkupLM",
+        "XPath embeddings are added to the embeddings (absolute)",
+    ),
+    "mpnet": _family(
+        Layout(
+            query="encoder.layer.{i}.attention.attn.q.weight",
+            key="encoder.layer.{i}.attention.attn.k.weight",
+            norm="encoder.layer.{i}.output.LayerNorm.weight",
+            post_norm=True,
+            first_norm="embeddings.LayerNorm.weight",
+            positional="relative_bias",
+        ),
+        "MPNetModel",
+        "MPNet, all-mpnet-base-v2",
+        "a learned relative position bias (shared by the layers) is added to the scores, and absolute "
+        "position embeddings to the input: neither is part of L",
+    ),
+    "data2vec-vision": _family(
+        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
+        "Data2VecVisionModel",
+        "data2vec (vision)",
+        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+    ),
+    "beit": _family(
+        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
+        "BeitModel",
+        "BEiT",
+        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+    ),
+    # ------------------------------------------------------ issue 18, second round: encoder-decoders
+    "mbart": Family(
+        _seq2seq_stacks(post_norm=False), models="mBART, mBART-50", proof="MBartForConditionalGeneration"
+    ),
+    "pegasus": Family(
+        _seq2seq_stacks(post_norm=False), models="PEGASUS", proof="PegasusForConditionalGeneration"
+    ),
+    "m2m_100": Family(
+        _seq2seq_stacks(post_norm=False),
+        models="M2M-100, NLLB-200 (dense)",
+        proof="M2M100ForConditionalGeneration",
+    ),
+    "blenderbot": Family(
+        _seq2seq_stacks(post_norm=False), models="BlenderBot", proof="BlenderbotForConditionalGeneration"
+    ),
+    "blenderbot-small": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("decoder",)),
+        models="BlenderBot small",
+        proof="BlenderbotSmallForConditionalGeneration",
+        note="the decoder adds its positions after the embeddings norm: no norm feeds its layer 0 directly",
+    ),
+    "plbart": Family(
+        _seq2seq_stacks(post_norm=True), models="PLBART", proof="PLBartForConditionalGeneration"
+    ),
+    "marian": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
+        models="Marian (opus-mt)",
+        proof="MarianMTModel",
+        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
     ),
 }
 
