@@ -722,4 +722,29 @@ CASES: dict[str, Tiny] = {
     "marian": Tiny(
         "MarianConfig", "MarianMTModel", dict(_SEQ2SEQ, decoder_start_token_id=0), inputs="seq2seq"
     ),
+    # ------------------------------------------------- issue 18, second round: more llama-like decoders
+    "aria_text": Tiny("AriaTextConfig", "AriaTextForCausalLM"),
+    "granite_swa": Tiny("GraniteSWAConfig", "GraniteSWAForCausalLM"),
+    "granitemoe_swa": Tiny("GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM"),
+    "internlm3": Tiny("InternLM3Config", "LlamaForCausalLM"),
+    "iquestcoder": Tiny("IQuestCoderConfig", "LlamaForCausalLM"),
+    "jais2": Tiny("Jais2Config", "Jais2ForCausalLM"),
+    "exaone": Tiny("ExaoneConfig", "LlamaForCausalLM"),
+    "hyperclovax": Tiny("HyperCLOVAXConfig", "HyperCLOVAXForCausalLM", dict(use_post_norm=True)),
+    "flint": Tiny(
+        "FlintConfig",
+        "FlintForCausalLM",
+        dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "mellum": Tiny("MellumConfig", "MellumForCausalLM"),
+    "kolibri1": Tiny("Kolibri1Config", "Kolibri1ForCausalLM"),
+    "sarvam_mla": Tiny("SarvamMLAConfig", "DeepseekV3ForCausalLM", dict(_LATENT, q_lora_rank=None)),
+    "axk1": Tiny("AXK1Config", "AXK1ForCausalLM", _LATENT),
+    "bert-generation": Tiny("BertGenerationConfig", "BertGenerationDecoder", dict(_ENCODER, is_decoder=True)),
+    "roc_bert": Tiny("RoCBertConfig", "RoCBertForCausalLM", dict(_ENCODER, is_decoder=True)),
+    "xmod": Tiny(
+        "XmodConfig",
+        "XmodForCausalLM",
+        dict(_ENCODER, is_decoder=True, pad_token_id=1, default_language="en_XX"),
+    ),
 }

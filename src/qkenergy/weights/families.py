@@ -451,6 +451,15 @@ def _unnormed_embeddings(stacks: tuple[Layout, ...], names: tuple[str, ...]) -> 
     return tuple(dataclasses.replace(s, first_norm=None) if s.stack in names else s for s in stacks)
 
 
+def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Only the sliding-window layers rotate (flint); without a sliding window no layer does."""
+    if config.get("sliding_window") is None:
+        return dataclasses.replace(layout, positional="none")
+    return dataclasses.replace(
+        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
+    )
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -1399,6 +1408,52 @@ FAMILIES: dict[str, Family] = {
         models="Marian (opus-mt)",
         proof="MarianMTModel",
         note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
+    ),
+    # ------------------------------------------------- issue 18, second round: more llama-like decoders
+    "aria_text": _family(_llama_like(), "AriaTextForCausalLM", "Aria (text decoder)"),
+    "granite_swa": _family(_llama_like(), "GraniteSWAForCausalLM", "Granite (sliding window)"),
+    "granitemoe_swa": _family(_llama_like(), "GraniteMoeSWAForCausalLM", "Granite MoE (sliding window)"),
+    "internlm3": _family(_llama_like(), "LlamaForCausalLM", "InternLM3"),
+    "iquestcoder": _family(_llama_like(), "LlamaForCausalLM", "IQuest-Coder"),
+    "jais2": _family(_llama_like(), "Jais2ForCausalLM", "Jais 2"),
+    "exaone": _family(
+        _llama_like(
+            query="h.{i}.attn.attention.q_proj.weight",
+            key="h.{i}.attn.attention.k_proj.weight",
+            norm="h.{i}.ln_1.weight",
+            layers_keys=("num_layers", "num_hidden_layers"),
+        ),
+        "LlamaForCausalLM",
+        "EXAONE 3, 3.5",
+        "a Llama decoder under EXAONE's names (transformer.h.{i}.attn.attention)",
+    ),
+    "hyperclovax": _family(
+        _llama_like(),
+        "HyperCLOVAXForCausalLM",
+        "HyperCLOVA X",
+        "the norms after each sublayer (post_norm1, post_norm2) act on outputs, not on attention's input",
+    ),
+    "flint": _family(
+        _llama_like(qk_norm=_qk_norm(), adjust=_sliding_rope_adjust),
+        "FlintForCausalLM",
+        "Flint",
+        "only the sliding-window layers rotate; the full-attention layers have no positions (NoPE)",
+    ),
+    "mellum": _family(_llama_like(qk_norm=_qk_norm()), "MellumForCausalLM", "Mellum"),
+    "kolibri1": _family(_llama_like(qk_norm=_qk_norm()), "Kolibri1ForCausalLM", "Kolibri 1"),
+    "sarvam_mla": _family(
+        _mla(), "DeepseekV3ForCausalLM", "Sarvam (MLA)", "latent attention, as deepseek_v3"
+    ),
+    "axk1": _family(_mla(), "AXK1ForCausalLM", "A.X K1", "latent attention, as deepseek_v3"),
+    "bert-generation": _family(
+        _bert_like("encoder", first_norm=None), "BertGenerationDecoder", "BertGeneration"
+    ),
+    "roc_bert": _family(_bert_like("encoder"), "RoCBertForCausalLM", "RoCBert"),
+    "xmod": _family(
+        _bert_like("encoder"),
+        "XmodForCausalLM",
+        "X-MOD",
+        "the per-language adapters sit in the feed-forward blocks, outside attention",
     ),
 }
 
