@@ -747,4 +747,17 @@ CASES: dict[str, Tiny] = {
         "XmodForCausalLM",
         dict(_ENCODER, is_decoder=True, pad_token_id=1, default_language="en_XX"),
     ),
+    # ---------------------------------------------- issue 18, second round: disentangled attention
+    "deberta": Tiny(
+        "DebertaConfig",
+        "DebertaModel",
+        dict(_ENCODER, relative_attention=True, pos_att_type=["p2c", "c2p"]),
+        scores_in_module=True,
+    ),
+    "deberta-v2": Tiny(
+        "DebertaV2Config",
+        "DebertaV2Model",
+        dict(_ENCODER, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8),
+        scores_in_module=True,
+    ),
 }

@@ -1455,6 +1455,33 @@ FAMILIES: dict[str, Family] = {
         "X-MOD",
         "the per-language adapters sit in the feed-forward blocks, outside attention",
     ),
+    # ---------------------------------------------- issue 18, second round: disentangled attention
+    "deberta": _family(
+        _bert_like(
+            "encoder",
+            query="encoder.layer.{i}.attention.self.in_proj.weight",
+            key=None,
+            storage="interleaved",
+            positional="relative_bias",
+        ),
+        "DebertaModel",
+        "DeBERTa",
+        "disentangled attention: the form read is the content-to-content term (in_proj holds each head's "
+        "q, k, v rows in turn); the content-to-position and position-to-content terms are not part of L",
+    ),
+    "deberta-v2": _family(
+        _bert_like(
+            "encoder",
+            query="encoder.layer.{i}.attention.self.query_proj.weight",
+            key="encoder.layer.{i}.attention.self.key_proj.weight",
+            positional="relative_bias",
+        ),
+        "DebertaV2Model",
+        "DeBERTa-v2, DeBERTa-v3",
+        "disentangled attention: the form read is the content-to-content term; the content-to-position "
+        "and position-to-content terms (each linear in one token, against relative position embeddings) "
+        "are added to it and are not part of L",
+    ),
 }
 
 
