@@ -175,6 +175,8 @@ _LLAVA: dict[str, Any] = dict(
     image_token_index=5,
 )
 
+_GLM_MROPE = dict(_MROPE, mrope_section=[1, 0, 1], partial_rotary_factor=0.5)
+
 # case id -> tiny model; the model_type is the config class's.
 CASES: dict[str, Tiny] = {
     # ---------------------------------------------------------------- the first 37 families
@@ -759,5 +761,23 @@ CASES: dict[str, Tiny] = {
         "DebertaV2Model",
         dict(_ENCODER, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8),
         scores_in_module=True,
+    ),
+    # ---------------------------------------- issue 18, second round: more text and vision towers
+    # (GLM's M-RoPE with partial rotary: 4 of 8 coordinates rotate, sections of 1 + 0 + 1 pairs)
+    "glm4v_text": Tiny("Glm4vTextConfig", "Glm4vTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "glm_ocr_text": Tiny("GlmOcrTextConfig", "GlmOcrTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "glm4v_moe_text": Tiny(
+        "Glm4vMoeTextConfig", "Glm4vMoeTextModel", dict(rope_parameters=_GLM_MROPE, first_k_dense_replace=1)
+    ),
+    "glm_image_text": Tiny("GlmImageTextConfig", "GlmImageTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "apertus1p5_text": Tiny("Apertus1p5TextConfig", "Apertus1p5TextModel"),
+    "granite_docling_text": Tiny("GraniteDoclingTextConfig", "GraniteDoclingTextModel"),
+    "chinese_clip_vision_model": Tiny(
+        "ChineseCLIPVisionConfig", "ChineseCLIPVisionModel", _ENCODER, inputs="image"
+    ),
+    "cohere2_moe": Tiny(
+        "Cohere2MoeConfig",
+        "Cohere2MoeModel",
+        dict(layer_types=["sliding_attention", "full_attention"], prefix_dense_sliding_window_pattern=0),
     ),
 }

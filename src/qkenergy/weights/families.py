@@ -460,6 +460,28 @@ def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     )
 
 
+def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Cohere 2 MoE rotates its sliding layers, and with prefix_dense_sliding_window_pattern 1 also its
+    dense-MLP layers (full attention then): a set no single config key names, refused."""
+    types, mlp = config.get("layer_types"), config.get("mlp_layer_types")
+    if (
+        config.get("prefix_dense_sliding_window_pattern", 1) == 1
+        and isinstance(types, list)
+        and isinstance(mlp, list)
+    ):
+        forced = [
+            i
+            for i, (t, m) in enumerate(zip(types, mlp, strict=False))
+            if m == "dense" and t != "sliding_attention"
+        ]
+        if forced:
+            raise QKEnergyError(
+                f"this cohere2_moe model rotates its full-attention dense layers {forced[:8]} "
+                "(prefix_dense_sliding_window_pattern 1), which qkenergy does not model; pass --layout FILE.toml"
+            )
+    return layout
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -1481,6 +1503,36 @@ FAMILIES: dict[str, Family] = {
         "disentangled attention: the form read is the content-to-content term; the content-to-position "
         "and position-to-content terms (each linear in one token, against relative position embeddings) "
         "are added to it and are not part of L",
+    ),
+    # ---------------------------------------- issue 18, second round: more text and vision towers
+    "glm4v_text": _family(
+        _llama_like(rope_pairs="interleaved"), "Glm4vTextModel", "GLM-4.1V (text decoder)", _MROPE_NOTE
+    ),
+    "glm_ocr_text": _family(
+        _llama_like(rope_pairs="interleaved"), "GlmOcrTextModel", "GLM-OCR (text decoder)", _MROPE_NOTE
+    ),
+    "glm4v_moe_text": _family(_llama_like(), "Glm4vMoeTextModel", "GLM-4.5V (text decoder)", _MROPE_NOTE),
+    "glm_image_text": _family(_llama_like(), "GlmImageTextModel", "GLM-Image (text decoder)", _MROPE_NOTE),
+    "apertus1p5_text": _family(
+        _llama_like(norm="layers.{i}.attention_layernorm.weight", qk_norm=_qk_norm()),
+        "Apertus1p5TextModel",
+        "Apertus 1.5 (text decoder)",
+    ),
+    "granite_docling_text": _family(
+        _llama_like(), "GraniteDoclingTextModel", "Granite-Docling (text decoder)"
+    ),
+    "chinese_clip_vision_model": _family(
+        _tower_alone("vision"), "ChineseCLIPVisionModel", "Chinese-CLIP vision encoder"
+    ),
+    "cohere2_moe": _family(
+        _llama_like(
+            rope_pairs="interleaved",
+            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            adjust=_cohere2_moe_adjust,
+        ),
+        "Cohere2MoeModel",
+        "Command A MoE",
+        "as cohere2: the global (full attention) layers have no positions (NoPE)",
     ),
 }
 
