@@ -265,6 +265,14 @@ def _more_inputs(kind: str, config: Any, gen: Any) -> dict[str, Any] | None:
         ids[0, 1 : 1 + tokens] = token
         image = torch.randn((1, 3, vision.image_size, vision.image_size), generator=gen)
         return dict(input_ids=ids, pixel_values=image)
+    if kind == "idefics3":  # one 16 x 16 image: 4 x 4 patches, pixel-shuffled 2 x 2 into 4 image tokens
+        tokens = (
+            config.vision_config.image_size // config.vision_config.patch_size
+        ) ** 2 // config.scale_factor**2
+        ids = torch.randint(6, VOCAB, (1, TOKENS + tokens), generator=gen)
+        ids[0, 1 : 1 + tokens] = config.image_token_id
+        image = torch.randn((1, 1, 3, 16, 16), generator=gen)
+        return dict(input_ids=ids, pixel_values=image)
     return None
 
 

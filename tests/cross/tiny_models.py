@@ -177,6 +177,14 @@ _LLAVA: dict[str, Any] = dict(
 
 _GLM_MROPE = dict(_MROPE, mrope_section=[1, 0, 1], partial_rotary_factor=0.5)
 
+# Idefics3 / SmolVLM: a Llama decoder over a SigLIP-like tower, 4 x 4 patches pixel-shuffled into 4 tokens.
+_IDEFICS3: dict[str, Any] = dict(
+    text_config=_LLAVA["text_config"],
+    vision_config=dict(_TOWER, image_size=16, patch_size=4),
+    scale_factor=2,
+    image_token_id=5,
+)
+
 # case id -> tiny model; the model_type is the config class's.
 CASES: dict[str, Tiny] = {
     # ---------------------------------------------------------------- the first 37 families
@@ -775,6 +783,10 @@ CASES: dict[str, Tiny] = {
     "chinese_clip_vision_model": Tiny(
         "ChineseCLIPVisionConfig", "ChineseCLIPVisionModel", _ENCODER, inputs="image"
     ),
+    "idefics3_vision": Tiny("Idefics3VisionConfig", "Idefics3VisionTransformer", _ENCODER, inputs="image"),
+    "smolvlm_vision": Tiny("SmolVLMVisionConfig", "SmolVLMVisionTransformer", _ENCODER, inputs="image"),
+    "idefics3": Tiny("Idefics3Config", "Idefics3ForConditionalGeneration", _IDEFICS3, inputs="idefics3"),
+    "smolvlm": Tiny("SmolVLMConfig", "SmolVLMForConditionalGeneration", _IDEFICS3, inputs="idefics3"),
     "cohere2_moe": Tiny(
         "Cohere2MoeConfig",
         "Cohere2MoeModel",

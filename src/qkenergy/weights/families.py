@@ -1524,6 +1524,24 @@ FAMILIES: dict[str, Family] = {
     "chinese_clip_vision_model": _family(
         _tower_alone("vision"), "ChineseCLIPVisionModel", "Chinese-CLIP vision encoder"
     ),
+    "idefics3_vision": _family(
+        _tower_alone("vision"), "Idefics3VisionTransformer", "Idefics3 vision encoder (SigLIP-like)"
+    ),
+    "smolvlm_vision": _family(_tower_alone("vision"), "SmolVLMVisionTransformer", "SmolVLM vision encoder"),
+    "idefics3": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
+        models="Idefics3",
+        proof="Idefics3ForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "smolvlm": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
+        models="SmolVLM, SmolVLM2",
+        proof="SmolVLMForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
     "cohere2_moe": _family(
         _llama_like(
             rope_pairs="interleaved",
