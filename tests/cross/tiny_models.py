@@ -780,6 +780,13 @@ CASES: dict[str, Tiny] = {
     "glm_image_text": Tiny("GlmImageTextConfig", "GlmImageTextModel", dict(rope_parameters=_GLM_MROPE)),
     "apertus1p5_text": Tiny("Apertus1p5TextConfig", "Apertus1p5TextModel"),
     "granite_docling_text": Tiny("GraniteDoclingTextConfig", "GraniteDoclingTextModel"),
+    "chinese_clip": Tiny(
+        "ChineseCLIPConfig",
+        "ChineseCLIPModel",
+        dict(text_config=_ENCODER, vision_config=_ENCODER),
+        inputs="clip",
+    ),
+    "chinese_clip_text_model": Tiny("ChineseCLIPTextConfig", "ChineseCLIPTextModel", _ENCODER),
     "chinese_clip_vision_model": Tiny(
         "ChineseCLIPVisionConfig", "ChineseCLIPVisionModel", _ENCODER, inputs="image"
     ),

@@ -1521,6 +1521,15 @@ FAMILIES: dict[str, Family] = {
     "granite_docling_text": _family(
         _llama_like(), "GraniteDoclingTextModel", "Granite-Docling (text decoder)"
     ),
+    "chinese_clip": Family(
+        (_bert_like("encoder", stack="text", config_section="text_config"), _clip_tower("vision")),
+        models="Chinese-CLIP",
+        proof="ChineseCLIPModel",
+        note="two towers: a BERT text encoder (post-norm) and a CLIP vision encoder",
+    ),
+    "chinese_clip_text_model": _family(
+        _bert_like("encoder", stack="text"), "ChineseCLIPTextModel", "Chinese-CLIP text encoder"
+    ),
     "chinese_clip_vision_model": _family(
         _tower_alone("vision"), "ChineseCLIPVisionModel", "Chinese-CLIP vision encoder"
     ),
