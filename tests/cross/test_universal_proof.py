@@ -645,6 +645,7 @@ def test_a_wrong_vision_tower_fails_the_proof(
 # Families whose analysis is compared with s computed from the model's own modules (one hybrid: jamba).
 _ENERGY_CASES = ["gpt_oss", "llama4_text", "qwen3_next", "smollm3", "cohere2", "glm4", "gemma3", "jamba"]
 _ENERGY_CASES += ["llama4", "qwen2_5_vl"]  # both towers of multimodal decoders (qwen: a fused qkv)
+_ENERGY_CASES += ["llava-siglip-qwen3"]  # a wrapper's towers read as their own model_types (Qwen3: qk-norm)
 
 
 def _module_energies(
@@ -731,6 +732,8 @@ def _saved(case: Tiny, tmp_path: Path) -> Path:
         ("llama4", "rope_2d"),
         ("mistral3", "rope_2d"),
         ("gemma3", "absolute"),
+        ("llava-siglip-qwen3", "absolute"),
+        ("idefics3", "absolute"),
     ],
 )
 def test_a_multimodal_checkpoint_has_rows_for_each_tower(
