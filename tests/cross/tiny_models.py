@@ -799,4 +799,20 @@ CASES: dict[str, Tiny] = {
         "Cohere2MoeModel",
         dict(layer_types=["sliding_attention", "full_attention"], prefix_dense_sliding_window_pattern=0),
     ),
+    # -------------------------------------------------- issue 18, second round: T5-like seq2seq
+    "umt5": Tiny(
+        "UMT5Config", "UMT5ForConditionalGeneration", dict(_T5, num_decoder_layers=2), inputs="seq2seq"
+    ),
+    "switch_transformers": Tiny(
+        "SwitchTransformersConfig",
+        "SwitchTransformersForConditionalGeneration",
+        dict(_T5, num_decoder_layers=2, num_experts=2, expert_capacity=8),
+        inputs="seq2seq",
+    ),
+    "pop2piano": Tiny(
+        "Pop2PianoConfig",
+        "Pop2PianoForConditionalGeneration",
+        dict(_T5, num_decoder_layers=2),
+        inputs="seq2seq",
+    ),
 }

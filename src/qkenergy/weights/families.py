@@ -1561,6 +1561,20 @@ FAMILIES: dict[str, Family] = {
         "Command A MoE",
         "as cohere2: the global (full attention) layers have no positions (NoPE)",
     ),
+    # -------------------------------------------------- issue 18, second round: T5-like seq2seq
+    "umt5": Family(
+        _t5_stacks(),
+        models="UMT5",
+        proof="UMT5ForConditionalGeneration",
+        note="as t5, with a relative position bias of its own in every layer (added, not part of L)",
+    ),
+    "switch_transformers": Family(
+        _t5_stacks(),
+        models="Switch Transformers",
+        proof="SwitchTransformersForConditionalGeneration",
+        note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
+    ),
+    "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
 }
 
 
