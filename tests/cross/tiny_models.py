@@ -815,4 +815,14 @@ CASES: dict[str, Tiny] = {
         dict(_T5, num_decoder_layers=2),
         inputs="seq2seq",
     ),
+    "mvp": Tiny(
+        "MvpConfig", "MvpForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq", scores_in_module=True
+    ),
+    "fsmt": Tiny(
+        "FSMTConfig",
+        "FSMTForConditionalGeneration",
+        dict(_SEQ2SEQ, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, langs=["en", "de"]),
+        inputs="seq2seq",
+        scores_in_module=True,
+    ),
 }

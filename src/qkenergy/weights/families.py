@@ -1575,6 +1575,19 @@ FAMILIES: dict[str, Family] = {
         note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
     ),
     "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
+    "mvp": Family(
+        _seq2seq_stacks(post_norm=True),
+        models="MVP",
+        proof="MvpForConditionalGeneration",
+        note="as bart; with use_prompt the learned prompt vectors prepended to the keys are not tokens of "
+        "the input and are not part of L",
+    ),
+    "fsmt": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
+        models="FSMT (WMT19 translation)",
+        proof="FSMTForConditionalGeneration",
+        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
+    ),
 }
 
 
