@@ -825,4 +825,18 @@ CASES: dict[str, Tiny] = {
         inputs="seq2seq",
         scores_in_module=True,
     ),
+    "speech_to_text": Tiny(
+        "Speech2TextConfig",
+        "Speech2TextForConditionalGeneration",
+        dict(
+            _SEQ2SEQ,
+            input_feat_per_channel=8,
+            input_channels=1,
+            conv_channels=16,
+            max_source_positions=16,
+            max_target_positions=16,
+            decoder_start_token_id=1,
+        ),
+        inputs="speech_to_text",
+    ),
 }

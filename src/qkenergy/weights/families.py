@@ -1575,6 +1575,12 @@ FAMILIES: dict[str, Family] = {
         note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
     ),
     "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
+    "speech_to_text": Family(
+        _seq2seq_stacks(post_norm=False),
+        models="Speech2Text (S2T)",
+        proof="Speech2TextForConditionalGeneration",
+        note="as whisper: the convolutional subsampler before the encoder has no attention",
+    ),
     "mvp": Family(
         _seq2seq_stacks(post_norm=True),
         models="MVP",
