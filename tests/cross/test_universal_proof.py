@@ -268,6 +268,9 @@ def _more_inputs(kind: str, config: Any, gen: Any) -> dict[str, Any] | None:
     if kind == "speech_to_text":  # 16 frames of filterbank features, subsampled 4 x by two convolutions
         features = torch.randn((1, 16, config.input_feat_per_channel * config.input_channels), generator=gen)
         return dict(input_features=features, decoder_input_ids=torch.randint(3, VOCAB, (1, 5), generator=gen))
+    if kind == "audio_encoder":  # a Whisper-like audio encoder alone: mel features of 2 x its positions
+        features = torch.randn((1, config.num_mel_bins, 2 * config.max_source_positions), generator=gen)
+        return dict(input_features=features)
     if kind == "idefics3":  # one 16 x 16 image: 4 x 4 patches, pixel-shuffled 2 x 2 into 4 image tokens
         tokens = (
             config.vision_config.image_size // config.vision_config.patch_size

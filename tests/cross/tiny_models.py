@@ -185,6 +185,16 @@ _IDEFICS3: dict[str, Any] = dict(
     image_token_id=5,
 )
 
+# A Whisper-like audio encoder alone: 8 mel bins, 16 frames (8 positions after the strided convolution).
+_AUDIO_ENCODER = dict(
+    d_model=32,
+    encoder_attention_heads=4,
+    encoder_layers=2,
+    encoder_ffn_dim=64,
+    num_mel_bins=8,
+    max_source_positions=8,
+)
+
 # case id -> tiny model; the model_type is the config class's.
 CASES: dict[str, Tiny] = {
     # ---------------------------------------------------------------- the first 37 families
@@ -839,4 +849,8 @@ CASES: dict[str, Tiny] = {
         ),
         inputs="speech_to_text",
     ),
+    "qwen2_audio_encoder": Tiny(
+        "Qwen2AudioEncoderConfig", "Qwen2AudioEncoder", _AUDIO_ENCODER, inputs="audio_encoder"
+    ),
+    "voxtral_encoder": Tiny("VoxtralEncoderConfig", "VoxtralEncoder", _AUDIO_ENCODER, inputs="audio_encoder"),
 }

@@ -482,6 +482,18 @@ def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return layout
 
 
+def _audio_encoder() -> Layout:
+    """A Whisper-like audio encoder saved on its own (Qwen2-Audio's, Voxtral's): pre-norm layers."""
+    return Layout(
+        query="layers.{i}.self_attn.q_proj.weight",
+        key="layers.{i}.self_attn.k_proj.weight",
+        norm="layers.{i}.self_attn_layer_norm.weight",
+        heads_keys=("encoder_attention_heads", "num_attention_heads"),
+        hidden_keys=("d_model", "hidden_size"),
+        layers_keys=("encoder_layers", "num_hidden_layers"),
+    )
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -1575,6 +1587,18 @@ FAMILIES: dict[str, Family] = {
         note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
     ),
     "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
+    "qwen2_audio_encoder": _family(
+        _audio_encoder(),
+        "Qwen2AudioEncoder",
+        "Qwen2-Audio audio encoder",
+        "a Whisper encoder: the convolutional front end has no attention",
+    ),
+    "voxtral_encoder": _family(
+        _audio_encoder(),
+        "VoxtralEncoder",
+        "Voxtral audio encoder",
+        "a Whisper encoder: the convolutional front end has no attention",
+    ),
     "speech_to_text": Family(
         _seq2seq_stacks(post_norm=False),
         models="Speech2Text (S2T)",
