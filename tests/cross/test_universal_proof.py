@@ -285,6 +285,9 @@ def _inputs(kind: str, config: Any) -> dict[str, Any]:
     if kind == "gemma3":  # one image token (mm_tokens_per_image 1) among the text
         ids[0, 1] = config.image_token_index
         return dict(input_ids=ids, pixel_values=pixels)
+    more = _more_inputs(kind, config, gen)
+    if more is not None:
+        return more
     assert kind == "clip", kind
     return dict(input_ids=ids, pixel_values=pixels)
 
@@ -300,6 +303,46 @@ def _tied_copies(model: Any) -> dict[int, list[Any]]:
         for m in modules:
             out.setdefault(id(m), [c for c in modules if c is not m])
     return out
+
+
+def _more_inputs(kind: str, config: Any, gen: Any) -> dict[str, Any] | None:
+    """Inputs of the towers saved on their own and of the vision-language wrappers (issue 18, second round)."""
+    if kind == "image16":  # a 16 x 16 image: 4 x 4 patches of 4 x 4 pixels
+        return dict(pixel_values=torch.randn((1, 3, 16, 16), generator=gen))
+    if kind == "siglip2_vision":  # patches already cut, a 3 x 3 grid
+        return dict(
+            pixel_values=torch.randn((1, 9, 3 * 4 * 4), generator=gen),
+            pixel_attention_mask=torch.ones((1, 9), dtype=torch.long),
+            spatial_shapes=torch.tensor([[3, 3]]),
+        )
+    if kind == "qwen_vision":  # the Qwen vision encoders alone: two images of 8 x 8 and 4 x 4 patches
+        grids = torch.tensor([[1, 8, 8], [1, 4, 4]])
+        patches = int(grids.prod(-1).sum())
+        return dict(hidden_states=torch.randn((patches, 3 * 2 * 2 * 2), generator=gen), grid_thw=grids)
+    if kind == "llava":  # one image among the text: as many image tokens as the projector gives
+        vision = config.vision_config
+        side = vision.image_size // vision.patch_size
+        tokens = side**2 // getattr(config, "downsample_factor", 1) ** 2
+        token = getattr(config, "image_token_id", None) or config.image_token_index
+        ids = torch.randint(6, VOCAB, (1, TOKENS + tokens), generator=gen)
+        ids[0, 1 : 1 + tokens] = token
+        image = torch.randn((1, 3, vision.image_size, vision.image_size), generator=gen)
+        return dict(input_ids=ids, pixel_values=image)
+    if kind == "speech_to_text":  # 16 frames of filterbank features, subsampled 4 x by two convolutions
+        features = torch.randn((1, 16, config.input_feat_per_channel * config.input_channels), generator=gen)
+        return dict(input_features=features, decoder_input_ids=torch.randint(3, VOCAB, (1, 5), generator=gen))
+    if kind == "audio_encoder":  # a Whisper-like audio encoder alone: mel features of 2 x its positions
+        features = torch.randn((1, config.num_mel_bins, 2 * config.max_source_positions), generator=gen)
+        return dict(input_features=features)
+    if kind == "idefics3":  # one 16 x 16 image: 4 x 4 patches, pixel-shuffled 2 x 2 into 4 image tokens
+        tokens = (
+            config.vision_config.image_size // config.vision_config.patch_size
+        ) ** 2 // config.scale_factor**2
+        ids = torch.randint(6, VOCAB, (1, TOKENS + tokens), generator=gen)
+        ids[0, 1 : 1 + tokens] = config.image_token_id
+        image = torch.randn((1, 1, 3, 16, 16), generator=gen)
+        return dict(input_ids=ids, pixel_values=image)
+    return None
 
 
 def _owners(model: Any) -> dict[tuple[tuple[int, ...], bytes], Any]:
@@ -717,6 +760,7 @@ _ENERGY_CASES = [
     "mimo_v2_flash",
 ]
 _ENERGY_CASES += ["llama4", "qwen2_5_vl"]  # both towers of multimodal decoders (qwen: a fused qkv)
+_ENERGY_CASES += ["llava-siglip-qwen3"]  # a wrapper's towers read as their own model_types (Qwen3: qk-norm)
 
 
 def _module_energies(
@@ -815,6 +859,8 @@ def _saved(case: Tiny, tmp_path: Path) -> Path:
         ("llama4", "rope_2d"),
         ("mistral3", "rope_2d"),
         ("gemma3", "absolute"),
+        ("llava-siglip-qwen3", "absolute"),
+        ("idefics3", "absolute"),
     ],
 )
 def test_a_multimodal_checkpoint_has_rows_for_each_tower(
@@ -912,3 +958,12 @@ def test_per_layer_shapes_and_kv_sharing_reach_every_output(tmp_path: Path) -> N
     assert model_summary(heads)["n"].tolist() == ["8/16"]
     plan = resolve_entry(ModelEntry(str(path), "gemma4"))
     assert plan.error is None and _plan_shapes(plan) == {(8, 32), (16, 32)}  # one shared law per shape
+
+
+def test_a_wrapper_reads_each_tower_as_its_own_model_type(tmp_path: Path, monkeypatch: Any) -> None:
+    """llava over a Qwen3 decoder: read with llava's default (Llama) text layout, the qk-norm gains are missed."""
+    family = families.FAMILIES["llava"]
+    fixed = tuple(dataclasses.replace(s, adjust=None) for s in family.stacks)  # no delegation by model_type
+    monkeypatch.setitem(families.FAMILIES, "llava", dataclasses.replace(family, stacks=fixed))
+    with pytest.raises(AssertionError, match="text layer 0"):
+        prove(CASES["llava-siglip-qwen3"], tmp_path)

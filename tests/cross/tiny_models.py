@@ -173,6 +173,33 @@ _AUDIO = dict(
     apply_spec_augment=False,
 )
 
+# A vision-language wrapper over a CLIP tower (3 x 3 patches: 9 image tokens) and a Llama decoder.
+_LLAVA: dict[str, Any] = dict(
+    text_config=dict(_TOWER, model_type="llama", num_key_value_heads=2, head_dim=8, vocab_size=VOCAB),
+    vision_config=dict(_TOWER, model_type="clip_vision_model", image_size=12, patch_size=4),
+    image_token_index=5,
+)
+
+_GLM_MROPE = dict(_MROPE, mrope_section=[1, 0, 1], partial_rotary_factor=0.5)
+
+# Idefics3 / SmolVLM: a Llama decoder over a SigLIP-like tower, 4 x 4 patches pixel-shuffled into 4 tokens.
+_IDEFICS3: dict[str, Any] = dict(
+    text_config=_LLAVA["text_config"],
+    vision_config=dict(_TOWER, image_size=16, patch_size=4),
+    scale_factor=2,
+    image_token_id=5,
+)
+
+# A Whisper-like audio encoder alone: 8 mel bins, 16 frames (8 positions after the strided convolution).
+_AUDIO_ENCODER = dict(
+    d_model=32,
+    encoder_attention_heads=4,
+    encoder_layers=2,
+    encoder_ffn_dim=64,
+    num_mel_bins=8,
+    max_source_positions=8,
+)
+
 # case id -> tiny model; the model_type is the config class's.
 CASES: dict[str, Tiny] = {
     # ---------------------------------------------------------------- the first 37 families
@@ -512,6 +539,325 @@ CASES: dict[str, Tiny] = {
     "bamba": Tiny(
         "BambaConfig", "BambaForCausalLM", dict(mamba_n_heads=8, mamba_d_head=8, attn_layer_indices=[1])
     ),
+    # ----------------------------------------------- issue 18, second round: towers saved on their own
+    "clip_text_model": Tiny("CLIPTextConfig", "CLIPTextModel", _ENCODER),
+    "clip_vision_model": Tiny("CLIPVisionConfig", "CLIPVisionModel", _ENCODER, inputs="image"),
+    "siglip_text_model": Tiny("SiglipTextConfig", "SiglipTextModel", _ENCODER),
+    "siglip_vision_model": Tiny("SiglipVisionConfig", "SiglipVisionModel", _ENCODER, inputs="image"),
+    "siglip2_text_model": Tiny("Siglip2TextConfig", "Siglip2TextModel", _ENCODER),
+    "siglip2_vision_model": Tiny(
+        "Siglip2VisionConfig", "Siglip2VisionModel", dict(num_patches=16), inputs="siglip2_vision"
+    ),
+    "metaclip_2": Tiny(
+        "MetaClip2Config", "MetaClip2Model", dict(text_config=_ENCODER, vision_config=_ENCODER), inputs="clip"
+    ),
+    "metaclip_2_text_model": Tiny("MetaClip2TextConfig", "MetaClip2TextModel", _ENCODER),
+    "metaclip_2_vision_model": Tiny(
+        "MetaClip2VisionConfig", "MetaClip2VisionModel", _ENCODER, inputs="image"
+    ),
+    "qwen2_5_vl_vision": Tiny(
+        "Qwen2_5_VLVisionConfig",
+        "Qwen2_5_VisionTransformerPretrainedModel",
+        _QWEN2_5_VISION,
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "qwen3_vl_vision": Tiny(
+        "Qwen3VLVisionConfig",
+        "Qwen3VLVisionModel",
+        dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "qwen3_5_vision": Tiny(
+        "Qwen3_5VisionConfig", "Qwen3_5VisionModel", _QWEN3_VISION, inputs="qwen_vision", identity_rope=""
+    ),
+    "qwen3_5_moe_vision": Tiny(
+        "Qwen3_5MoeVisionConfig",
+        "Qwen3_5MoeVisionModel",
+        _QWEN3_VISION,
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    "llama4_vision_model": Tiny(
+        "Llama4VisionConfig",
+        "Llama4VisionModel",
+        dict(
+            _TOWER,
+            image_size=16,
+            patch_size=4,
+            intermediate_size=128,
+            vision_output_dim=32,
+            projector_input_dim=32,
+            projector_output_dim=32,
+        ),
+        inputs="image16",
+        identity_rope="",
+    ),
+    "pixtral": Tiny(
+        "PixtralVisionConfig",
+        "PixtralVisionModel",
+        dict(_TOWER, head_dim=8, image_size=16, patch_size=4),
+        inputs="image16",
+        identity_rope="",
+    ),
+    # ------------------------------------------------------------- issue 18, second round: decoders
+    "gpt_bigcode": Tiny(
+        "GPTBigCodeConfig", "GPTBigCodeForCausalLM", dict(n_embd=32, n_head=4, n_layer=2, n_positions=32)
+    ),
+    "gpt_bigcode-multi-head": Tiny(
+        "GPTBigCodeConfig",
+        "GPTBigCodeForCausalLM",
+        dict(n_embd=32, n_head=4, n_layer=2, n_positions=32, multi_query=False),
+    ),
+    "openai-gpt": Tiny(
+        "OpenAIGPTConfig",
+        "OpenAIGPTLMHeadModel",
+        dict(n_embd=32, n_head=4, n_layer=2, n_positions=32),
+        scores_in_module=True,
+    ),
+    "xglm": Tiny(
+        "XGLMConfig",
+        "XGLMForCausalLM",
+        dict(d_model=32, attention_heads=4, num_layers=2, ffn_dim=64),
+        scores_in_module=True,
+    ),
+    "biogpt": Tiny("BioGptConfig", "BioGptForCausalLM"),
+    "persimmon": Tiny("PersimmonConfig", "PersimmonForCausalLM"),
+    "bitnet": Tiny("BitNetConfig", "BitNetForCausalLM"),
+    "nanochat": Tiny("NanoChatConfig", "NanoChatForCausalLM"),
+    "minicpm3": Tiny("MiniCPM3Config", "MiniCPM3ForCausalLM", _LATENT),
+    "lfm2_moe": Tiny(
+        "Lfm2MoeConfig",
+        "Lfm2MoeForCausalLM",
+        dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    ),
+    # ------------------------------------------ issue 18, second round: vision-language wrappers
+    "llava": Tiny("LlavaConfig", "LlavaForConditionalGeneration", _LLAVA, inputs="llava"),
+    # the same wrapper over a SigLIP tower and a Qwen3 decoder (qk-norm): each tower read as its own model_type
+    "llava-siglip-qwen3": Tiny(
+        "LlavaConfig",
+        "LlavaForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(_LLAVA["text_config"], model_type="qwen3"),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model"),
+            vision_feature_select_strategy="full",
+        ),
+        inputs="llava",
+    ),
+    "vipllava": Tiny(
+        "VipLlavaConfig",
+        "VipLlavaForConditionalGeneration",
+        dict(_LLAVA, vision_feature_layers=[-2, -1]),
+        inputs="llava",
+    ),
+    "paligemma": Tiny(
+        "PaliGemmaConfig",
+        "PaliGemmaForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(_LLAVA["text_config"], model_type="gemma"),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model"),
+            projection_dim=32,
+        ),
+        inputs="llava",
+    ),
+    "aya_vision": Tiny(
+        "AyaVisionConfig",
+        "AyaVisionForConditionalGeneration",
+        dict(
+            _LLAVA,
+            text_config=dict(
+                _LLAVA["text_config"],
+                model_type="cohere2",
+                layer_types=["sliding_attention", "full_attention"],
+            ),
+            vision_config=dict(_LLAVA["vision_config"], model_type="siglip_vision_model", image_size=16),
+            downsample_factor=2,
+        ),
+        inputs="llava",
+    ),
+    "qwen2_vl": Tiny(
+        "Qwen2VLConfig",
+        "Qwen2VLForConditionalGeneration",
+        dict(text_config=dict(_QWEN_VL_TEXT), vision_config=dict(_QWEN_VISION, embed_dim=32), **_QWEN_TOKENS),
+        inputs="qwen_vl",
+        identity_rope="visual",
+    ),
+    "qwen2_vl_text": Tiny("Qwen2VLTextConfig", "Qwen2VLTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl_moe": Tiny(
+        "Qwen3VLMoeConfig",
+        "Qwen3VLMoeForConditionalGeneration",
+        dict(
+            text_config=dict(_QWEN_VL_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16),
+            vision_config=dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+            **_QWEN_TOKENS,
+        ),
+        inputs="qwen_vl",
+        identity_rope="visual",
+    ),
+    "qwen3_vl_moe_text": Tiny("Qwen3VLMoeTextConfig", "Qwen3VLMoeTextModel", dict(rope_parameters=_MROPE)),
+    "qwen3_vl_moe_vision": Tiny(
+        "Qwen3VLMoeVisionConfig",
+        "Qwen3VLMoeVisionModel",
+        dict(_QWEN3_VISION, deepstack_visual_indexes=[0]),
+        inputs="qwen_vision",
+        identity_rope="",
+    ),
+    # -------------------------------------------------------------- issue 18, second round: encoders
+    "xlm-roberta-xl": Tiny("XLMRobertaXLConfig", "XLMRobertaXLModel", dict(_ENCODER, pad_token_id=1)),
+    "eurobert": Tiny("EuroBertConfig", "EuroBertModel"),
+    "splinter": Tiny("SplinterConfig", "SplinterModel", _ENCODER),
+    "rembert": Tiny(
+        "RemBertConfig",
+        "RemBertModel",
+        dict(_ENCODER, input_embedding_size=16, output_embedding_size=16),
+        scores_in_module=True,
+    ),
+    "layoutlm": Tiny("LayoutLMConfig", "LayoutLMModel", _ENCODER),
+    "markuplm": Tiny("MarkupLMConfig", "MarkupLMModel", _ENCODER),
+    "mpnet": Tiny("MPNetConfig", "MPNetModel", dict(_ENCODER, pad_token_id=1), scores_in_module=True),
+    "data2vec-vision": Tiny(
+        "Data2VecVisionConfig", "Data2VecVisionModel", _ENCODER, inputs="image", scores_in_module=True
+    ),
+    "data2vec-vision-relative": Tiny(
+        "Data2VecVisionConfig",
+        "Data2VecVisionModel",
+        dict(_ENCODER, use_relative_position_bias=True),
+        inputs="image",
+        scores_in_module=True,
+    ),
+    "beit": Tiny(
+        "BeitConfig",
+        "BeitModel",
+        dict(_ENCODER, use_relative_position_bias=True),
+        inputs="image",
+        scores_in_module=True,
+    ),
+    # ------------------------------------------------------ issue 18, second round: encoder-decoders
+    "mbart": Tiny("MBartConfig", "MBartForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "pegasus": Tiny("PegasusConfig", "PegasusForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "m2m_100": Tiny("M2M100Config", "M2M100ForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "blenderbot": Tiny("BlenderbotConfig", "BlenderbotForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "blenderbot-small": Tiny(
+        "BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"
+    ),
+    "plbart": Tiny("PLBartConfig", "PLBartForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq"),
+    "marian": Tiny(
+        "MarianConfig", "MarianMTModel", dict(_SEQ2SEQ, decoder_start_token_id=0), inputs="seq2seq"
+    ),
+    # ------------------------------------------------- issue 18, second round: more llama-like decoders
+    "aria_text": Tiny("AriaTextConfig", "AriaTextForCausalLM"),
+    "granite_swa": Tiny("GraniteSWAConfig", "GraniteSWAForCausalLM"),
+    "granitemoe_swa": Tiny("GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM"),
+    "internlm3": Tiny("InternLM3Config", "LlamaForCausalLM"),
+    "iquestcoder": Tiny("IQuestCoderConfig", "LlamaForCausalLM"),
+    "jais2": Tiny("Jais2Config", "Jais2ForCausalLM"),
+    "exaone": Tiny("ExaoneConfig", "LlamaForCausalLM"),
+    "hyperclovax": Tiny("HyperCLOVAXConfig", "HyperCLOVAXForCausalLM", dict(use_post_norm=True)),
+    "flint": Tiny(
+        "FlintConfig",
+        "FlintForCausalLM",
+        dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "mellum": Tiny("MellumConfig", "MellumForCausalLM"),
+    "kolibri1": Tiny("Kolibri1Config", "Kolibri1ForCausalLM"),
+    "sarvam_mla": Tiny("SarvamMLAConfig", "DeepseekV3ForCausalLM", dict(_LATENT, q_lora_rank=None)),
+    "axk1": Tiny("AXK1Config", "AXK1ForCausalLM", _LATENT),
+    "bert-generation": Tiny("BertGenerationConfig", "BertGenerationDecoder", dict(_ENCODER, is_decoder=True)),
+    "roc_bert": Tiny("RoCBertConfig", "RoCBertForCausalLM", dict(_ENCODER, is_decoder=True)),
+    "xmod": Tiny(
+        "XmodConfig",
+        "XmodForCausalLM",
+        dict(_ENCODER, is_decoder=True, pad_token_id=1, default_language="en_XX"),
+    ),
+    # ---------------------------------------------- issue 18, second round: disentangled attention
+    "deberta": Tiny(
+        "DebertaConfig",
+        "DebertaModel",
+        dict(_ENCODER, relative_attention=True, pos_att_type=["p2c", "c2p"]),
+        scores_in_module=True,
+    ),
+    "deberta-v2": Tiny(
+        "DebertaV2Config",
+        "DebertaV2Model",
+        dict(_ENCODER, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8),
+        scores_in_module=True,
+    ),
+    # ---------------------------------------- issue 18, second round: more text and vision towers
+    # (GLM's M-RoPE with partial rotary: 4 of 8 coordinates rotate, sections of 1 + 0 + 1 pairs)
+    "glm4v_text": Tiny("Glm4vTextConfig", "Glm4vTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "glm_ocr_text": Tiny("GlmOcrTextConfig", "GlmOcrTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "glm4v_moe_text": Tiny(
+        "Glm4vMoeTextConfig", "Glm4vMoeTextModel", dict(rope_parameters=_GLM_MROPE, first_k_dense_replace=1)
+    ),
+    "glm_image_text": Tiny("GlmImageTextConfig", "GlmImageTextModel", dict(rope_parameters=_GLM_MROPE)),
+    "apertus1p5_text": Tiny("Apertus1p5TextConfig", "Apertus1p5TextModel"),
+    "granite_docling_text": Tiny("GraniteDoclingTextConfig", "GraniteDoclingTextModel"),
+    "chinese_clip": Tiny(
+        "ChineseCLIPConfig",
+        "ChineseCLIPModel",
+        dict(text_config=_ENCODER, vision_config=_ENCODER),
+        inputs="clip",
+    ),
+    "chinese_clip_text_model": Tiny("ChineseCLIPTextConfig", "ChineseCLIPTextModel", _ENCODER),
+    "chinese_clip_vision_model": Tiny(
+        "ChineseCLIPVisionConfig", "ChineseCLIPVisionModel", _ENCODER, inputs="image"
+    ),
+    "idefics3_vision": Tiny("Idefics3VisionConfig", "Idefics3VisionTransformer", _ENCODER, inputs="image"),
+    "smolvlm_vision": Tiny("SmolVLMVisionConfig", "SmolVLMVisionTransformer", _ENCODER, inputs="image"),
+    "idefics3": Tiny("Idefics3Config", "Idefics3ForConditionalGeneration", _IDEFICS3, inputs="idefics3"),
+    "smolvlm": Tiny("SmolVLMConfig", "SmolVLMForConditionalGeneration", _IDEFICS3, inputs="idefics3"),
+    "cohere2_moe": Tiny(
+        "Cohere2MoeConfig",
+        "Cohere2MoeModel",
+        dict(layer_types=["sliding_attention", "full_attention"], prefix_dense_sliding_window_pattern=0),
+    ),
+    # -------------------------------------------------- issue 18, second round: T5-like seq2seq
+    "umt5": Tiny(
+        "UMT5Config", "UMT5ForConditionalGeneration", dict(_T5, num_decoder_layers=2), inputs="seq2seq"
+    ),
+    "switch_transformers": Tiny(
+        "SwitchTransformersConfig",
+        "SwitchTransformersForConditionalGeneration",
+        dict(_T5, num_decoder_layers=2, num_experts=2, expert_capacity=8),
+        inputs="seq2seq",
+    ),
+    "pop2piano": Tiny(
+        "Pop2PianoConfig",
+        "Pop2PianoForConditionalGeneration",
+        dict(_T5, num_decoder_layers=2),
+        inputs="seq2seq",
+    ),
+    "mvp": Tiny(
+        "MvpConfig", "MvpForConditionalGeneration", _SEQ2SEQ, inputs="seq2seq", scores_in_module=True
+    ),
+    "fsmt": Tiny(
+        "FSMTConfig",
+        "FSMTForConditionalGeneration",
+        dict(_SEQ2SEQ, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, langs=["en", "de"]),
+        inputs="seq2seq",
+        scores_in_module=True,
+    ),
+    "speech_to_text": Tiny(
+        "Speech2TextConfig",
+        "Speech2TextForConditionalGeneration",
+        dict(
+            _SEQ2SEQ,
+            input_feat_per_channel=8,
+            input_channels=1,
+            conv_channels=16,
+            max_source_positions=16,
+            max_target_positions=16,
+            decoder_start_token_id=1,
+        ),
+        inputs="speech_to_text",
+    ),
+    "qwen2_audio_encoder": Tiny(
+        "Qwen2AudioEncoderConfig", "Qwen2AudioEncoder", _AUDIO_ENCODER, inputs="audio_encoder"
+    ),
+    "voxtral_encoder": Tiny("VoxtralEncoderConfig", "VoxtralEncoder", _AUDIO_ENCODER, inputs="audio_encoder"),
 }
 
 # ---------------------------------------------------------------- per-layer shapes and KV sharing

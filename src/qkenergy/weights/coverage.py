@@ -77,6 +77,15 @@ NOT_BILINEAR: dict[str, str] = {
     "rwkv": "linear attention only: RWKV's time-mixing recurrence (WKV), no softmax over token pairs",
     "xlstm": "recurrent cells (mLSTM, sLSTM): no softmax attention",
     "yoso": "linear attention only: scores estimated by LSH Bernoulli sampling, no softmax of q . k",
+    # issue 18, second round: attention-like mixers without token-pair scores
+    "swiftformer": "efficient additive attention: a learned vector scores each query alone (q_i . w), "
+    "pooled into one global query; no token-pair q . k",
+    "mobilevitv2": "separable self-attention: a one-channel projection scores each patch alone, softmax "
+    "over patches; no token-pair q . k",
+    "cvt": "convolutional projections: each query and key is a depthwise convolution over a 3 x 3 "
+    "neighbourhood of tokens, so a score is not a form of the two tokens alone",
+    "nystromformer": "Nystrom approximation: scores against segment-mean landmarks, never the token-pair "
+    "q_i . k_j (exact softmax only when num_landmarks equals the sequence length)",
 }
 
 

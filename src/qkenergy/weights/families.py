@@ -371,6 +371,139 @@ _DEEPSTACK_NOTE = (
 )
 
 
+# ------------------------------------------------- issue 18, second round: towers alone, wrappers, decoders
+
+
+def _tower_alone(tower: str) -> Layout:
+    """A CLIP-like encoder tower saved as its own model (clip_vision_model, siglip_text_model, ...).
+
+    The sizes are at the config's top level; the names match with or without the tower's
+    ``text_model.`` / ``vision_model.`` prefix (found at read time).
+    """
+    return Layout(
+        query="encoder.layers.{i}.self_attn.q_proj.weight",
+        key="encoder.layers.{i}.self_attn.k_proj.weight",
+        norm="encoder.layers.{i}.layer_norm1.weight",
+        stack=tower,
+    )
+
+
+def _alone(layout: Layout) -> Layout:
+    """A multimodal model's tower layout for the tower's own config (its sizes at the top level)."""
+    return dataclasses.replace(layout, config_section=None, section_optional=False, within=None)
+
+
+def _sub_model(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """A wrapper's tower laid out as the supported family its section's own ``model_type`` names.
+
+    Vision-language wrappers (llava, paligemma, ...) combine a vision encoder and a decoder of
+    other model types, named in ``vision_config`` / ``text_config``: the tower is read with that
+    family's layout (its own config-dependent variant), kept in the wrapper's section and
+    prefix. A section without a model_type is the wrapper's default tower (``layout`` itself).
+    """
+    sub = config.get("model_type")
+    if sub is None:
+        return dataclasses.replace(layout, adjust=None)
+    family = FAMILIES.get(sub) if isinstance(sub, str) else None
+    if family is None or len(family.stacks) != 1:
+        raise QKEnergyError(
+            f"the {layout.stack} tower ({layout.config_section}) has model_type {str(sub)[:60]!r}, "
+            "which qkenergy does not read as a single stack; pass --layout FILE.toml to describe it"
+        )
+    inner = family.stacks[0]
+    if inner.adjust is not None:
+        inner = inner.adjust(config, inner)
+    return dataclasses.replace(
+        inner,
+        stack=layout.stack,
+        config_section=layout.config_section,
+        section_optional=layout.section_optional,
+        within=layout.within,
+        adjust=None,
+    )
+
+
+def _wrapper(text: Layout, vision: Layout, text_within: str, vision_within: str) -> tuple[Layout, Layout]:
+    """The text and vision stacks of a vision-language wrapper: defaults, delegated by model_type."""
+    return (
+        dataclasses.replace(
+            text, stack="text", config_section="text_config", within=text_within, adjust=_sub_model
+        ),
+        dataclasses.replace(
+            vision, stack="vision", config_section="vision_config", within=vision_within, adjust=_sub_model
+        ),
+    )
+
+
+_WRAPPER_NOTE = (
+    "two towers: the decoder and the vision encoder named by text_config / vision_config, each read "
+    "as its own model_type (the projector has no attention)"
+)
+
+
+def _bigcode_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """StarCoder 1 (multi_query): c_attn rows are all queries, then one key head, then one value head."""
+    if config.get("multi_query", True):
+        return dataclasses.replace(layout, storage="stacked", kv_heads=1)
+    return dataclasses.replace(layout, storage="interleaved")  # per head: its q, k, v rows
+
+
+def _beit_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """BEiT's learned relative position bias (per layer or shared) is added to the scores."""
+    if config.get("use_relative_position_bias") or config.get("use_shared_relative_position_bias"):
+        return dataclasses.replace(layout, positional="relative_bias")
+    return layout
+
+
+def _unnormed_embeddings(stacks: tuple[Layout, ...], names: tuple[str, ...]) -> tuple[Layout, ...]:
+    """Post-norm seq2seq stacks (``names``) whose layer 0 is not fed by a norm's output (Marian; the
+    BlenderBot-small decoder, which adds its positions after the embeddings norm)."""
+    return tuple(dataclasses.replace(s, first_norm=None) if s.stack in names else s for s in stacks)
+
+
+def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Only the sliding-window layers rotate (flint); without a sliding window no layer does."""
+    if config.get("sliding_window") is None:
+        return dataclasses.replace(layout, positional="none")
+    return dataclasses.replace(
+        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
+    )
+
+
+def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Cohere 2 MoE rotates its sliding layers, and with prefix_dense_sliding_window_pattern 1 also its
+    dense-MLP layers (full attention then): a set no single config key names, refused."""
+    types, mlp = config.get("layer_types"), config.get("mlp_layer_types")
+    if (
+        config.get("prefix_dense_sliding_window_pattern", 1) == 1
+        and isinstance(types, list)
+        and isinstance(mlp, list)
+    ):
+        forced = [
+            i
+            for i, (t, m) in enumerate(zip(types, mlp, strict=False))
+            if m == "dense" and t != "sliding_attention"
+        ]
+        if forced:
+            raise QKEnergyError(
+                f"this cohere2_moe model rotates its full-attention dense layers {forced[:8]} "
+                "(prefix_dense_sliding_window_pattern 1), which qkenergy does not model; pass --layout FILE.toml"
+            )
+    return layout
+
+
+def _audio_encoder() -> Layout:
+    """A Whisper-like audio encoder saved on its own (Qwen2-Audio's, Voxtral's): pre-norm layers."""
+    return Layout(
+        query="layers.{i}.self_attn.q_proj.weight",
+        key="layers.{i}.self_attn.k_proj.weight",
+        norm="layers.{i}.self_attn_layer_norm.weight",
+        heads_keys=("encoder_attention_heads", "num_attention_heads"),
+        hidden_keys=("d_model", "hidden_size"),
+        layers_keys=("encoder_layers", "num_hidden_layers"),
+    )
+
+
 FAMILIES: dict[str, Family] = {
     "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
@@ -998,6 +1131,502 @@ FAMILIES: dict[str, Family] = {
         "Kimi Linear",
         "hybrid: rows for the latent-attention (MLA) layers only, which have no positions (NoPE); "
         "the Kimi Delta Attention layers are linear attention",
+    ),
+    # --------------------------------------------- issue 18, second round: towers saved on their own
+    "clip_text_model": _family(_tower_alone("text"), "CLIPTextModel", "CLIP text encoder"),
+    "clip_vision_model": _family(_tower_alone("vision"), "CLIPVisionModel", "CLIP vision encoder"),
+    "siglip_text_model": _family(_tower_alone("text"), "SiglipTextModel", "SigLIP text encoder"),
+    "siglip_vision_model": _family(
+        _tower_alone("vision"),
+        "SiglipVisionModel",
+        "SigLIP vision encoder",
+        "the attention-pooling head (one learned probe) is not read",
+    ),
+    "siglip2_text_model": _family(_tower_alone("text"), "Siglip2TextModel", "SigLIP 2 text encoder"),
+    "siglip2_vision_model": _family(
+        _tower_alone("vision"),
+        "Siglip2VisionModel",
+        "SigLIP 2 vision encoder",
+        "the attention-pooling head (one learned probe) is not read",
+    ),
+    "metaclip_2": Family(
+        (_clip_tower("text"), _clip_tower("vision")), models="MetaCLIP 2", proof="MetaClip2Model"
+    ),
+    "metaclip_2_text_model": _family(_tower_alone("text"), "MetaClip2TextModel", "MetaCLIP 2 text encoder"),
+    "metaclip_2_vision_model": _family(
+        _tower_alone("vision"), "MetaClip2VisionModel", "MetaCLIP 2 vision encoder"
+    ),
+    "qwen2_5_vl_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen2_5_VisionTransformerPretrainedModel",
+        "Qwen2.5-VL vision encoder",
+        _QWEN_VISION_NOTE + _QWEN_WINDOWS_NOTE,
+    ),
+    "qwen3_vl_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3VLVisionModel",
+        "Qwen3-VL vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "qwen3_5_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3_5VisionModel",
+        "Qwen3.5 vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "qwen3_5_moe_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3_5MoeVisionModel",
+        "Qwen3.5 MoE vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    "llama4_vision_model": _family(
+        Layout(
+            query="model.layers.{i}.self_attn.q_proj.weight",
+            key="model.layers.{i}.self_attn.k_proj.weight",
+            norm="model.layers.{i}.input_layernorm.weight",
+            stack="vision",
+            positional="rope_2d",
+        ),
+        "Llama4VisionModel",
+        "Llama 4 vision encoder",
+        "2-D RoPE (interleaved pairs, over patch columns and rows; the class token is not rotated): the "
+        "form read is the one at offset (0, 0)",
+    ),
+    "pixtral": _family(
+        Layout(
+            query="transformer.layers.{i}.attention.q_proj.weight",
+            key="transformer.layers.{i}.attention.k_proj.weight",
+            norm="transformer.layers.{i}.attention_norm.weight",
+            head_dim_key="head_dim",
+            stack="vision",
+            positional="rope_2d",
+        ),
+        "PixtralVisionModel",
+        "Pixtral vision encoder",
+        "2-D RoPE over patch rows and columns: the form read is the one at offset (0, 0)",
+    ),
+    # ------------------------------------------------------------- issue 18, second round: decoders
+    "gpt_bigcode": _family(
+        Layout(
+            query="h.{i}.attn.c_attn.weight",
+            norm="h.{i}.ln_1.weight",
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+            adjust=_bigcode_adjust,
+        ),
+        "GPTBigCodeForCausalLM",
+        "StarCoder, SantaCoder, GPT-BigCode",
+        "multi-query: one key head shared by every query head",
+        "multi-head (c_attn per head) without multi_query",
+    ),
+    "openai-gpt": _family(
+        Layout(
+            # Post-norm: layer i reads layer i-1's ln_2; the embeddings feeding layer 0 are not normed.
+            query="h.{i}.attn.c_attn.weight",
+            storage="conv1d",
+            norm="h.{i}.ln_2.weight",
+            post_norm=True,
+            heads_keys=("n_head", "num_attention_heads"),
+            hidden_keys=("n_embd", "hidden_size"),
+            layers_keys=("n_layer", "num_hidden_layers"),
+        ),
+        "OpenAIGPTLMHeadModel",
+        "GPT (OpenAI GPT-1)",
+    ),
+    "xglm": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+            heads_keys=("attention_heads", "num_attention_heads"),
+            hidden_keys=("d_model", "hidden_size"),
+            layers_keys=("num_layers", "num_hidden_layers"),
+        ),
+        "XGLMForCausalLM",
+        "XGLM",
+        "sinusoidal positions added to the embeddings (absolute)",
+    ),
+    "biogpt": _family(
+        Layout(
+            query="layers.{i}.self_attn.q_proj.weight",
+            key="layers.{i}.self_attn.k_proj.weight",
+            norm="layers.{i}.self_attn_layer_norm.weight",
+        ),
+        "BioGptForCausalLM",
+        "BioGPT",
+    ),
+    "persimmon": _family(
+        Layout(
+            query="layers.{i}.self_attn.query_key_value.weight",
+            storage="interleaved",
+            norm="layers.{i}.input_layernorm.weight",
+            positional="rope",
+            adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True)),
+        ),
+        "PersimmonForCausalLM",
+        "Persimmon, Fuyu's decoder",
+        variants="qk-norm (LayerNorm) with qk_layernorm",
+    ),
+    "bitnet": _family(
+        _llama_like(),
+        "BitNetForCausalLM",
+        "BitNet b1.58",
+        "the norm after attention (attn_sub_norm, before o_proj) does not enter the scores; ternary "
+        "checkpoints are read as stored",
+    ),
+    "nanochat": _family(
+        # Its RMSNorms have no learned gains: nothing to fold, and the qk-norm is a per-token factor.
+        # Its rotate_half is cat(x2, -x1): the rotation turns the other way, so only the form at
+        # offset 0 is the standard one (proved at position 0, as for a qk-norm after RoPE).
+        _llama_like(norm=None, qk_norm=QKNorm(None, None, after_rope=True)),
+        "NanoChatForCausalLM",
+        "nanochat",
+        "RMSNorms without gains (inputs and q, k after RoPE): per-token factors, the form is unchanged; "
+        "its RoPE turns the opposite way, so with --rope-offsets the row at offset d is nanochat's form "
+        "at offset -d (offset 0 is exact)",
+    ),
+    "minicpm3": _family(_mla(), "MiniCPM3ForCausalLM", "MiniCPM3", "latent attention, as deepseek_v3"),
+    "lfm2_moe": _family(
+        _llama_like(
+            norm="layers.{i}.operator_norm.weight",
+            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
+            attention_layers=(_FULL_ATTENTION,),
+        ),
+        "Lfm2MoeForCausalLM",
+        "LFM2-MoE",
+        "hybrid: rows for the attention layers only (the others are short convolutions)",
+    ),
+    # ------------------------------------------ issue 18, second round: vision-language wrappers
+    "llava": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="LLaVA 1.5, BakLLaVA, Pixtral 12B (llava with a pixtral tower)",
+        proof="LlavaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "vipllava": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="ViP-LLaVA",
+        proof="VipLlavaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "paligemma": Family(
+        _wrapper(_llama_like(norm_offset=1.0), _tower_alone("vision"), "language_model", "vision_tower"),
+        models="PaliGemma, PaliGemma 2",
+        proof="PaliGemmaForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "aya_vision": Family(
+        _wrapper(
+            _llama_like(
+                rope_pairs="interleaved",
+                rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            ),
+            _tower_alone("vision"),
+            "language_model",
+            "vision_tower",
+        ),
+        models="Aya Vision",
+        proof="AyaVisionForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "qwen2_vl": Family(
+        (
+            _llama_like(stack="text", config_section="text_config", section_optional=True),
+            dataclasses.replace(_qwen_vision(), hidden_keys=("embed_dim",)),
+        ),
+        models="Qwen2-VL",
+        proof="Qwen2VLForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE,
+    ),
+    "qwen2_vl_text": _family(_llama_like(), "Qwen2VLTextModel", "Qwen2-VL (text tower alone)", _MROPE_NOTE),
+    "qwen3_vl_moe": Family(
+        (
+            _llama_like(
+                qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True
+            ),
+            _qwen_vision(),
+        ),
+        models="Qwen3-VL MoE",
+        proof="Qwen3VLMoeForConditionalGeneration",
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
+    ),
+    "qwen3_vl_moe_text": _family(
+        _llama_like(qk_norm=_qk_norm()), "Qwen3VLMoeTextModel", "Qwen3-VL MoE (text tower alone)", _MROPE_NOTE
+    ),
+    "qwen3_vl_moe_vision": _family(
+        _alone(_qwen_vision()),
+        "Qwen3VLMoeVisionModel",
+        "Qwen3-VL MoE vision encoder",
+        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    ),
+    # -------------------------------------------------------------- issue 18, second round: encoders
+    "xlm-roberta-xl": _family(
+        _bert_like(
+            "encoder",
+            norm="encoder.layer.{i}.attention.self_attn_layer_norm.weight",
+            post_norm=False,
+            first_norm=None,
+        ),
+        "XLMRobertaXLModel",
+        "XLM-RoBERTa XL, XXL",
+        "pre-norm (attention.self_attn_layer_norm feeds attention)",
+    ),
+    "eurobert": _family(_llama_like(), "EuroBertModel", "EuroBERT", "bidirectional: no causal mask"),
+    "splinter": _family(_bert_like("encoder"), "SplinterModel", "Splinter"),
+    "rembert": _family(
+        _bert_like("encoder", first_norm=None),
+        "RemBertModel",
+        "RemBERT",
+        "the normed input embeddings are projected up before layer 0: no norm feeds it directly",
+    ),
+    "layoutlm": _family(
+        _bert_like("encoder"),
+        "LayoutLMModel",
+        "LayoutLM",
+        "2-D box position embeddings are added to the embeddings (absolute)",
+    ),
+    "markuplm": _family(
+        _bert_like("encoder"),
+        "MarkupLMModel",
+        "MarkupLM",
+        "XPath embeddings are added to the embeddings (absolute)",
+    ),
+    "mpnet": _family(
+        Layout(
+            query="encoder.layer.{i}.attention.attn.q.weight",
+            key="encoder.layer.{i}.attention.attn.k.weight",
+            norm="encoder.layer.{i}.output.LayerNorm.weight",
+            post_norm=True,
+            first_norm="embeddings.LayerNorm.weight",
+            positional="relative_bias",
+        ),
+        "MPNetModel",
+        "MPNet, all-mpnet-base-v2",
+        "a learned relative position bias (shared by the layers) is added to the scores, and absolute "
+        "position embeddings to the input: neither is part of L",
+    ),
+    "data2vec-vision": _family(
+        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
+        "Data2VecVisionModel",
+        "data2vec (vision)",
+        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+    ),
+    "beit": _family(
+        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
+        "BeitModel",
+        "BEiT",
+        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+    ),
+    # ------------------------------------------------------ issue 18, second round: encoder-decoders
+    "mbart": Family(
+        _seq2seq_stacks(post_norm=False), models="mBART, mBART-50", proof="MBartForConditionalGeneration"
+    ),
+    "pegasus": Family(
+        _seq2seq_stacks(post_norm=False), models="PEGASUS", proof="PegasusForConditionalGeneration"
+    ),
+    "m2m_100": Family(
+        _seq2seq_stacks(post_norm=False),
+        models="M2M-100, NLLB-200 (dense)",
+        proof="M2M100ForConditionalGeneration",
+    ),
+    "blenderbot": Family(
+        _seq2seq_stacks(post_norm=False), models="BlenderBot", proof="BlenderbotForConditionalGeneration"
+    ),
+    "blenderbot-small": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("decoder",)),
+        models="BlenderBot small",
+        proof="BlenderbotSmallForConditionalGeneration",
+        note="the decoder adds its positions after the embeddings norm: no norm feeds its layer 0 directly",
+    ),
+    "plbart": Family(
+        _seq2seq_stacks(post_norm=True), models="PLBART", proof="PLBartForConditionalGeneration"
+    ),
+    "marian": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
+        models="Marian (opus-mt)",
+        proof="MarianMTModel",
+        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
+    ),
+    # ------------------------------------------------- issue 18, second round: more llama-like decoders
+    "aria_text": _family(_llama_like(), "AriaTextForCausalLM", "Aria (text decoder)"),
+    "granite_swa": _family(_llama_like(), "GraniteSWAForCausalLM", "Granite (sliding window)"),
+    "granitemoe_swa": _family(_llama_like(), "GraniteMoeSWAForCausalLM", "Granite MoE (sliding window)"),
+    "internlm3": _family(_llama_like(), "LlamaForCausalLM", "InternLM3"),
+    "iquestcoder": _family(_llama_like(), "LlamaForCausalLM", "IQuest-Coder"),
+    "jais2": _family(_llama_like(), "Jais2ForCausalLM", "Jais 2"),
+    "exaone": _family(
+        _llama_like(
+            query="h.{i}.attn.attention.q_proj.weight",
+            key="h.{i}.attn.attention.k_proj.weight",
+            norm="h.{i}.ln_1.weight",
+            layers_keys=("num_layers", "num_hidden_layers"),
+        ),
+        "LlamaForCausalLM",
+        "EXAONE 3, 3.5",
+        "a Llama decoder under EXAONE's names (transformer.h.{i}.attn.attention)",
+    ),
+    "hyperclovax": _family(
+        _llama_like(),
+        "HyperCLOVAXForCausalLM",
+        "HyperCLOVA X",
+        "the norms after each sublayer (post_norm1, post_norm2) act on outputs, not on attention's input",
+    ),
+    "flint": _family(
+        _llama_like(qk_norm=_qk_norm(), adjust=_sliding_rope_adjust),
+        "FlintForCausalLM",
+        "Flint",
+        "only the sliding-window layers rotate; the full-attention layers have no positions (NoPE)",
+    ),
+    "mellum": _family(_llama_like(qk_norm=_qk_norm()), "MellumForCausalLM", "Mellum"),
+    "kolibri1": _family(_llama_like(qk_norm=_qk_norm()), "Kolibri1ForCausalLM", "Kolibri 1"),
+    "sarvam_mla": _family(
+        _mla(), "DeepseekV3ForCausalLM", "Sarvam (MLA)", "latent attention, as deepseek_v3"
+    ),
+    "axk1": _family(_mla(), "AXK1ForCausalLM", "A.X K1", "latent attention, as deepseek_v3"),
+    "bert-generation": _family(
+        _bert_like("encoder", first_norm=None), "BertGenerationDecoder", "BertGeneration"
+    ),
+    "roc_bert": _family(_bert_like("encoder"), "RoCBertForCausalLM", "RoCBert"),
+    "xmod": _family(
+        _bert_like("encoder"),
+        "XmodForCausalLM",
+        "X-MOD",
+        "the per-language adapters sit in the feed-forward blocks, outside attention",
+    ),
+    # ---------------------------------------------- issue 18, second round: disentangled attention
+    "deberta": _family(
+        _bert_like(
+            "encoder",
+            query="encoder.layer.{i}.attention.self.in_proj.weight",
+            key=None,
+            storage="interleaved",
+            positional="relative_bias",
+        ),
+        "DebertaModel",
+        "DeBERTa",
+        "disentangled attention: the form read is the content-to-content term (in_proj holds each head's "
+        "q, k, v rows in turn); the content-to-position and position-to-content terms are not part of L",
+    ),
+    "deberta-v2": _family(
+        _bert_like(
+            "encoder",
+            query="encoder.layer.{i}.attention.self.query_proj.weight",
+            key="encoder.layer.{i}.attention.self.key_proj.weight",
+            positional="relative_bias",
+        ),
+        "DebertaV2Model",
+        "DeBERTa-v2, DeBERTa-v3",
+        "disentangled attention: the form read is the content-to-content term; the content-to-position "
+        "and position-to-content terms (each linear in one token, against relative position embeddings) "
+        "are added to it and are not part of L",
+    ),
+    # ---------------------------------------- issue 18, second round: more text and vision towers
+    "glm4v_text": _family(
+        _llama_like(rope_pairs="interleaved"), "Glm4vTextModel", "GLM-4.1V (text decoder)", _MROPE_NOTE
+    ),
+    "glm_ocr_text": _family(
+        _llama_like(rope_pairs="interleaved"), "GlmOcrTextModel", "GLM-OCR (text decoder)", _MROPE_NOTE
+    ),
+    "glm4v_moe_text": _family(_llama_like(), "Glm4vMoeTextModel", "GLM-4.5V (text decoder)", _MROPE_NOTE),
+    "glm_image_text": _family(_llama_like(), "GlmImageTextModel", "GLM-Image (text decoder)", _MROPE_NOTE),
+    "apertus1p5_text": _family(
+        _llama_like(norm="layers.{i}.attention_layernorm.weight", qk_norm=_qk_norm()),
+        "Apertus1p5TextModel",
+        "Apertus 1.5 (text decoder)",
+    ),
+    "granite_docling_text": _family(
+        _llama_like(), "GraniteDoclingTextModel", "Granite-Docling (text decoder)"
+    ),
+    "chinese_clip": Family(
+        (_bert_like("encoder", stack="text", config_section="text_config"), _clip_tower("vision")),
+        models="Chinese-CLIP",
+        proof="ChineseCLIPModel",
+        note="two towers: a BERT text encoder (post-norm) and a CLIP vision encoder",
+    ),
+    "chinese_clip_text_model": _family(
+        _bert_like("encoder", stack="text"), "ChineseCLIPTextModel", "Chinese-CLIP text encoder"
+    ),
+    "chinese_clip_vision_model": _family(
+        _tower_alone("vision"), "ChineseCLIPVisionModel", "Chinese-CLIP vision encoder"
+    ),
+    "idefics3_vision": _family(
+        _tower_alone("vision"), "Idefics3VisionTransformer", "Idefics3 vision encoder (SigLIP-like)"
+    ),
+    "smolvlm_vision": _family(_tower_alone("vision"), "SmolVLMVisionTransformer", "SmolVLM vision encoder"),
+    "idefics3": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
+        models="Idefics3",
+        proof="Idefics3ForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "smolvlm": Family(
+        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
+        models="SmolVLM, SmolVLM2",
+        proof="SmolVLMForConditionalGeneration",
+        note=_WRAPPER_NOTE,
+        variants="towers read as the model_type of text_config / vision_config",
+    ),
+    "cohere2_moe": _family(
+        _llama_like(
+            rope_pairs="interleaved",
+            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            adjust=_cohere2_moe_adjust,
+        ),
+        "Cohere2MoeModel",
+        "Command A MoE",
+        "as cohere2: the global (full attention) layers have no positions (NoPE)",
+    ),
+    # -------------------------------------------------- issue 18, second round: T5-like seq2seq
+    "umt5": Family(
+        _t5_stacks(),
+        models="UMT5",
+        proof="UMT5ForConditionalGeneration",
+        note="as t5, with a relative position bias of its own in every layer (added, not part of L)",
+    ),
+    "switch_transformers": Family(
+        _t5_stacks(),
+        models="Switch Transformers",
+        proof="SwitchTransformersForConditionalGeneration",
+        note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
+    ),
+    "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
+    "qwen2_audio_encoder": _family(
+        _audio_encoder(),
+        "Qwen2AudioEncoder",
+        "Qwen2-Audio audio encoder",
+        "a Whisper encoder: the convolutional front end has no attention",
+    ),
+    "voxtral_encoder": _family(
+        _audio_encoder(),
+        "VoxtralEncoder",
+        "Voxtral audio encoder",
+        "a Whisper encoder: the convolutional front end has no attention",
+    ),
+    "speech_to_text": Family(
+        _seq2seq_stacks(post_norm=False),
+        models="Speech2Text (S2T)",
+        proof="Speech2TextForConditionalGeneration",
+        note="as whisper: the convolutional subsampler before the encoder has no attention",
+    ),
+    "mvp": Family(
+        _seq2seq_stacks(post_norm=True),
+        models="MVP",
+        proof="MvpForConditionalGeneration",
+        note="as bart; with use_prompt the learned prompt vectors prepended to the keys are not tokens of "
+        "the input and are not part of L",
+    ),
+    "fsmt": Family(
+        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
+        models="FSMT (WMT19 translation)",
+        proof="FSMTForConditionalGeneration",
+        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
     ),
 }
 
