@@ -347,6 +347,11 @@ BAD_CHECKPOINTS = {
         lambda tmp: _checkpoint(tmp / "m", config={**_LLAMA, "model_type": "xlnet"}),
         "config.json: model_type 'xlnet' is not supported",
     ),
+    "no model_type (the library's `model_type` and `layout` shown as flags)": (
+        lambda tmp: _checkpoint(tmp / "m", config={k: v for k, v in _LLAMA.items() if k != "model_type"}),
+        "has no 'model_type' (pass --model-type TYPE to read it as a supported type, or --layout FILE.toml to "
+        "describe it); ",
+    ),
     "pickled weights only": (
         lambda tmp: _file_checkpoint(tmp / "m", "pytorch_model.bin", b"never unpickled"),
         "pytorch_model.bin: pickled PyTorch checkpoints are not loaded",

@@ -18,12 +18,8 @@ from qkenergy.cli.main import cli
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "qkenergy"
 
 # Messages of other modules that still name a flag, each with the module it is in: the test
-# fails when one is gone (remove it here) as well as when a new one appears.
-KNOWN = {
-    ("weights/rope_settings.py", "--rope-offsets"),  # "rope_type ... is not supported for --rope-offsets"
-    ("weights/architecture.py", "--model-type"),  # the hint "pass --model-type TYPE ... or --layout"
-    ("weights/architecture.py", "--layout"),
-}
+# fails when one is gone (remove it here) as well as when a new one appears. None today.
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _flags() -> set[str]:

@@ -639,7 +639,7 @@ def test_rope_offsets_refuse_frequencies_stored_as_a_tensor(tmp_path: Path) -> N
     assert len(analyze_model(str(path), null=False, progress=False).columns["head"]) == LAYERS * H
     with pytest.raises(
         QKEnergyError,
-        match=r"llama31.gguf \(GGUF metadata\): rope_type 'per-frequency factors in a GGUF tensor' is not supported for --rope-offsets",
+        match=r"llama31.gguf \(GGUF metadata\): rope_type 'per-frequency factors in a GGUF tensor' is not supported for `rope_offsets`",
     ):
         analyze_model(str(path), null=False, progress=False, rope_offsets=[0, 1])
 

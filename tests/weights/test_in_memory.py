@@ -223,7 +223,7 @@ def test_model_type_and_layout_read_an_unknown_architecture(tmp_path: Path, caps
     _llama_dir(tmp_path / "known", np.random.default_rng(2))
     _llama_dir(tmp_path / "unknown", np.random.default_rng(2), model_type="mystery")
     reference = analyze_model(tmp_path / "known", null=False).heads
-    with pytest.raises(QKEnergyError, match="--model-type TYPE .* --layout FILE"):
+    with pytest.raises(QKEnergyError, match="`model_type` TYPE .* `layout` FILE"):
         analyze_model(tmp_path / "unknown", null=False)
     _same(reference, analyze_model(tmp_path / "unknown", model_type="llama", null=False).heads)
     toml = DOCS / "layouts" / "llama.toml"

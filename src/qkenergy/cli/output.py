@@ -39,6 +39,7 @@ FLAGS = {
     "baseline": "--baseline",
     "static": "--static",
     "model_type": "--model-type",
+    "layout": "--layout",
 }
 
 

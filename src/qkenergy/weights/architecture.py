@@ -192,7 +192,18 @@ def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: st
     raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
 
 
-_OVERRIDES = "pass --model-type TYPE to read it as a supported type, or --layout FILE.toml to describe it"
+# The parameters in backquotes: the command line shows its flags in their place (cli.output.FLAGS).
+_OVERRIDES = "pass `model_type` TYPE to read it as a supported type, or `layout` FILE.toml to describe it"
+
+
+def _supported(asked: str | None = None) -> str:
+    """The supported model types for a message: how many, and the nearest to the one asked for."""
+    import difflib
+
+    types = supported_model_types()
+    text = f"{len(types)} types are supported (qkenergy layouts lists them)"
+    nearest = difflib.get_close_matches(asked, types, n=5, cutoff=0.6) if asked else []
+    return text + (f"; the nearest: {', '.join(nearest)}" if nearest else "")
 
 
 def family_of(
@@ -233,8 +244,8 @@ def family_of(
     if model_type is not None:
         if model_type not in FAMILIES:
             raise ArgumentError(
-                f"model_type {show_name(str(model_type), 60)} is not a supported type; supported: "
-                + ", ".join(supported_model_types()),
+                f"model_type {show_name(str(model_type), 60)} is not a supported type; "
+                + _supported(str(model_type)),
                 parameter="model_type",
             )
     else:
@@ -243,14 +254,12 @@ def family_of(
         family = layout if isinstance(layout, Family) else Family((layout,))
         return str(model_type or "custom"), family
     if model_type is None:
-        raise QKEnergyError(
-            f"{source} has no 'model_type' ({_OVERRIDES}); supported: " + ", ".join(supported_model_types())
-        )
+        raise QKEnergyError(f"{source} has no 'model_type' ({_OVERRIDES}); " + _supported())
     found = FAMILIES.get(str(model_type))
     if found is None:
         raise QKEnergyError(
-            f"{source}: model_type {show_name(model_type)} is not supported ({_OVERRIDES}); supported: "
-            + ", ".join(supported_model_types())
+            f"{source}: model_type {show_name(model_type)} is not supported ({_OVERRIDES}); "
+            + _supported(str(model_type))
         )
     return str(model_type), found
 

@@ -408,7 +408,7 @@ def _sub_model(config: Mapping[str, Any], layout: Layout) -> Layout:
     if family is None or len(family.stacks) != 1:
         raise QKEnergyError(
             f"the {layout.stack} tower ({layout.config_section}) has model_type {str(sub)[:60]!r}, "
-            "which qkenergy does not read as a single stack; pass --layout FILE.toml to describe it"
+            "which qkenergy does not read as a single stack; pass `layout` FILE.toml to describe it"
         )
     inner = family.stacks[0]
     if inner.adjust is not None:
@@ -487,7 +487,7 @@ def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
         if forced:
             raise QKEnergyError(
                 f"this cohere2_moe model rotates its full-attention dense layers {forced[:8]} "
-                "(prefix_dense_sliding_window_pattern 1), which qkenergy does not model; pass --layout FILE.toml"
+                "(prefix_dense_sliding_window_pattern 1), which qkenergy does not model; pass `layout` FILE.toml"
             )
     return layout
 

@@ -142,7 +142,7 @@ def _rope(
     kind = str(params.get("rope_type") or params.get("type") or "default")
     if kind not in ROPE_KINDS:
         raise QKEnergyError(
-            f"{source}: rope_type {kind!r} is not supported for --rope-offsets; supported: {', '.join(ROPE_KINDS)}"
+            f"{source}: rope_type {kind!r} is not supported for `rope_offsets`; supported: {', '.join(ROPE_KINDS)}"
         )
     rope_head = config.get("qk_rope_head_dim")  # multi-head latent attention: the rotated tail of each head
     partial = _number(params, "partial_rotary_factor", source)
