@@ -96,3 +96,19 @@ def test_console_entry_leaves_the_collector_on() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_opening_a_model_reads_weights_only() -> None:
+    # qk.open reads the config and the headers: neither numpy's consumers in the analysis nor
+    # the heads' mathematics are imported before a head or an analysis is asked for.
+    probe = (
+        "import sys, qkenergy as qk\n"
+        "model = qk.open()\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('qkenergy.')}))\n"
+        "model.head(0, 0).symmetric_energy\n"
+        "print('qkenergy.math.statistics' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    packages, after_head = done.stdout.split("\n")[:2]
+    assert packages == "['api', 'base', 'weights']"
+    assert after_head == "True"

@@ -14,20 +14,20 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.analysis.analyze import Analysis as Result
-from qkenergy.analysis.analyze import analyze_model, present_stacks, select
-from qkenergy.analysis.nullspec import NullSpec
-from qkenergy.api.head import Head
-from qkenergy.api.results import Analysis
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.layout import Layout
-from qkenergy.weights.reading import LayerWeights, read_layer
+from qkenergy.weights.reading import LayerWeights, present_stacks, read_layer, select
 
+# Opening a model reads weights only: the analysis and the heads' mathematics are imported
+# when a head or an analysis is first asked for (the start-up of `qk.open`).
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
+    from qkenergy.analysis.analyze import Analysis as Result
+    from qkenergy.api.head import Head
+    from qkenergy.api.results import Analysis
     from qkenergy.weights.source import ModelSource
 
 __all__ = ["Model", "analyze", "open", "read"]
@@ -220,6 +220,8 @@ class Model:
             rope = plan[0][layer]
         weights = self._layer(arch, prefix, layer, fold_norm)
         kv = int(weights.kv_head[head])
+        from qkenergy.api.head import Head
+
         return Head(
             weights.w_query[head],
             weights.w_key[kv],
@@ -245,6 +247,8 @@ class Model:
         -------
         Analysis
         """
+        from qkenergy.api.results import Analysis
+
         return Analysis(_run(self._argument, {**self._options, **settings}), model=self)
 
 
@@ -322,6 +326,9 @@ _OPENING = ("model_type", "layout", "revision", "config")
 
 
 def _run(argument: Any, settings: dict[str, Any]) -> Result:
+    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.analysis.nullspec import NullSpec
+
     null = settings.pop("null", True)
     if isinstance(null, NullSpec):
         settings["null_spec"] = null
@@ -349,6 +356,8 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
     """
     if isinstance(model, Model):
         return model.analyze(**settings)
+    from qkenergy.api.results import Analysis
+
     # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
     opening = {key: settings[key] for key in _OPENING if key in settings}
     return Analysis(_run(model, dict(settings)), opener=lambda: open(model, **opening))
@@ -371,6 +380,8 @@ def read(path: str | os.PathLike[str]) -> Analysis:
     Analysis
         Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
     """
+    from qkenergy.analysis.analyze import Analysis as Result
+    from qkenergy.api.results import Analysis
     from qkenergy.formats.columns import Columns
     from qkenergy.formats.tables import read_table
 

@@ -89,9 +89,10 @@ def digest(value: Any) -> str:
 
 def resolve_entry(entry: ModelEntry) -> ModelPlan:
     """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read)."""
-    from qkenergy.analysis.analyze import present_stacks, select, stack_settings
+    from qkenergy.analysis.analyze import stack_settings
     from qkenergy.weights.architecture import architectures
     from qkenergy.weights.checkpoint import open_model
+    from qkenergy.weights.reading import present_stacks, select
 
     plan = ModelPlan(entry)
     embedded = entry.source == EMBEDDED and not os.path.exists(entry.source)

@@ -165,11 +165,10 @@ def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
     str
         The fingerprint.
     """
-    from qkenergy.analysis.analyze import present_stacks
     from qkenergy.formats.provenance import fingerprint_files
     from qkenergy.weights.architecture import architectures
     from qkenergy.weights.checkpoint import open_model
-    from qkenergy.weights.reading import read_layer
+    from qkenergy.weights.reading import present_stacks, read_layer
 
     with open_model(path) as source:
         found = architectures(source.config, source.config_where, layout=source.layout)

@@ -6,17 +6,21 @@ form is ``L = W_K^T W_Q`` and its score is ``x_q^T L^T x_k`` up to the
 attention scale. Biases are not part of L and are never read. Optionally the
 gain of the norm feeding attention is folded into the weights, qk-norm gains
 are folded in, and latent (low-rank) projections are multiplied out.
+:func:`present_stacks` says which of a model's stacks a checkpoint holds and
+:func:`select` checks the layers and heads asked for: what opening a model needs,
+without the analysis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.layout import Layout, QKNorm, TensorReader
 
@@ -24,7 +28,9 @@ __all__ = [
     "LayerWeights",
     "find_prefix",
     "layer_tensors",
+    "present_stacks",
     "read_layer",
+    "select",
 ]
 
 
@@ -409,3 +415,91 @@ def _read_latent(
     g_q = gain(lat.query_norm, q_rank, f"q rank {q_rank}").astype(dtype)
     w_qb = tensors.tensor(q_up).astype(dtype).reshape(H, n, q_rank)
     return w_qb @ (g_q[:, None] * tensors.tensor(qname).astype(dtype)), wk
+
+
+def present_stacks(tensors: TensorReader, archs: Sequence[Architecture]) -> list[tuple[Architecture, str]]:
+    """The stacks whose weights the checkpoint holds, each with its name prefix.
+
+    A checkpoint may hold part of a model (a T5 encoder alone): its other stacks are
+    left out. With none present, the first stack's error names what was looked for.
+
+    Parameters
+    ----------
+    tensors : TensorReader
+        The checkpoint's tensors.
+    archs : sequence of Architecture
+        The model's attention stacks.
+
+    Returns
+    -------
+    list of (Architecture, str)
+        Each stack present, with the name prefix of its tensors.
+
+    Raises
+    ------
+    QKEnergyError
+        No stack is present (the error names the first stack's tensor).
+    """
+    found = []
+    for arch in archs:
+        with contextlib.suppress(QKEnergyError):
+            found.append((arch, find_prefix(tensors, arch)))
+    if not found:
+        find_prefix(tensors, archs[0])  # raises, naming the tensor looked for
+    return found
+
+
+def select(
+    option: str, chosen: Sequence[int | range] | int | range | None, count: int, what: str
+) -> list[int]:
+    """Validated, sorted, de-duplicated 0-based indices (all when ``chosen`` is None).
+
+    ``chosen`` holds indices and/or ``range`` objects (the command line's ``0-3``); a range is
+    checked by its ends, never expanded before it is known to fit, so ``0-100000000`` costs nothing.
+    Raises ArgumentError: the option is fine on the command line but does not fit this checkpoint.
+
+    Parameters
+    ----------
+    option : str
+        The option's name, as the error shows it ("--layers").
+    chosen : int, range, sequence of int and range, or None
+        The indices asked for; None for all.
+    count : int
+        How many there are (valid indices are 0..count-1).
+    what : str
+        What is indexed ("layers", "heads"), for the error.
+
+    Returns
+    -------
+    list of int
+        The sorted, distinct indices.
+
+    Raises
+    ------
+    ArgumentError
+        An index is not an integer or out of range.
+    """
+    if chosen is None:
+        return list(range(count))  # count <= layouts.MAX_CONFIG_SIZE
+    if isinstance(chosen, int | np.integer | range):
+        chosen = [chosen]
+    valid = f"valid {what} are 0..{count - 1} (the model has {count})"
+    picked: set[int] = set()
+    for value in chosen:
+        if isinstance(value, range):
+            if not value:
+                continue
+            low, high = min(value[0], value[-1]), max(value[0], value[-1])
+            if low < 0 or high >= count:
+                shown = str(low) if low == high else f"{low}-{high}"  # `--layers 9` is range(9, 10)
+                raise ArgumentError(f"{option}: {shown} is out of range; {valid}", parameter=option)
+            picked.update(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ArgumentError(f"{option}: {value!r} is not an integer; {valid}", parameter=option)
+        if not 0 <= value < count:
+            raise ArgumentError(f"{option}: {int(value)} is out of range; {valid}", parameter=option)
+        picked.add(int(value))
+    if not picked:
+        raise ArgumentError(f"{option}: empty selection; {valid}", parameter=option)
+    return sorted(picked)
