@@ -39,12 +39,28 @@ _log = logging.getLogger(__name__)
 class QKEnergyCallback(TrainerCallback):
     """Track every head against its exact null while a ``transformers.Trainer`` trains.
 
-    ``every``: track every that many optimizer steps (None: at each logging
-    step, ``logging_steps``). ``samples``: the null laws' Monte Carlo size.
-    ``stack``: only the heads of this attention stack (multi-stack models).
-    ``seed``, ``radius``, ``threads``, ``cache_dir``, ``name``: as for
-    :class:`~qkenergy.training.tracker.Tracker`. ``out``: the table's folder
-    (default ``<output_dir>/qkenergy/heads.parquet``).
+    Parameters
+    ----------
+    every : int, optional
+        Track every that many optimizer steps (None: at each logging step, ``logging_steps``).
+    samples : int
+        The null laws' Monte Carlo size.
+    stack : str, optional
+        Only the heads of this attention stack (multi-stack models).
+    seed, radius : int, float
+        The null laws' seed and the radius rule's tolerance, as for
+        :class:`~qkenergy.training.tracker.Tracker`.
+    name : str, optional
+        The model's name in the table, as for the Tracker.
+    threads : int or None
+        Threads for the heads and null samples, as for the Tracker.
+    cache_dir : path, optional
+        The null-law cache, as for the Tracker.
+    out : path, optional
+        The table's folder (default ``<output_dir>/qkenergy/heads.parquet``).
+
+    Notes
+    -----
 
     The Trainer calls its callbacks in order, and those of ``report_to`` come
     before the ones passed as ``callbacks=``; for the integrations to see the

@@ -45,7 +45,19 @@ PREFIX = "qkenergy/"
 
 
 def part_path(out: str | os.PathLike[str], step: int) -> Path:
-    """The part file of one step: ``out/step-<SSSSSSSSS>.parquet`` (zero-padded, so names sort by step)."""
+    """The part file of one step: ``out/step-<SSSSSSSSS>.parquet`` (zero-padded, so names sort by step).
+
+    Parameters
+    ----------
+    out : path
+        The table's folder.
+    step : int
+        The training step.
+
+    Returns
+    -------
+    pathlib.Path
+    """
     return Path(out) / f"step-{step:09d}.parquet"
 
 
@@ -204,6 +216,16 @@ def step_scalars(heads: pd.DataFrame) -> dict[str, float]:
     Benjamini-Hochberg adjusted p is below 0.05 with a positive (negative)
     z-score, as in ``qkenergy report``. Values that cannot be defined (no
     head with a finite s) are NaN.
+
+    Parameters
+    ----------
+    heads : DataFrame
+        One step's head table (the columns of docs/columns.md).
+
+    Returns
+    -------
+    dict of str to float
+        The scalars by key.
     """
     from qkenergy.analysis.summary import SIGNIFICANCE
 
