@@ -359,6 +359,17 @@ def _qwen_vision() -> Layout:
     )
 
 
+def _qwen3_vl(models: str, proof: str) -> Family:
+    """Qwen3-VL and its MoE variant: a Qwen3 text stack (qk-norm) and the Qwen vision encoder."""
+    text = _llama_like(qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True)
+    return Family(
+        (text, _qwen_vision()),
+        models=models,
+        proof=proof,
+        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
+    )
+
+
 _QWEN_VISION_NOTE = (
     "two towers: the text decoder and the vision encoder, whose fused qkv heads rotate by a 2-D RoPE over "
     "patch rows and columns (the form read is the one at offset (0, 0)); its attention over windows or "
@@ -968,17 +979,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2_5_vl_text": _family(
         _llama_like(), "Qwen2_5_VLTextModel", "Qwen2.5-VL (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_vl": Family(
-        (
-            _llama_like(
-                qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True
-            ),
-            _qwen_vision(),
-        ),
-        models="Qwen3-VL",
-        proof="Qwen3VLForConditionalGeneration",
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
-    ),
+    "qwen3_vl": _qwen3_vl("Qwen3-VL", "Qwen3VLForConditionalGeneration"),
     "qwen3_vl_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
     ),
@@ -1345,17 +1346,7 @@ FAMILIES: dict[str, Family] = {
         note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE,
     ),
     "qwen2_vl_text": _family(_llama_like(), "Qwen2VLTextModel", "Qwen2-VL (text tower alone)", _MROPE_NOTE),
-    "qwen3_vl_moe": Family(
-        (
-            _llama_like(
-                qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True
-            ),
-            _qwen_vision(),
-        ),
-        models="Qwen3-VL MoE",
-        proof="Qwen3VLMoeForConditionalGeneration",
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
-    ),
+    "qwen3_vl_moe": _qwen3_vl("Qwen3-VL MoE", "Qwen3VLMoeForConditionalGeneration"),
     "qwen3_vl_moe_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLMoeTextModel", "Qwen3-VL MoE (text tower alone)", _MROPE_NOTE
     ),
