@@ -262,39 +262,14 @@ def test_missing_local_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mod
     error(model, model, "no such file or directory")
 
 
-@pytest.mark.parametrize("model", ["gpt2", "qkenergy-tests/no-such-model"])
+@pytest.mark.parametrize("model", ["gpt2", "qkenergy-tests/no-such-model", "org/name@v1", "org/name/x.gguf"])
 def test_hub_id_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: str) -> None:
-    constants = pytest.importorskip("huggingface_hub.constants")
+    pytest.importorskip("huggingface_hub")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))  # nothing cached
-    msg = error(model, model, "could not be reached", "pass a local path")
-    assert "HF_HUB_OFFLINE" in msg
-
-
-def test_hub_id_downloads_only_config_and_safetensors(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    hub = pytest.importorskip("huggingface_hub")
-    snapshot = make_dir(tmp_path / "snapshot")
-    save_file({K: np.ones((4, 4), np.float32)}, str(snapshot / "model.safetensors"))
-    calls: list[dict] = []
-
-    def fake_snapshot_download(repo_id: str, **kwargs: object) -> str:
-        calls.append({"repo_id": repo_id, **kwargs})
-        return str(snapshot)
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(hub, "snapshot_download", fake_snapshot_download)
-    with open_model("org/tiny-bert") as source:
-        assert source.origin == "hub" and source.name == "org/tiny-bert"
-        assert source.config["model_type"] == "bert"
-        np.testing.assert_array_equal(source.tensors.tensor(K), np.ones((4, 4), np.float32))
-    (call,) = calls
-    assert call["repo_id"] == "org/tiny-bert"
-    # Never a pickle: only the config and safetensors files (and their index) are fetched.
-    assert set(call["allow_patterns"]) == {"config.json", "*.safetensors", "model.safetensors.index.json"}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing cached
+    msg = error(model, model.split("/x.gguf")[0], "HF_HUB_OFFLINE is set", "pass a local path")
+    assert str(tmp_path / "cache" / "qkenergy" / "hub") in msg
 
 
 def test_hub_id_without_huggingface_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -65,6 +65,8 @@ from qkenergy.weights.reading import (
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from qkenergy.weights.source import ModelSource
+
 __all__ = [
     "DIRECTIONALITY_GAMMA",
     "NULL_KINDS",
@@ -289,7 +291,12 @@ def analyze_model(
 
         given = load_layout(layout_file)
     with (
-        open_model(model, config=config, revision=revision) as source,
+        open_model(
+            model,
+            config=config,
+            revision=revision,
+            hub_cache=None if cache_dir is None else Path(cache_dir) / "hub",
+        ) as source,
         provenance.ReadRecorder(source.tensors) as tensors,  # notes what is read, for the fingerprints
     ):
         label = source.name if name is None else name
@@ -320,7 +327,8 @@ def analyze_model(
         def read(item: tuple[Architecture, str, int, list[int]]) -> LayerWeights:
             return read_layer(tensors, item[0], item[2], fold_norm=fold_norm, prefix=item[1])
 
-        with _layer_progress(progress, len(todo)) as advance, ThreadPoolExecutor(1) as reader:
+        fetching = _fetch_plan(source, tensors, todo)
+        with _layer_progress(progress, len(todo), fetching) as advance, ThreadPoolExecutor(1) as reader:
             with _split_reads(source.tensors):  # nothing to overlap the first layer's read with
                 ahead = reader.submit(read, todo[0])
                 futures.wait([ahead])
@@ -558,16 +566,52 @@ def _layer_list(layers: Sequence[int], shown: int = 12) -> str:
 
 
 @contextlib.contextmanager
-def _layer_progress(enabled: bool, total: int) -> Iterator[Any]:
-    """A rich progress bar over layers (on stderr), or a no-op."""
+def _layer_progress(enabled: bool, total: int, fetching: tuple[Any, int] | None = None) -> Iterator[Any]:
+    """A rich progress bar over layers (on stderr), or a no-op; for a hub model a second bar,
+    of the bytes fetched against the bytes the layers need (``fetching``: the repository and that total)."""
     if not enabled:
         yield lambda: None
         return
     from qkenergy.base.formatting import progress_bar
 
-    with progress_bar("analysing layers", stderr=True) as bar:
-        task = bar.add_task("layers", total=total)
-        yield lambda: bar.advance(task)
+    with progress_bar("{task.description}", stderr=True) as bar:
+        task = bar.add_task("analysing layers", total=total)
+        if fetching is not None:
+            repo, needed = fetching
+            # counted in MB: the bar's count column shows whole numbers
+            fetched = bar.add_task("fetching from the Hub (MB)", total=needed / 1e6)
+            done = [0]
+
+            def advanced(n: int) -> None:
+                done[0] += n
+                if done[0] > needed:  # a tensor the plan did not foresee (a norm gain): the total grows
+                    bar.update(fetched, total=done[0] / 1e6)
+                bar.advance(fetched, n / 1e6)
+
+            repo.on_bytes = advanced
+        try:
+            yield lambda: bar.advance(task)
+        finally:
+            if fetching is not None:
+                fetching[0].on_bytes = None
+
+
+def _fetch_plan(
+    source: ModelSource, tensors: Any, todo: list[tuple[Architecture, str, int, list[int]]]
+) -> Any:
+    """For a hub model: (its repository, the bytes of the query and key tensors of ``todo`` not fetched yet)."""
+    repo = source.remote
+    if repo is None:
+        return None
+    stored = getattr(source.tensors, "stored_names", lambda name: [name])
+    ranges = []
+    for arch, prefix, layer, _ in todo:
+        for name in layer_tensors(tensors, arch, layer, prefix=prefix):
+            for part in stored(name):
+                sf = source.tensors.file_of(part)
+                info = sf.info(part)
+                ranges.append((sf.path, info.begin, info.end))
+    return repo, repo.missing_bytes(ranges)
 
 
 # ----------------------------------------------------------------------------- heads

@@ -14,22 +14,27 @@ arbitrary code.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
-from qkenergy.weights.gguf_io import gguf_files, is_gguf, one_gguf
+from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
 from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
-from qkenergy.weights.safetensors_io import TensorSource, show_path
+from qkenergy.weights.range_cache import MARKER
+from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
+
+    from qkenergy.weights.hub import HubReference
 
 
 __all__ = [
@@ -60,12 +65,12 @@ PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
 MAX_JSON_BYTES = 64 << 20
 
 
-# Hub ids: "name" or "org/name" (the Hub's own character set).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-
-
 def open_model(
-    model: Any, *, config: Mapping[str, Any] | None = None, revision: str | None = None
+    model: Any,
+    *,
+    config: Mapping[str, Any] | None = None,
+    revision: str | None = None,
+    hub_cache: str | os.PathLike[str] | None = None,
 ) -> ModelSource:
     """Resolve MODEL (None, file, directory, cache folder, hub id, or in memory) to a :class:`ModelSource`.
 
@@ -82,6 +87,9 @@ def open_model(
         The config of a mapping of arrays; only for one.
     revision : str or None
         The hub snapshot (branch, tag or commit) of a hub id or cache folder.
+    hub_cache : str, path-like or None
+        Where a hub model's fetched byte ranges are kept (default:
+        :func:`~qkenergy.weights.hub.default_hub_cache`).
 
     Returns
     -------
@@ -124,8 +132,11 @@ def open_model(
         return _open_file(path, text)
     if path.exists():
         raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
-    if _looks_like_hub_id(text):
-        return _open_dir(_download(text, revision), text, "hub")
+    reference = _hub_reference(text)
+    if reference is not None:
+        return _open_hub(reference, text, revision, hub_cache)
+    if path.is_symlink():
+        raise QKEnergyError(f"{show_path(text)}: a symbolic link to nothing (or a loop of links)")
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
 
 
@@ -242,12 +253,10 @@ def _default_dir() -> Path:
     return root
 
 
-def _looks_like_hub_id(text: str) -> bool:
-    if text.startswith((".", "~", "/")) or "\\" in text or ".." in text:
-        return False
-    if text.endswith((".safetensors", ".json", *PICKLE_SUFFIXES)):
-        return False
-    return bool(_HUB_ID.match(text))
+def _hub_reference(text: str) -> HubReference | None:
+    from qkenergy.weights.hub import parse_hub_reference  # the Hub's code only for a hub id
+
+    return parse_hub_reference(text)
 
 
 def _is_pickle(path: Path) -> bool:
@@ -277,11 +286,17 @@ def _config(root: Path, weights: Path) -> dict[str, Any]:
     return _read_json(path, "the config")
 
 
-def _build(root: Path, weights: list[Path], name: str, origin: str) -> ModelSource:
+Opener = Callable[[Path], SafetensorsFile]
+
+
+def _build(
+    root: Path, weights: list[Path], name: str, origin: str, opener: Opener = SafetensorsFile
+) -> ModelSource:
     config = _config(root, weights[0])
     # the quantisation first: a refused method costs no header reads
     quantization = read_quantization(config, show_path(root / CONFIG_NAME), root)
-    tensors, notes = quantized_tensors(TensorSource(weights), quantization, show_path(root / CONFIG_NAME))
+    files = TensorSource(opener(path) for path in weights)
+    tensors, notes = quantized_tensors(files, quantization, show_path(root / CONFIG_NAME))
     return ModelSource(name, config, tensors, root, origin, notes=notes)
 
 
@@ -298,6 +313,12 @@ def _open_file(path: Path, name: str) -> ModelSource:
 
 
 def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
+    mirror = next((p for p in (root, *root.parents) if (p / MARKER).is_file()), None)
+    if mirror is not None:
+        raise QKEnergyError(
+            f"{show_path(root)}: inside qkenergy's hub range cache ({show_path(mirror)}), whose files hold "
+            "only the byte ranges fetched; analyse the model by its hub id instead"
+        )
     if (root / "model.safetensors").is_file():
         return _build(root, [root / "model.safetensors"], name, origin)
     if (root / INDEX_NAME).is_file():
@@ -314,18 +335,14 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
     if pickles:
         preferred = [p for p in pickles if p.name.startswith("pytorch_model")]
         raise _pickle_error((preferred or pickles)[0])
-    if origin == "hub":
-        raise QKEnergyError(
-            f"hub repo {name!r} has no *.safetensors weights (only safetensors are read; "
-            "if it holds pickles, convert them to safetensors)"
-        )
     raise QKEnergyError(
         f"{show_path(root)}: no *.safetensors weights found (expected model.safetensors, "
         f"{INDEX_NAME}, or *.safetensors shards)"
     )
 
 
-def _open_index(root: Path, name: str, origin: str) -> ModelSource:
+def _shard_names(root: Path) -> tuple[dict[str, str], list[str]]:
+    """The shard index's weight map (tensor -> shard) and its shards in order, checked."""
     index_path = root / INDEX_NAME
     index = _read_json(index_path, "the shard index")
     weight_map = index.get("weight_map")
@@ -338,20 +355,28 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
             f'{show_path(index_path)}: expected a non-empty "weight_map" object of '
             "tensor name -> shard file name"
         )
-    shards: list[Path] = []
-    for shard in dict.fromkeys(weight_map.values()):
+    shards = list(dict.fromkeys(weight_map.values()))
+    for shard in shards:
         # Shards must live in the checkpoint directory, not anywhere the index points.
         if Path(shard).is_absolute() or ".." in Path(shard).parts:
             raise QKEnergyError(
                 f"{show_path(index_path)}: shard {show_name(shard)} must be a file name inside the directory"
             )
+    return weight_map, shards
+
+
+def _open_index(root: Path, name: str, origin: str, opener: Opener = SafetensorsFile) -> ModelSource:
+    index_path = root / INDEX_NAME
+    weight_map, names = _shard_names(root)
+    shards: list[Path] = []
+    for shard in names:
         path = root / shard
         if not path.is_file():
             raise QKEnergyError(
                 f"{show_path(index_path)}: lists shard {show_name(shard)}, which does not exist or is not a regular file"
             )
         shards.append(path)
-    source = _build(root, shards, name, origin)
+    source = _build(root, shards, name, origin, opener)
     tensors = source.tensors
     for tensor, shard in weight_map.items():
         where = tensors.file_of(tensor).path.name if tensor in tensors else None
@@ -364,47 +389,59 @@ def _open_index(root: Path, name: str, origin: str) -> ModelSource:
     return source
 
 
-def _download(repo_id: str, revision: str | None = None) -> Path:
-    """Fetch config and safetensors of a hub repo (or use the local cache when offline)."""
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, HFValidationError
-    except ImportError:
-        raise QKEnergyError(
-            f"{show_path(repo_id)}: not a local file or directory; to fetch it from the "
-            "Hugging Face Hub, pip install 'qkenergy[hub]', or pass a local path"
-        ) from None
-    from huggingface_hub import constants
+def _open_hub(
+    reference: HubReference, name: str, revision: str | None, cache: str | os.PathLike[str] | None
+) -> ModelSource:
+    """A hub model read by byte range through its mirror (:mod:`qkenergy.weights.hub`)."""
+    from qkenergy.weights.hub import SMALL_FILES, HubRepo
 
-    # The hub library reads HF_HUB_OFFLINE once at import; honour later changes too.
-    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {
-        "1",
-        "ON",
-        "YES",
-        "TRUE",
-    }
-    try:
-        return Path(
-            snapshot_download(
-                repo_id,
-                revision=revision,
-                allow_patterns=["config.json", "*.safetensors", INDEX_NAME],
-                local_files_only=offline,
-            )
+    if revision is not None and reference.revision not in (None, revision):
+        raise QKEnergyError(
+            f"{name}: names revision {reference.revision!r} and --revision {revision!r}; give one"
         )
-    except HfHubHTTPError as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        reason = "not found or gated" if status in (401, 403, 404) else f"HTTP {status}"
-        raise QKEnergyError(
-            f"{show_path(repo_id)}: not a local file or directory, and the Hugging Face Hub "
-            f"refused it ({reason}); check the id or pass a local path"
-        ) from None
-    except HFValidationError:
-        raise QKEnergyError(f"{show_path(repo_id)}: no such file or directory") from None
-    except OSError:
-        # Connection errors and offline mode without a cached snapshot.
-        why = "HF_HUB_OFFLINE is set and it is not cached" if offline else "offline?"
-        raise QKEnergyError(
-            f"{show_path(repo_id)}: not a local file or directory, and the Hugging Face Hub "
-            f"could not be reached ({why}); pass a local path"
-        ) from None
+    if revision is not None:
+        reference = dataclasses.replace(reference, revision=revision)
+    repo = HubRepo(reference, None if cache is None else Path(os.fspath(cache)))
+    try:
+        kind, weights = repo.weights()
+        for small in SMALL_FILES:
+            repo.small_file(small)
+        if kind == "gguf":
+            from qkenergy.weights.gguf_archs import open_gguf
+
+            first = Path(weights[0])
+            split = _split_parts(first)
+            for part in map(
+                Path, repo.files
+            ):  # a split model's parts: gguf_model finds them beside the first
+                found = _split_parts(part)
+                if split and found and part.parent == first.parent and found[0] == split[0]:
+                    repo.mirror(part.as_posix())
+            source = open_gguf(repo.mirror(first.as_posix()).path, name, "hub", repo.fetcher)
+        else:
+            if CONFIG_NAME not in repo.files:
+                raise QKEnergyError(
+                    f"{repo.where}: has no config.json at commit {repo.commit[:12]}; it is needed to know "
+                    "the architecture"
+                )
+
+            def opener(path: Path) -> SafetensorsFile:
+                return SafetensorsFile(path, repo.fetcher(path))
+
+            if kind == "index":
+                for shard in _shard_names(repo.root)[1]:
+                    if shard not in repo.files:
+                        raise QKEnergyError(
+                            f"{repo.where}: its {INDEX_NAME} lists shard {show_name(shard)}, which the "
+                            f"commit {repo.commit[:12]} does not have"
+                        )
+                    repo.mirror(shard)
+                source = _open_index(repo.root, name, "hub", opener)
+            else:
+                source = _build(repo.root, [repo.mirror(w).path for w in weights], name, "hub", opener)
+    except BaseException:
+        repo.close()
+        raise
+    source.remote = repo
+    source.notes["hub"] = repo.record  # updated in place as bytes are fetched
+    return source

@@ -32,7 +32,7 @@ model's parts) read through :mod:`qkenergy.weights.gguf_io` as a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from qkenergy.weights.families import FAMILIES
 from qkenergy.weights.gguf_io import GGUFFile, GGUFTensors, read_header, split_files
 from qkenergy.weights.json_input import show_name
 from qkenergy.weights.layout import Layout
-from qkenergy.weights.safetensors_io import show_path
+from qkenergy.weights.safetensors_io import Fetch, show_path
 from qkenergy.weights.source import ModelSource
 
 __all__ = [
@@ -311,13 +311,18 @@ def _quantization(types: list[str]) -> dict[str, Any] | None:
     }
 
 
-def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, dict[str, Any]]:
+def gguf_model(
+    path: Path, fetcher: Callable[[Path], Fetch | None] | None = None
+) -> tuple[list[Any], dict[str, Any], Layout | None, dict[str, Any]]:
     """(GGUFFile of each part, config dict, layout or None, notes for the settings) of a GGUF file.
 
     Parameters
     ----------
     path : pathlib.Path
         The GGUF file (any part of a split model).
+    fetcher : callable or None, optional
+        Each part's ``fetch`` (see :class:`~qkenergy.weights.gguf_io.GGUFFile`): the parts are
+        remote files' mirrors (:mod:`qkenergy.weights.hub`).
 
     Returns
     -------
@@ -338,16 +343,19 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
     """
     from collections import Counter
 
-    header = read_header(path)
+    def fetch(part: Path) -> Fetch | None:
+        return None if fetcher is None else fetcher(part)
+
+    header = read_header(path, fetch(path))
     paths = split_files(path, header)
-    headers = [header if p == path else read_header(p) for p in paths]
+    headers = [header if p == path else read_header(p, fetch(p)) for p in paths]
     header = headers[0]
     where = show_path(paths[0])
     tensors = [t for h in headers for t in h.tensors]
     present = {t.gguf_name for t in tensors}
     config = gguf_config(header.fields, present, where)
     names = tensor_names([t.gguf_name for t in tensors])
-    weights = [GGUFFile(p, h, names) for p, h in zip(paths, headers, strict=True)]
+    weights = [GGUFFile(p, h, names, fetch(p)) for p, h in zip(paths, headers, strict=True)]
     attention = sorted({t.dtype for t in tensors if t.gguf_name.split(".")[2:] in _QK_TENSORS})
     notes = {
         "gguf": {
@@ -366,7 +374,9 @@ def gguf_model(path: Path) -> tuple[list[Any], dict[str, Any], Layout | None, di
     return weights, config, gguf_layout(config), notes
 
 
-def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
+def open_gguf(
+    path: Path, name: str, origin: str, fetcher: Callable[[Path], Fetch | None] | None = None
+) -> ModelSource:
     """A GGUF file (or every part of a split one) as a :class:`~qkenergy.weights.source.ModelSource`.
 
     Parameters
@@ -377,6 +387,8 @@ def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
         The model's name as given.
     origin : str
         Where it comes from ("file", "directory", "embedded", ...).
+    fetcher : callable or None, optional
+        As for :func:`gguf_model`.
 
     Returns
     -------
@@ -387,6 +399,6 @@ def open_gguf(path: Path, name: str, origin: str) -> ModelSource:
     QKEnergyError
         As :func:`gguf_model`.
     """
-    files, config, layout, notes = gguf_model(path)
+    files, config, layout, notes = gguf_model(path, fetcher)
     label = f"{show_path(files[0].path)} (GGUF metadata)"
     return ModelSource(name, config, GGUFTensors(files), path.parent, origin, label, layout, notes)

