@@ -146,6 +146,9 @@ def model_source(
         revision = root.name  # a hub or cache snapshot is named after its commit
         if hub_id is None and root.parent.parent.name.startswith("models--"):
             hub_id = root.parent.parent.name.removeprefix("models--").replace("--", "/")
+    hub = model.notes.get("hub")
+    if hub is not None:  # read by byte range: the repository and the commit resolved
+        hub_id, revision = hub["repo_id"], hub["commit"]
     package = None
     if model.origin == "embedded":
         import importlib.metadata  # 20 ms, for the embedded model only

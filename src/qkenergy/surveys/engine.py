@@ -234,7 +234,7 @@ def _plan_and_run(
 ) -> SurveyRun:
     """:func:`survey` once its arguments are checked: resolve the models, plan the units, run them."""
     settings = shared.settings
-    plans = [resolve_entry(entry) for entry in entries]
+    plans = [resolve_entry(entry, cache_dir) for entry in entries]
     record: dict[str, Any] = {
         "format": 1,
         "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
@@ -474,5 +474,6 @@ def _record(unit: UnitResult, plan: ModelPlan, out: Path, ledger: Ledger, result
         fingerprint=unit.fingerprint,
         files_digest=plan.files_digest,
         heads=None if unit.heads is None else len(unit.heads),
+        bytes_fetched=None if unit.settings is None else unit.settings.get("hub", {}).get("bytes_fetched"),
         **written,
     )

@@ -87,6 +87,7 @@ CREATE TABLE IF NOT EXISTS units (
     run INTEGER,
     heads_sha256 TEXT,
     layers_sha256 TEXT,
+    bytes_fetched INTEGER,
     PRIMARY KEY (model, layer)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -120,7 +121,7 @@ def iso(seconds: float | None = None) -> str:
 
 
 # Columns added after the first ledgers were written: an older ledger gains them on open.
-_ADDED = {"units": ("heads_sha256", "layers_sha256")}
+_ADDED = {"units": {"heads_sha256": "TEXT", "layers_sha256": "TEXT", "bytes_fetched": "INTEGER"}}
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -337,9 +338,9 @@ class Ledger:
             self._db.executescript(SCHEMA)
         for table, expected in _schema_columns().items():
             found = [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]
-            for column in _ADDED.get(table, ()):
+            for column, kind in _ADDED.get(table, {}).items():
                 if column not in found and not read_only:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
                     found.append(column)
             if read_only:
                 expected = [c for c in expected if c not in _ADDED.get(table, ())]
@@ -471,16 +472,18 @@ class Ledger:
         layers_file: str | None = None,
         heads_sha256: str | None = None,
         layers_sha256: str | None = None,
+        bytes_fetched: int | None = None,
     ) -> None:
-        """A unit computed (its files written, with their SHA-256) or found unchanged (its files kept)."""
+        """A unit computed (its files written, with their SHA-256) or found unchanged (its files kept);
+        ``bytes_fetched``: what a hub model's unit fetched from the Hub."""
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute(
                 "UPDATE units SET status = 'done', error = NULL, worker = ?, started = ?, finished = ?, "
                 "fingerprint = ?, files_digest = ?, heads = COALESCE(?, heads), "
                 "heads_file = COALESCE(?, heads_file), layers_file = COALESCE(?, layers_file), "
-                "heads_sha256 = COALESCE(?, heads_sha256), layers_sha256 = COALESCE(?, layers_sha256) "
-                "WHERE model = ? AND layer = ?",
+                "heads_sha256 = COALESCE(?, heads_sha256), layers_sha256 = COALESCE(?, layers_sha256), "
+                "bytes_fetched = ? WHERE model = ? AND layer = ?",
                 (
                     worker,
                     iso(started),
@@ -492,6 +495,7 @@ class Ledger:
                     layers_file,
                     heads_sha256,
                     layers_sha256,
+                    bytes_fetched,
                     model,
                     layer,
                 ),

@@ -87,8 +87,12 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def resolve_entry(entry: ModelEntry) -> ModelPlan:
-    """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read)."""
+def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = None) -> ModelPlan:
+    """Open the model's headers and config: sizes, layers to analyse, files digest (no weights read).
+
+    A hub model is pinned to the commit resolved here (``org/name@commit``), so that every worker
+    reads the same files, through the range cache under ``cache_dir`` (its ``hub/``) that they share.
+    """
     from qkenergy.analysis.analyze import stack_settings
     from qkenergy.weights.architecture import architectures
     from qkenergy.weights.checkpoint import open_model
@@ -97,7 +101,10 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
     plan = ModelPlan(entry)
     embedded = entry.source == EMBEDDED and not os.path.exists(entry.source)
     try:
-        with open_model(None if embedded else entry.source, revision=entry.revision) as source:
+        hub_cache = None if cache_dir is None else Path(cache_dir) / "hub"
+        with open_model(
+            None if embedded else entry.source, revision=entry.revision, hub_cache=hub_cache
+        ) as source:
             # as analyze_model reads them: every attention stack the checkpoint holds
             stacks = [
                 a
@@ -110,6 +117,8 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
             files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
             plan.origin = source.origin
             plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
+            if source.remote is not None:  # the weights stay on the Hub: workers read them by range
+                plan.path = source.remote.pinned
             plan.arch = {
                 "model_type": arch.model_type,
                 "n_layers": n_layers,
@@ -122,8 +131,15 @@ def resolve_entry(entry: ModelEntry) -> ModelPlan:
             chosen = select(f"{entry.name}: layers", entry.layers, n_layers, "layers")
             # hybrid models: only the layers with softmax attention are units
             plan.layers = [layer for layer in chosen if any(a.has_layer(layer) for a in stacks)]
-            stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]]
-            plan.files_digest = digest(stats)
+            if source.remote is not None:  # a commit's files are known by their ETags
+                plan.files_digest = digest(
+                    [source.remote.commit, sorted(source.remote.record["files"].items())]
+                )
+            else:
+                stats = [
+                    (str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]
+                ]
+                plan.files_digest = digest(stats)
     except QKEnergyError as error:
         plan.error = str(error)
     except OSError as error:

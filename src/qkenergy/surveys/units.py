@@ -148,7 +148,7 @@ def files_fingerprint(files: list[dict[str, Any]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
+def layer_fingerprint(path: str, layer: int, *, fold_norm: bool, cache_dir: str | None = None) -> str:
     """The fingerprint of the tensors that analysing ``layer`` reads (as run_unit records it).
 
     Parameters
@@ -159,6 +159,8 @@ def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
         The layer.
     fold_norm : bool
         Whether the norms are folded (more tensors are read).
+    cache_dir : str or None, optional
+        The survey's cache (a hub model's byte ranges are kept in its ``hub/``).
 
     Returns
     -------
@@ -170,7 +172,7 @@ def layer_fingerprint(path: str, layer: int, *, fold_norm: bool) -> str:
     from qkenergy.weights.checkpoint import open_model
     from qkenergy.weights.reading import present_stacks, read_layer
 
-    with open_model(path) as source:
+    with open_model(path, hub_cache=None if cache_dir is None else os.path.join(cache_dir, "hub")) as source:
         found = architectures(source.config, source.config_where, layout=source.layout)
         recorder = _Recorder(source.tensors)
         for arch, prefix in present_stacks(source.tensors, found):  # every stack, as analyze reads them
@@ -247,7 +249,9 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
     started = time.time()
     with threadpool_limits(limits=1):
         if spec.expected_fingerprint is not None:
-            fingerprint = layer_fingerprint(spec.path, spec.layer, fold_norm=spec.fold_norm)
+            fingerprint = layer_fingerprint(
+                spec.path, spec.layer, fold_norm=spec.fold_norm, cache_dir=spec.cache_dir
+            )
             if fingerprint == spec.expected_fingerprint:
                 return UnitResult(
                     spec, fingerprint, None, None, None, _worker_name(), started, time.time(), True

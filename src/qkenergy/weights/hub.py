@@ -194,6 +194,13 @@ class HubRepo:
         self.on_bytes: Any = None  # called with each chunk's size (the progress bar)
 
     @property
+    def pinned(self) -> str:
+        """MODEL naming this very commit (``org/name@commit``, ``/file`` for a file chosen): what survey
+        workers open, so that they all read the files the client resolved."""
+        file = f"/{self.reference.filename}" if self.reference.filename else ""
+        return f"{self.repo_id}@{self.commit}{file}"
+
+    @property
     def where(self) -> str:
         """The repository in a message: ``org/name@revision``."""
         return f"{self.repo_id}@{self.reference.revision}" if self.reference.revision else self.repo_id
