@@ -235,6 +235,30 @@ class HubRepo:
 
     def _model_info(self, revision: str) -> Any:
         from huggingface_hub import HfApi
+
+        try:
+            return HfApi().model_info(self.repo_id, revision=revision, files_metadata=True)
+        except Exception as exc:
+            refusal = self.refusal(exc, "its file list")
+            if refusal is None:
+                raise
+            raise refusal from None
+
+    def refusal(self, exc: BaseException, what: str) -> QKEnergyError | None:
+        """The Hub's refusal of a request (an exception of huggingface_hub or httpx2) as one line.
+
+        Parameters
+        ----------
+        exc : BaseException
+            What the request raised.
+        what : str
+            What was asked for, for the message ("its file list", a file).
+
+        Returns
+        -------
+        QKEnergyError or None
+            None for an exception that is neither a refusal nor a transport error (a bug: raised as it is).
+        """
         from huggingface_hub.errors import (
             GatedRepoError,
             HfHubHTTPError,
@@ -243,33 +267,34 @@ class HubRepo:
             RevisionNotFoundError,
         )
 
-        try:
-            return HfApi().model_info(self.repo_id, revision=revision, files_metadata=True)
-        except GatedRepoError:
-            raise QKEnergyError(
+        login = "log in with HF_TOKEN or hf auth login"
+        if isinstance(exc, GatedRepoError):
+            return QKEnergyError(
                 f"{self.where}: a gated repository on {self._endpoint()}; accept its conditions on the Hub "
-                "and log in (HF_TOKEN or hf auth login)"
-            ) from None
-        except RevisionNotFoundError:
-            raise QKEnergyError(f"{self.repo_id}: the Hub has no revision {show_name(revision)}") from None
-        except RepositoryNotFoundError:
-            raise QKEnergyError(
+                f"and {login}"
+            )
+        if isinstance(exc, RevisionNotFoundError):
+            return QKEnergyError(
+                f"{self.repo_id}: the Hub has no revision {show_name(self.reference.revision)}"
+            )
+        if isinstance(exc, RepositoryNotFoundError):
+            return QKEnergyError(
                 f"{self.where}: no such repository on {self._endpoint()}, or a private one this token "
-                "cannot read (log in with HF_TOKEN or hf auth login); not a local path either"
-            ) from None
-        except HfHubHTTPError as exc:
+                f"cannot read ({login}); not a local path either"
+            )
+        if isinstance(exc, HfHubHTTPError):
             status = getattr(getattr(exc, "response", None), "status_code", None)
-            raise QKEnergyError(f"{self.where}: the Hub answered HTTP {status} for its file list") from None
-        except HFValidationError:
-            raise QKEnergyError(f"{show_path(self.where)}: no such file or directory") from None
-        except Exception as exc:  # httpx2 / OSError: the Hub out of reach
-            if not _is_transport(exc):
-                raise
-            raise QKEnergyError(
+            hint = f" ({login})" if status in (401, 403) else ""
+            return QKEnergyError(f"{self.where}: the Hub answered HTTP {status} for {what}{hint}")
+        if isinstance(exc, HFValidationError):
+            return QKEnergyError(f"{show_path(self.where)}: no such file or directory")
+        if _is_transport(exc):
+            return QKEnergyError(
                 f"{self.where}: not a local file or directory, and the Hugging Face Hub "
                 f"({self._endpoint()}) could not be reached ({type(exc).__name__}); pass a local path, "
                 "or set HF_HUB_OFFLINE=1 to read what the hub range cache holds"
-            ) from None
+            )
+        return None
 
     @staticmethod
     def _endpoint() -> str:
@@ -440,7 +465,10 @@ class HubRepo:
                     with http_stream_backoff(
                         "GET", url, headers=headers, max_retries=2, base_wait_time=0.5
                     ) as r:
-                        _refused(r, where, hf_raise_for_status)
+                        try:
+                            hf_raise_for_status(r)
+                        except Exception as exc:
+                            raise self.refusal(exc, f"{remote.path} (a byte-range request)") or exc from None
                         if r.status_code != 206 and not (at == 0 and end == remote.size):
                             raise QKEnergyError(
                                 f"{where}: the server answered HTTP {r.status_code} to a byte-range request "
@@ -510,18 +538,6 @@ def byte_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} B"
-
-
-def _refused(response: Any, where: str, raise_for_status: Any) -> None:
-    """A refusal of a range request (401, 403, 404, 5xx after retries) as one line."""
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        raise_for_status(response)
-    except HfHubHTTPError:
-        raise QKEnergyError(
-            f"{where}: the Hub answered HTTP {response.status_code} to a byte-range request"
-        ) from None
 
 
 def _is_transport(exc: BaseException) -> bool:
