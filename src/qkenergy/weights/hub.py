@@ -275,7 +275,7 @@ class HubRepo:
             )
         if isinstance(exc, RevisionNotFoundError):
             return QKEnergyError(
-                f"{self.repo_id}: the Hub has no revision {show_name(self.reference.revision)}"
+                f"{self.repo_id}: the Hub has no revision {show_name(self.reference.revision or 'main')}"
             )
         if isinstance(exc, RepositoryNotFoundError):
             return QKEnergyError(
