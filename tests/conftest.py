@@ -22,3 +22,17 @@ def survey_frames(tmp_path_factory: pytest.TempPathFactory):
 def tracebacks_for_bugs(monkeypatch: pytest.MonkeyPatch) -> None:
     # The CLI turns unexpected exceptions into one line; in tests a bug must show its traceback.
     monkeypatch.setenv("QKENERGY_DEBUG", "1")
+
+
+@pytest.fixture
+def loopback_hub(tmp_path_factory: pytest.TempPathFactory):
+    """A started loopback Hugging Face Hub (tests/loopback_hub.py) that huggingface_hub points at.
+
+    HF_ENDPOINT and huggingface_hub's constants name it, every Hugging Face cache is under a fresh
+    temporary folder, no token is set and offline mode is off; sockets may connect to 127.0.0.1
+    only. Add repositories with ``loopback_hub.add_repo("org/name", folder)``.
+    """
+    from tests.loopback_hub import serve_hub
+
+    with serve_hub(tmp_path_factory.mktemp("hf-home")) as hub:
+        yield hub
