@@ -38,7 +38,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BUILDERS", "fp8", "gguf", "gguf_many", "gptq", "no_weights", "pickle_only", "plain", "publish", "sharded"]
+__all__ = [
+    "BUILDERS",
+    "fp8",
+    "gguf",
+    "gguf_many",
+    "gptq",
+    "no_weights",
+    "pickle_only",
+    "plain",
+    "publish",
+    "sharded",
+]
 
 README = "---\nlicense: apache-2.0\n---\n# A tiny test repository of the loopback hub\n"
 
@@ -51,7 +62,15 @@ def plain(root: Path, *, layers: int = 3, seed: int = 0) -> Path:
 
     folder = root / "plain"
     return write_checkpoint(
-        folder, "llama", layers=layers, N=64, heads=4, head_dim=16, kv_heads=2, dtype=ml_dtypes.bfloat16, seed=seed
+        folder,
+        "llama",
+        layers=layers,
+        N=64,
+        heads=4,
+        head_dim=16,
+        kv_heads=2,
+        dtype=ml_dtypes.bfloat16,
+        seed=seed,
     )
 
 
@@ -103,8 +122,15 @@ def fp8(root: Path) -> Path:
             name = module(layer, proj)
             tensors[name + ".weight"] = float8_values(rng, (rows, cols))
             grid = (-(-rows // block[0]), -(-cols // block[1]))
-            tensors[name + ".weight_scale_inv"] = torch.from_numpy(spread_scales(rng, grid).astype(np.float32))
-    config = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": block}
+            tensors[name + ".weight_scale_inv"] = torch.from_numpy(
+                spread_scales(rng, grid).astype(np.float32)
+            )
+    config = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": block,
+    }
     return write_checkpoint(root / "fp8", tensors, config)
 
 
@@ -143,7 +169,9 @@ def pickle_only(root: Path) -> Path:
     folder = root / "pickle_only"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
-    (folder / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not a checkpoint: the reader must refuse it unread\n")
+    (folder / "pytorch_model.bin").write_bytes(
+        b"PK\x03\x04 not a checkpoint: the reader must refuse it unread\n"
+    )
     return folder
 
 

@@ -71,6 +71,42 @@ lists the parent folder once per instance). Each GET goes to
 ``/{repo}/resolve/{revision as given}/{path}``: to pin a read to a commit, open
 ``org/name@{commit}/path``.
 
+What huggingface_hub 2.4.0 does against it (each checked in tests/weights/test_loopback_hub.py):
+
+* Requests: ``model_info(revision=r)`` is ``GET /api/models/{repo}/revision/{r}`` and its ``sha`` is
+  the commit; ``snapshot_download`` resolves the commit that way first and then asks for
+  everything by commit. ``hf_hub_download`` and ``get_hf_file_metadata`` make a ``HEAD`` of
+  ``resolve`` on every call (with a 40-digit commit id as revision and the file cached:
+  no request at all). ``HfFileSystem`` never makes a ``HEAD``: ``resolve_path`` calls
+  ``model_info`` once per (repo, revision) and instance, ``info``/``open`` list the parent folder
+  (``tree``, not recursive) and ``open`` then GETs ``resolve`` with a Range (302 + CDN 206).
+* The listing carries the ETags: an LFS entry's ``lfs.sha256`` and a small file's ``blob_id`` are
+  what the ``HEAD`` would give as ETag, so ``HfFileSystem.ls`` / ``info`` / ``list_repo_tree``
+  give (size, ETag) of every file with no ``HEAD``.
+* ``HfFileSystem()`` returns one cached instance per (thread, endpoint, token), and the instance
+  caches listings and repo checks: after a branch moves it still gives the old sizes while reads
+  of ``@main`` get the new bytes. Resolve the commit once and read ``org/name@commit/path``;
+  ``fs.invalidate_cache()`` or ``info(..., refresh=True)`` refresh it. Another thread gets another
+  instance, seeded with a copy of the main thread's caches.
+* HfFileSystem turns RepositoryNotFound and RevisionNotFound into ``FileNotFoundError`` (the hub
+  error as ``__cause__``, "repository not found" / "revision not found" in the message); a gated
+  repo lists fine and its reads raise ``GatedRepoError``.
+* Retries (``http_backoff``): 408, 429, 500, 502, 503, 504 and dropped / refused connections are
+  retried 5 times after 1, 2, 4, 8, 8 s by ``_fetch_range``, the pages of ``list_repo_tree`` and
+  ``hf_hub_download``'s HEAD (when nothing is cached); ``hf_hub_download``'s GET retries dropped
+  connections 5 times, 1 s apart, and 5xx not at all. ``model_info``, ``get_paths_info`` and
+  ``get_hf_file_metadata`` do not retry. A test failing a repo for good waits 23 s unless it
+  patches the sleep (see ``no_sleep`` in the tests).
+* ``hf_hub_download`` resumes a cut body only from whole 10 MiB chunks
+  (``constants.DOWNLOAD_CHUNK_SIZE``: httpx2 yields nothing before a full chunk): a file cut
+  within its first 10 MiB is fetched again from byte 0. ``_fetch_range`` asks the whole range again.
+* Offline: huggingface_hub reads ``HF_HUB_OFFLINE`` at import; requests are refused by
+  ``constants.HF_HUB_OFFLINE`` (patch it, not only the variable).
+* 401 without an ``X-Error-Code`` becomes ``RepositoryNotFoundError`` only for ``https://`` URLs
+  (``REPO_API_REGEX``): over ``http://127.0.0.1`` the hub must say ``RepoNotFound``, which it does.
+* Not served: ``list_repo_commits`` (so ``HfFileSystem.info`` of a repo root with
+  ``expand_info=True``), datasets and spaces, Xet, uploads.
+
 Fault injection: ``hub.cut(repo, path, after_bytes, times=1)`` sends the headers of the next
 ``times`` GETs of that file and ``after_bytes`` bytes of their body, then drops the connection;
 ``hub.fail(repo, status, times=1)`` answers the next ``times`` requests naming that repo (API,
@@ -227,7 +263,9 @@ class LoopbackHub:
     token = "hf_loopback_user"
     other_token = "hf_loopback_stranger"
 
-    def __init__(self, *, redirect_lfs: bool = True, page_size: int = 1000, expand_page_size: int = 50) -> None:
+    def __init__(
+        self, *, redirect_lfs: bool = True, page_size: int = 1000, expand_page_size: int = 50
+    ) -> None:
         self.redirect_lfs = redirect_lfs
         self.page_size, self.expand_page_size = page_size, expand_page_size
         self.repos: dict[str, _Repo] = {}
@@ -247,7 +285,10 @@ class LoopbackHub:
         for listener in ("hub", "cdn"):
             server = _Server(("127.0.0.1", 0), _Handler)
             server.hub, server.listener = self, listener
-            thread = threading.Thread(target=server.serve_forever, name=f"loopback-{listener}", daemon=True)
+            # a short poll: stop() waits for it
+            thread = threading.Thread(
+                target=server.serve_forever, args=(0.02,), name=f"loopback-{listener}", daemon=True
+            )
             thread.start()
             self._servers.append(server)
             self._threads.append(thread)
@@ -432,8 +473,9 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as huggingface_hub's pooled client expects
     server: _Server
     timeout = 30  # an idle kept-alive connection is closed after this
+    disable_nagle_algorithm = True  # headers and body go in separate writes: no 40 ms wait for the ACK
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the hub's own log records requests
 
     # ------------------------------------------------------------------ plumbing
@@ -471,6 +513,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.log.append(entry)
 
     def _send(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+        # recorded before sending: once the client has the answer, the test sees it in the log
+        self._record(status)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
@@ -478,7 +522,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        self._record(status)
 
     def _json(self, payload: Any, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(payload).encode()
@@ -548,9 +591,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refs(self, repo: _Repo, prs: bool) -> dict[str, Any]:
         def refs(kind: str, table: dict[str, str]) -> list[dict[str, str]]:
-            return [{"name": n, "ref": f"refs/{kind}/{n}", "targetCommit": c} for n, c in sorted(table.items())]
+            return [
+                {"name": n, "ref": f"refs/{kind}/{n}", "targetCommit": c} for n, c in sorted(table.items())
+            ]
 
-        out: dict[str, Any] = {"branches": refs("heads", repo.branches), "converts": [], "tags": refs("tags", repo.tags)}
+        out: dict[str, Any] = {
+            "branches": refs("heads", repo.branches),
+            "converts": [],
+            "tags": refs("tags", repo.tags),
+        }
         if prs:
             out["pullRequests"] = []
         return out
@@ -690,25 +739,26 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 raise _HubError(400, f"loopback hub: unsupported Range {header!r}") from None
             if span is None:
-                self._send(416, {**headers, "Content-Range": f"bytes */{f.size}"})
+                self._send(416, {**headers, "Content-Range": f"bytes */{f.size}"}, b"Range Not Satisfiable")
                 return
             start, stop = span
             status = 206
             headers["Content-Range"] = f"bytes {start}-{stop - 1}/{f.size}"
         headers.setdefault("Content-Type", "application/octet-stream")
+        key = (repo_id, f.path)
+        cut = None
+        self._record(status)
+        if self.command == "GET":
+            cut = self.hub._take_cut(key)
+            with self.hub.lock:
+                self.hub.file_gets[key] += 1
         self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(stop - start))
         self.end_headers()
         if self.command == "HEAD":
-            self._record(status)
             return
-        key = (repo_id, f.path)
-        cut = self.hub._take_cut(key)
-        with self.hub.lock:
-            self.hub.file_gets[key] += 1
-        self._record(status)
         limit = stop if cut is None else min(stop, start + cut)
         fd = os.open(f.local, os.O_RDONLY)
         try:
@@ -717,11 +767,12 @@ class _Handler(BaseHTTPRequestHandler):
                 block = os.pread(fd, min(CHUNK, limit - at), at)
                 if not block:
                     break
-                self.wfile.write(block)
-                at += len(block)
+                # counted before it is sent, so a client that has the bytes finds them counted
                 with self.hub.lock:
                     self.hub.bytes_served += len(block)
                     self.hub.served[key] += len(block)
+                self.wfile.write(block)
+                at += len(block)
         finally:
             os.close(fd)
         if cut is not None and limit < stop:
