@@ -17,6 +17,8 @@ sharded       the same model (4 layers) in 3 shards + model.safetensors.index.js
 fp8           llama (2 layers, as test_quantization) with float8_e4m3 q/k and float32
               ``weight_scale_inv`` in 16 x 32 blocks; quantization_config ``fp8``
               (DeepSeek-V3 / Qwen3-FP8 layout)
+deepseek_fp8  DeepSeek-V3 latent attention (2 layers, 4 heads), q_a / q_b / kv_a / kv_b
+              FP8 in 8 x 16 blocks, with q_a_layernorm and kv_a_layernorm gains
 gptq          llama (2 layers) in GPTQ int4, group 16 (qweight, qzeros, scales)
 gguf          one GGUF file (qwen2, 2 layers, mixed Q8_0 / Q4_1 / F16 / ... tensors) and a
               README.md, no config.json (as GGUF repos on the Hub)
@@ -40,6 +42,7 @@ import numpy as np
 
 __all__ = [
     "BUILDERS",
+    "deepseek_fp8",
     "fp8",
     "gguf",
     "gguf_many",
@@ -134,6 +137,56 @@ def fp8(root: Path) -> Path:
     return write_checkpoint(root / "fp8", tensors, config)
 
 
+def deepseek_fp8(root: Path) -> Path:
+    """DeepSeek-V3's latent attention (2 layers, 4 heads), every projection FP8 in 8 x 16 blocks."""
+    import torch
+    from safetensors.torch import save_file
+
+    from tests.weights.test_quantization import LAYERS, N, float8_values, spread_scales
+
+    rng = np.random.default_rng(22)
+    heads, rank_q, rank_kv, nope, rope, value = 4, 16, 8, 8, 4, 8
+    shapes = {
+        "q_a_proj": (rank_q, N),
+        "q_b_proj": (heads * (nope + rope), rank_q),
+        "kv_a_proj_with_mqa": (rank_kv + rope, N),
+        "kv_b_proj": (heads * (nope + value), rank_kv),
+    }
+    block = [8, 16]
+    tensors: dict[str, Any] = {}
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}.self_attn."
+        for proj, (rows, cols) in shapes.items():
+            tensors[prefix + proj + ".weight"] = float8_values(rng, (rows, cols))
+            grid = (-(-rows // block[0]), -(-cols // block[1]))
+            scales = spread_scales(rng, grid).astype(np.float32)
+            tensors[prefix + proj + ".weight_scale_inv"] = torch.from_numpy(scales)
+        for norm, size in (("q_a_layernorm", rank_q), ("kv_a_layernorm", rank_kv)):
+            tensors[prefix + norm + ".weight"] = torch.from_numpy(
+                rng.uniform(0.5, 2, size).astype(np.float32)
+            )
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": N,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": LAYERS,
+        "q_lora_rank": rank_q,
+        "kv_lora_rank": rank_kv,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": value,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 128,
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": block},
+    }
+    folder = root / "deepseek_fp8"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
 def gptq(root: Path) -> Path:
     """A llama checkpoint in GPTQ int4, group 16 (test_quantization's)."""
     from tests.weights.test_quantization import GPTQ_CONFIG, gptq_checkpoint
@@ -188,6 +241,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "plain": plain,
     "sharded": sharded,
     "fp8": fp8,
+    "deepseek_fp8": deepseek_fp8,
     "gptq": gptq,
     "gguf": gguf,
     "gguf_many": gguf_many,
