@@ -266,6 +266,30 @@ def example_layout_error(ws: Workspace) -> dict[str, str]:
     return {"layout_error": fenced(session(("qkenergy analyze --layout mine.toml", out)))}
 
 
+HUB_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_ANALYZE = ["analyze", HUB_MODEL, "--layers", "0-1", "--no-null", "--cache-dir", "cache", "-o", "hub.csv"]
+
+
+def example_hub(ws: Workspace) -> dict[str, str]:
+    """A hub model read by byte range, twice: the embedded MiniLM's files served as the Hub serves
+    them by the loopback hub of the tests (tests/loopback_hub.py, on 127.0.0.1)."""
+    sys.path.insert(0, str(ROOT))
+    from qkenergy.weights.checkpoint import _default_dir
+    from tests.loopback_hub import serve_hub
+
+    files = ws.root / "repository"
+    files.mkdir()
+    for name in ("config.json", "model.safetensors"):  # the files the package ships, as the repository has them
+        shutil.copyfile(_default_dir() / name, files / name)
+    with serve_hub(ws.root / "home") as hub:
+        hub.add_repo(HUB_MODEL, files)
+        first = ws.run(HUB_ANALYZE)
+        again = ws.run(HUB_ANALYZE)
+    command = shlex.join(["qkenergy", *HUB_ANALYZE])
+    last = again.rstrip("\n").splitlines()[-1]
+    return {"hub": fenced(session((command, first), (f"{command} 2>&1 | tail -n 1", last)))}
+
+
 # name -> (the example, the blocks it writes)
 EXAMPLES: dict[str, tuple[Callable[[Workspace], dict[str, str]], tuple[str, ...]]] = {
     "demo": (example_demo, ("demo",)),
@@ -276,6 +300,7 @@ EXAMPLES: dict[str, tuple[Callable[[Workspace], dict[str, str]], tuple[str, ...]
     "survey": (example_survey, ("survey", "load_survey", "report")),
     "layouts": (example_layouts, ("layouts",)),
     "layout_error": (example_layout_error, ("layout_error",)),
+    "hub": (example_hub, ("hub",)),
 }
 
 

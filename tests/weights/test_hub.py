@@ -101,12 +101,12 @@ def test_not_hub_references(text: str) -> None:
 # ----------------------------------------------------------------------------- equal to the local reading
 
 
-@pytest.mark.parametrize("name", ["plain", "sharded", "fp8", "gptq", "gguf"])
+@pytest.mark.parametrize("name", ["plain", "sharded", "fp8", "deepseek_fp8", "gptq", "gguf"])
 def test_remote_equals_local_within_the_floor_then_nothing_twice(
     loopback_hub: Any, repos: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     serve(loopback_hub, repos, name)
-    repo_id = f"loopback/{name}"
+    repo_id = f"loopback/{name.replace('_', '-')}"
     local_path = next(repos[name].glob("*.gguf")) if name == "gguf" else repos[name]
     cache = tmp_path / "cache"
 

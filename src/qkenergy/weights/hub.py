@@ -160,8 +160,9 @@ class HubRepo:
     files : dict
         Path -> size and ETag of every file of the commit.
     record : dict
-        What the settings record: repository, revision, commit, endpoint, the
-        repository's bytes, the bytes fetched, each file read with its size and ETag.
+        What the settings record: repository, revision, commit, endpoint, the range
+        cache and its bytes, the repository's bytes, the bytes fetched, each file read
+        with its size and ETag.
     """
 
     def __init__(self, reference: HubReference, cache: Path | None = None) -> None:
@@ -189,6 +190,7 @@ class HubRepo:
             "cache": str(self.cache.root),
             "repository_bytes": sum(f.size for f in self.files.values()),
             "bytes_fetched": 0,
+            "cache_bytes": self.cache.bytes_present(),  # the range cache's bytes on disk (holes aside)
             "files": {},
         }
         self.on_bytes: Any = None  # called with each chunk's size (the progress bar)
@@ -419,6 +421,7 @@ class HubRepo:
     def _counted(self, n: int) -> None:
         with self._lock:
             self.record["bytes_fetched"] += n
+            self.record["cache_bytes"] += n
         if self.on_bytes is not None:
             self.on_bytes(n)
 
@@ -519,7 +522,7 @@ def fetch_summary(record: dict[str, Any]) -> str:
     share = f" ({100 * fetched / total:.3g} %)" if total else ""
     return (
         f"fetched {byte_text(fetched)} of {record['repo_id']}'s {byte_text(total)}{share} by byte range, "
-        f"commit {str(record['commit'])[:12]}; range cache {record['cache']}"
+        f"commit {str(record['commit'])[:12]}; range cache {record['cache']} ({byte_text(record['cache_bytes'])})"
     )
 
 
