@@ -378,8 +378,10 @@ def _open_index(root: Path, name: str, origin: str, opener: Opener = Safetensors
         shards.append(path)
     source = _build(root, shards, name, origin, opener)
     tensors = source.tensors
+    # each tensor's shard by name (92k tensors in DeepSeek-V3: a name per shard, not per tensor)
+    shard_of = {tensor: sf.path.name for sf in getattr(tensors, "files", ()) for tensor in sf.names}
     for tensor, shard in weight_map.items():
-        where = tensors.file_of(tensor).path.name if tensor in tensors else None
+        where = shard_of.get(tensor)
         if where != Path(shard).name:
             source.close()
             found = f"it is in {where!r}" if where else "no listed shard holds it"
@@ -429,13 +431,15 @@ def _open_hub(
                 return SafetensorsFile(path, repo.fetcher(path))
 
             if kind == "index":
-                for shard in _shard_names(repo.root)[1]:
+                weights = _shard_names(repo.root)[1]
+                for shard in weights:
                     if shard not in repo.files:
                         raise QKEnergyError(
                             f"{repo.where}: its {INDEX_NAME} lists shard {show_name(shard)}, which the "
                             f"commit {repo.commit[:12]} does not have"
                         )
-                    repo.mirror(shard)
+            repo.fetch_headers(weights)
+            if kind == "index":
                 source = _open_index(repo.root, name, "hub", opener)
             else:
                 source = _build(repo.root, [repo.mirror(w).path for w in weights], name, "hub", opener)

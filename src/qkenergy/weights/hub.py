@@ -25,6 +25,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.gguf_io import _split_parts
 from qkenergy.weights.json_input import show_name
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
-from qkenergy.weights.safetensors_io import Fetch, show_path
+from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch, show_path
 
 __all__ = [
     "HubReference",
@@ -53,6 +54,8 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _SMALL_LIMIT = 64 << 20
 # Tries of one range when the connection drops in the middle (each resumes where the last stopped).
 _TRIES = 4
+# Header requests in flight at once.
+_HEADER_REQUESTS = 8
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 _REFERENCE = re.compile(
@@ -402,6 +405,32 @@ class HubRepo:
                 self._mirrors[path] = mirror
                 self.record["files"][path] = {"size": remote.size, "etag": remote.etag}
         return mirror
+
+    def fetch_headers(self, paths: list[str]) -> None:
+        """Fetch the headers of these safetensors files at once, a few requests in flight.
+
+        Each file's first :data:`~qkenergy.weights.safetensors_io.HEADER_PROBE` bytes, then the
+        rest of its header where the length it starts with says so: what opening the shards would
+        fetch one after the other (on the Hub a request costs its latency, a checkpoint has
+        up to a few hundred shards). The headers are checked when the files are opened.
+
+        Parameters
+        ----------
+        paths : list of str
+            Files of the commit.
+        """
+
+        def header(path: str) -> None:
+            mirror = self.mirror(path)
+            mirror.ensure(0, HEADER_PROBE)
+            with open(mirror.path, "rb") as fh:
+                length = int.from_bytes(fh.read(8), "little")
+            if length <= min(MAX_HEADER_BYTES, mirror.size - 8):  # else opening the file says what is wrong
+                mirror.ensure(8, 8 + length)
+
+        with ThreadPoolExecutor(_HEADER_REQUESTS, thread_name_prefix="qkenergy-headers") as pool:
+            for done in [pool.submit(header, path) for path in paths]:
+                done.result()
 
     def fetcher(self, local: Path) -> Fetch:
         """The ``fetch`` of a mirror file for the readers (:class:`~qkenergy.weights.safetensors_io.SafetensorsFile`).
