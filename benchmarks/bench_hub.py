@@ -1,4 +1,4 @@
-"""Bytes and time of ``qkenergy analyze ORG/NAME`` reading large checkpoints from a loopback Hub (issue 26).
+"""Bytes and time of ``qkenergy analyze ORG/NAME`` reading large checkpoints from a loopback Hub .
 
 For each of the three repositories of ``benchmarks/hub_shapes.py`` (Llama-3.1-405B, Qwen3-235B-A22B,
 DeepSeek-V3: the real headers over sparse data, built once under ``--root`` and kept), served by the
@@ -25,10 +25,8 @@ itself (for DeepSeek-V3 most of it: each head's W_Q is multiplied out of the que
     PYTHONPATH=src python benchmarks/bench_hub.py [--root results/hub_shapes] [--models llama,qwen3,deepseek]
         [--layers 0,1] [--json results/bench_hub.json]
 
-Needs huggingface_hub and the lead's hub reader (issue 26); before that reader, ``qkenergy analyze
-ORG/NAME`` downloads every shard (``snapshot_download``): hundreds of GB of holes written to disk, so
-the benchmark refuses to run unless the reader is there (``--force`` runs it anyway, for small shapes).
-Building the repositories alone: ``python benchmarks/hub_shapes.py results/hub_shapes``.
+Needs huggingface_hub (the ``hub`` extra). Building the repositories alone:
+``python benchmarks/hub_shapes.py results/hub_shapes``.
 """
 
 from __future__ import annotations
@@ -254,16 +252,6 @@ def report(r: Result) -> str:
     return "\n".join(lines)
 
 
-def _reader_ready() -> bool:
-    """Whether ``analyze ORG/NAME`` reads by range (issue 26's reader): the resolver no longer calls
-    ``snapshot_download``, which fetches every shard."""
-    import inspect
-
-    from qkenergy.weights import checkpoint
-
-    return "snapshot_download(" not in inspect.getsource(checkpoint)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -271,15 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(hub_shapes.MODELS))
     parser.add_argument("--layers", default="0,1")
     parser.add_argument("--json", type=Path, default=None, help="also write the measurements here")
-    parser.add_argument("--force", action="store_true", help="run without the range reader (see above)")
     args = parser.parse_args(argv)
-    if not args.force and not _reader_ready():
-        print(
-            "bench_hub: qkenergy still reads hub ids with snapshot_download (every shard, hundreds of GB); "
-            "run it once the range reader of issue 26 is in (or --force)",
-            file=sys.stderr,
-        )
-        return 2
     layers = [int(x) for x in args.layers.split(",")]
     results = []
     for result in measure(args.models.split(","), args.root, layers):

@@ -1,6 +1,6 @@
 """Hub repositories laid out with the real shapes and headers of three large checkpoints, as sparse files.
 
-For the hub-reading benchmark (issue 26, ``benchmarks/bench_hub.py``): a folder per model holding
+For the hub-reading benchmark (``benchmarks/bench_hub.py``): a folder per model holding
 ``config.json``, ``model.safetensors.index.json`` and every shard under its real name, each shard with
 a real safetensors header (8-byte length, JSON of dtype, shape and data_offsets, padded with spaces to
 8 bytes as the safetensors library writes it) over a data section that is a hole (``os.truncate``):

@@ -279,7 +279,10 @@ def example_hub(ws: Workspace) -> dict[str, str]:
 
     files = ws.root / "repository"
     files.mkdir()
-    for name in ("config.json", "model.safetensors"):  # the files the package ships, as the repository has them
+    for name in (
+        "config.json",
+        "model.safetensors",
+    ):  # the files the package ships, as the repository has them
         shutil.copyfile(_default_dir() / name, files / name)
     with serve_hub(ws.root / "home") as hub:
         hub.add_repo(HUB_MODEL, files)

@@ -369,3 +369,36 @@ def test_survey_of_hub_ids_equals_survey_of_local_copies(
     # each unit records what it fetched (here nothing: files this small come whole with their headers)
     assert len(per_unit) == 7 and all(isinstance(b, int) for b in per_unit) and sum(per_unit) <= fetched
     assert all("@" in p and len(p.split("@")[1]) == 40 for p in paths)  # pinned to the commit resolved
+
+
+def test_the_progress_bar_counts_the_bytes_the_layers_need(
+    loopback_hub: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second bar's total is the bytes of the layers' query and key tensors not yet fetched, and
+    what the fetches advance it by adds up to that total (tensors far larger than a header's first read)."""
+    import contextlib
+
+    from qkenergy.base import formatting
+    from tests.survey_checkpoints import write_checkpoint
+
+    folder = write_checkpoint(tmp_path / "big", layers=3, N=256, heads=4, head_dim=32)
+    loopback_hub.add_repo("loopback/big", folder)
+    tasks: dict[str, list[float]] = {}
+
+    class Bar:
+        def add_task(self, description: str, total: float) -> str:
+            tasks[description] = [total, 0.0]
+            return description
+
+        def advance(self, task: str, amount: float = 1) -> None:
+            tasks[task][1] += amount
+
+        def update(self, task: str, total: float) -> None:
+            tasks[task][0] = total
+
+    monkeypatch.setattr(formatting, "progress_bar", lambda *a, **k: contextlib.nullcontext(Bar()))
+    qk.analyze("loopback/big", layers=[1, 2], null=False, progress=True, cache_dir=tmp_path / "c")
+    total, done = tasks["fetching from the Hub (MB)"]
+    assert tasks["analysing layers"] == [2, 2]
+    q_and_k = 2 * 2 * 4 * 32 * 256 * 4  # two layers, W_Q and W_K, float32
+    assert total == pytest.approx(q_and_k / 1e6) and done == pytest.approx(total)
