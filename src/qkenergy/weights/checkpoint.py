@@ -14,6 +14,7 @@ arbitrary code.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import re
@@ -124,9 +125,30 @@ def open_model(
         return _open_file(path, text)
     if path.exists():
         raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
+    if (unreachable := _unreachable(path, text)) is not None:
+        raise unreachable
     if _looks_like_hub_id(text):
         return _open_dir(_download(text, revision), text, "hub")
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
+
+
+def _unreachable(path: Path, text: str) -> QKEnergyError | None:
+    """Why a path that exists as a name cannot be opened (a loop of symbolic links, a link to
+    nothing, no permission), or None when nothing by that name is there."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return QKEnergyError(
+                f"{show_path(text)}: a loop of symbolic links (following them never reaches a file or folder)"
+            )
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return QKEnergyError(
+                f"{show_path(text)}: a symbolic link to {show_path(os.readlink(path))}, which does not exist"
+            )
+        if exc.errno != errno.ENOENT:
+            return QKEnergyError(f"{show_path(text)}: cannot be opened: {exc.strerror or exc}")
+    return None
 
 
 _CACHE_PREFIX = "models--"
@@ -319,9 +341,18 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
             f"hub repo {name!r} has no *.safetensors weights (only safetensors are read; "
             "if it holds pickles, convert them to safetensors)"
         )
+    unreadable = [p.name for p in sorted(root.glob("*.safetensors")) if not p.is_file()]
+    blobs = [p.name for p in sorted(root.glob("sha256-*")) if p.is_file()]
+    seen = (
+        f"; {show_name(unreadable[0])} is not a readable file (a broken or looping symbolic link?)"
+        if unreadable
+        else f"; none of its {len(blobs)} sha256-* blobs is a GGUF file"
+        if blobs
+        else ""
+    )
     raise QKEnergyError(
-        f"{show_path(root)}: no *.safetensors weights found (expected model.safetensors, "
-        f"{INDEX_NAME}, or *.safetensors shards)"
+        f"{show_path(root)}: no weights found (expected model.safetensors, {INDEX_NAME}, "
+        f"*.safetensors shards, a *.gguf file, or the GGUF blob of an ollama blobs folder){seen}"
     )
 
 
