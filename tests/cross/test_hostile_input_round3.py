@@ -120,7 +120,9 @@ def set_value(name: str, index: tuple[int, ...], raw: bytes) -> Callable[[dict[s
 
 def float8_bytes(shape: tuple[int, int], rng: np.random.Generator) -> bytes:
     """F8_E4M3 bytes of finite values (0x7f and 0xff, E4M3's NaN codes, left out)."""
-    data = rng.integers(0, 0x7F, size=shape, dtype=np.uint8) | (rng.integers(0, 2, size=shape, dtype=np.uint8) << 7)
+    data = rng.integers(0, 0x7F, size=shape, dtype=np.uint8) | (
+        rng.integers(0, 2, size=shape, dtype=np.uint8) << 7
+    )
     return data.tobytes()
 
 
@@ -162,6 +164,49 @@ def gptq_model(root: Path, change: Callable[[dict[str, tuple]], None]) -> Path:
     return root
 
 
+def awq_model(root: Path, change: Callable[[dict[str, tuple]], None]) -> Path:
+    """4-bit AWQ (GEMM packing), groups of 16 input columns, float16 scales."""
+    rng = np.random.default_rng(RNG_SEED)
+    tensors: dict[str, tuple] = {}
+    for i in range(LAYERS):
+        for module, rows in ((Q.format(i=i), H * n), (K.format(i=i), HKV * n)):
+            words = rng.integers(0, 2**31, size=(N, rows // 8), dtype=np.int64).astype("<i4")
+            tensors[module + ".qweight"] = ("I32", words.shape, words.tobytes())
+            zeros = rng.integers(0, 2**31, size=(N // 16, rows // 8), dtype=np.int64).astype("<i4")
+            tensors[module + ".qzeros"] = ("I32", zeros.shape, zeros.tobytes())
+            scales = (10.0 ** rng.uniform(-3, -1, size=(N // 16, rows))).astype("<f2")
+            tensors[module + ".scales"] = ("F16", scales.shape, scales.tobytes())
+    change(tensors)
+    root.mkdir(parents=True)
+    write_safetensors(root / "model.safetensors", tensors)
+    config = {"quant_method": "awq", "bits": 4, "group_size": 16, "version": "gemm", "zero_point": True}
+    (root / "config.json").write_text(json.dumps(llama_config(quantization_config=config)))
+    return root
+
+
+def compressed_model(root: Path, change: Callable[[dict[str, tuple]], None]) -> Path:
+    """compressed-tensors int-quantized, one float32 scale per output row (channel strategy)."""
+    rng = np.random.default_rng(RNG_SEED)
+    tensors: dict[str, tuple] = {}
+    for i in range(LAYERS):
+        for module, rows in ((Q.format(i=i), H * n), (K.format(i=i), HKV * n)):
+            values = rng.integers(-127, 128, size=(rows, N), dtype=np.int64).astype("i1")
+            tensors[module + ".weight"] = ("I8", values.shape, values.tobytes())
+            scales = (10.0 ** rng.uniform(-3, -1, size=(rows, 1))).astype("<f4")
+            tensors[module + ".weight_scale"] = ("F32", scales.shape, scales.tobytes())
+    change(tensors)
+    root.mkdir(parents=True)
+    write_safetensors(root / "model.safetensors", tensors)
+    weights = {"type": "int", "num_bits": 8, "strategy": "channel", "symmetric": True}
+    config = {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+    }
+    (root / "config.json").write_text(json.dumps(llama_config(quantization_config=config)))
+    return root
+
+
 # ----------------------------------------------------------------------------- GGUF
 
 
@@ -190,7 +235,10 @@ def gguf_model(path: Path, q_type: str, *, scale_at: tuple[int, bytes] | None = 
         writer.add_uint32(f"llama.{key}", value)
     writer.add_float32("llama.rope.freq_base", 10000.0)
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(GN, np.float32))
-    for name, rows, kind in (("blk.0.attn_q.weight", H * n, q_type), ("blk.0.attn_k.weight", HKV * n, "Q8_0")):
+    for name, rows, kind in (
+        ("blk.0.attn_q.weight", H * n, q_type),
+        ("blk.0.attn_k.weight", HKV * n, "Q8_0"),
+    ):
         w = rng.standard_normal((rows, GN)).astype(np.float32)
         if kind == "F32":
             writer.add_tensor(name, w)
@@ -238,7 +286,11 @@ def qwen3_model(root: Path) -> Path:
     q_norm = np.ones(n, "<f4")
     q_norm[3] = np.inf
     extra = {
-        f"model.layers.{i}.self_attn.{side}_norm.weight": ("F32", (n,), (q_norm if side == "q" and i == 1 else np.ones(n, "<f4")).tobytes())
+        f"model.layers.{i}.self_attn.{side}_norm.weight": (
+            "F32",
+            (n,),
+            (q_norm if side == "q" and i == 1 else np.ones(n, "<f4")).tobytes(),
+        )
         for i in range(LAYERS)
         for side in ("q", "k")
     }
@@ -256,12 +308,19 @@ NONFINITE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], tuple[str, .
     "F32 query NaN": (
         lambda d: plain_model(d / "m", "F32", set_value(Q.format(i=1) + ".weight", (37, 5), NAN["F32"])),
         (),
-        ("model.safetensors", "'model.layers.1.self_attn.q_proj.weight' holds NaN at [37, 5]", "layer 1's query head 2 (of 4)"),
+        (
+            "model.safetensors",
+            "'model.layers.1.self_attn.q_proj.weight' holds NaN at [37, 5]",
+            "layer 1's query head 2 (of 4)",
+        ),
     ),
     "F16 key inf": (
         lambda d: plain_model(d / "m", "F16", set_value(K.format(i=0) + ".weight", (20, 63), INF["F16"])),
         (),
-        ("'model.layers.0.self_attn.k_proj.weight' holds inf at [20, 63]", "layer 0's query heads 2, 3 (of 4)"),
+        (
+            "'model.layers.0.self_attn.k_proj.weight' holds inf at [20, 63]",
+            "layer 0's query heads 2, 3 (of 4)",
+        ),
     ),
     "BF16 query -inf": (
         lambda d: plain_model(d / "m", "BF16", set_value(Q.format(i=0) + ".weight", (0, 0), NEG_INF["BF16"])),
@@ -272,10 +331,15 @@ NONFINITE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], tuple[str, .
         lambda d: plain_model(
             d / "m",
             "BF16",
-            lambda t: [set_value(K.format(i=1) + ".weight", idx, NAN["BF16"])(t) for idx in ((3, 9), (30, 1))],
+            lambda t: [
+                set_value(K.format(i=1) + ".weight", idx, NAN["BF16"])(t) for idx in ((3, 9), (30, 1))
+            ],
         ),
         (),
-        ("'model.layers.1.self_attn.k_proj.weight' holds NaN at [3, 9] (2 non-finite values in all)", "heads 0, 1, 2, 3"),
+        (
+            "'model.layers.1.self_attn.k_proj.weight' holds NaN at [3, 9] (2 non-finite values in all)",
+            "heads 0, 1, 2, 3",
+        ),
     ),
     "F8_E4M3 weight byte 0xff": (
         lambda d: fp8_model(d / "m", set_value(Q.format(i=0) + ".weight", (50, 40), b"\xff")),
@@ -299,6 +363,22 @@ NONFINITE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], tuple[str, .
             "query head 1 (of 4)",
         ),
     ),
+    "AWQ group scale inf": (
+        lambda d: awq_model(d / "m", set_value(K.format(i=0) + ".scales", (3, 5), INF["F16"])),
+        (),
+        (
+            "'model.layers.0.self_attn.k_proj.scales' holds inf at [3, 5], the scale of group 3 of output row 5",
+            "layer 0's query heads 0, 1 (of 4)",
+        ),
+    ),
+    "compressed-tensors channel scale NaN": (
+        lambda d: compressed_model(d / "m", set_value(Q.format(i=1) + ".weight_scale", (40, 0), NAN["F32"])),
+        (),
+        (
+            "'model.layers.1.self_attn.q_proj.weight_scale' holds NaN at [40, 0], the scale of block [40, 0]",
+            "layer 1's query head 2 (of 4)",
+        ),
+    ),
     "GGUF Q8_0 block scale NaN": (
         lambda d: gguf_model(d / "m.gguf", "Q8_0", scale_at=(37, NAN["F16"])),
         (),
@@ -311,7 +391,11 @@ NONFINITE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], tuple[str, .
     "GGUF Q4_K block scale inf": (
         lambda d: gguf_model(d / "m.gguf", "Q4_K", scale_at=(50, INF["F16"])),
         (),
-        ("tensor 'blk.0.attn_q.weight' (Q4_K): block 50 of 64 (row 50, values 0..255 of the row)", "float16 scale d is inf", "query head 3"),
+        (
+            "tensor 'blk.0.attn_q.weight' (Q4_K): block 50 of 64 (row 50, values 0..255 of the row)",
+            "float16 scale d is inf",
+            "query head 3",
+        ),
     ),
     "GGUF F32 NaN": (
         lambda d: plain_gguf_nan(d / "m.gguf"),
@@ -321,7 +405,10 @@ NONFINITE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], tuple[str, .
     "fold-norm gain NaN": (
         lambda d: plain_model(d / "m", change=norm_nan),
         ("--fold-norm",),
-        ("'model.layers.0.input_layernorm.weight' holds NaN at [11]", "layer 0's query heads 0, 1, 2, 3 (of 4)"),
+        (
+            "'model.layers.0.input_layernorm.weight' holds NaN at [11]",
+            "layer 0's query heads 0, 1, 2, 3 (of 4)",
+        ),
     ),
     "qk-norm gain inf": (
         lambda d: qwen3_model(d / "m"),
@@ -369,7 +456,17 @@ def test_skip_nonfinite_lists_the_heads_left_out(tmp_path: Path) -> None:
     model = plain_model(tmp_path / "m", change=change)
     out = tmp_path / "out"
     out.mkdir()
-    result = run("analyze", model, "--no-null", "--threads", "1", "--per-layer", "--skip-nonfinite", "-o", out / "heads.json")
+    result = run(
+        "analyze",
+        model,
+        "--no-null",
+        "--threads",
+        "1",
+        "--per-layer",
+        "--skip-nonfinite",
+        "-o",
+        out / "heads.json",
+    )
     assert result.code == 0, result
     printed = " ".join(result.out.split())  # the summary wraps at the console's width
     assert "5 heads (3 more skipped: non-finite weights) in 2 layers" in printed, printed
@@ -397,7 +494,9 @@ def test_skip_nonfinite_with_every_head_non_finite_is_one_line(tmp_path: Path) -
     out = tmp_path / "out"
     out.mkdir()
     result = _analyze(model, out, "--fold-norm", "--skip-nonfinite", "--layers", "0")
-    assert_one_line(result, "input_layernorm.weight' holds NaN at [11]", "nothing is left to analyse", statuses=(1,))
+    assert_one_line(
+        result, "input_layernorm.weight' holds NaN at [11]", "nothing is left to analyse", statuses=(1,)
+    )
     assert list(out.iterdir()) == []
 
 
@@ -428,7 +527,9 @@ def test_a_survey_unit_fails_with_the_line_in_its_ledger(tmp_path: Path) -> None
     assert result.code == 1, result
     db = sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True)
     try:
-        rows = dict(db.execute("SELECT layer, status || ' ' || attempts || ' ' || coalesce(error, '') FROM units"))
+        rows = dict(
+            db.execute("SELECT layer, status || ' ' || attempts || ' ' || coalesce(error, '') FROM units")
+        )
     finally:
         db.close()
     assert rows[0].startswith("done"), rows
@@ -514,10 +615,17 @@ def _block_size(value: object) -> Callable[[Path], Path]:
 MESSAGES: dict[str, tuple[Callable[[Path], Path], tuple[str, ...]]] = {
     "symlink loop": (_symlink_loop, ("a: a loop of symbolic links",)),
     "weights a looping link": (_looping_weights, ("'model.safetensors' is not a readable file", "GGUF")),
-    "dangling link": (_dangling, ("link: a symbolic link to", "gone/model.safetensors, which does not exist")),
+    "dangling link": (
+        _dangling,
+        ("link: a symbolic link to", "gone/model.safetensors, which does not exist"),
+    ),
     "ollama blobs, none GGUF": (
         _ollama_blobs,
-        ("no weights found", "a *.gguf file, or the GGUF blob of an ollama blobs folder", "none of its 2 sha256-* blobs is a GGUF file"),
+        (
+            "no weights found",
+            "a *.gguf file, or the GGUF blob of an ollama blobs folder",
+            "none of its 2 sha256-* blobs is a GGUF file",
+        ),
     ),
     "empty folder": (_empty, ("empty: no weights found", "*.gguf")),
     "truncated GGUF": (
@@ -567,10 +675,18 @@ def test_unknown_keywords_name_the_public_function(tmp_path: Path) -> None:
     import qkenergy as qk
 
     model = plain_model(tmp_path / "m")
-    with pytest.raises(TypeError, match=r"^qk\.analyze\(\) got an unexpected keyword argument 'skip_nonfinit'; did you mean 'skip_nonfinite'\?"):
+    with pytest.raises(
+        TypeError,
+        match=r"^qk\.analyze\(\) got an unexpected keyword argument 'skip_nonfinit'; did you mean 'skip_nonfinite'\?",
+    ):
         qk.analyze(str(model), skip_nonfinit=True)
     with qk.open(str(model)) as opened:
-        with pytest.raises(TypeError, match=r"^Model\.analyze\(\) got an unexpected keyword argument 'fold'; did you mean 'fold_norm'\?"):
+        with pytest.raises(
+            TypeError,
+            match=r"^Model\.analyze\(\) got an unexpected keyword argument 'fold'; did you mean 'fold_norm'\?",
+        ):
             opened.analyze(fold=True)
-        with pytest.raises(TypeError, match=r"^qk\.analyze\(\) got an unexpected keyword argument 'zzz'; it takes config, "):
+        with pytest.raises(
+            TypeError, match=r"^qk\.analyze\(\) got an unexpected keyword argument 'zzz'; it takes config, "
+        ):
             qk.analyze(opened, zzz=1)

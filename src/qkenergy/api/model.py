@@ -226,7 +226,9 @@ class Model:
             findings = nonfinite_findings(
                 self._source.tensors, arch, layer, fold_norm=fold_norm, prefix=prefix
             )
-            raise nonfinite_error(findings, arch, layer, [head], "heads the values do not reach read as usual")
+            raise nonfinite_error(
+                findings, arch, layer, [head], "heads the values do not reach read as usual"
+            )
         from qkenergy.api.head import Head
 
         return Head(
@@ -374,11 +376,20 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
         and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
         ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
         ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
-        ``progress`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
+        ``progress``, ``skip_nonfinite`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
 
     Returns
     -------
     Analysis
+
+    Raises
+    ------
+    TypeError
+        A setting ``qk.analyze()`` does not take (the message names the nearest one).
+    QKEnergyError
+        A model that cannot be read, or non-finite weights in a head asked for
+        (``NonFiniteWeights``, naming the file, tensor and element or block) unless
+        ``skip_nonfinite``.
     """
     if isinstance(model, Model):
         from qkenergy.analysis.analyze import analyze_model

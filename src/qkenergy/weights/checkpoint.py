@@ -133,8 +133,8 @@ def open_model(
 
 
 def _unreachable(path: Path, text: str) -> QKEnergyError | None:
-    """Why a path that exists as a name cannot be opened (a loop of symbolic links, a link to
-    nothing, no permission), or None when nothing by that name is there."""
+    """Why a name that is there cannot be opened (a loop of symbolic links, a link to nothing),
+    or None (nothing by that name: perhaps a hub id)."""
     try:
         os.stat(path)
     except OSError as exc:
@@ -146,8 +146,6 @@ def _unreachable(path: Path, text: str) -> QKEnergyError | None:
             return QKEnergyError(
                 f"{show_path(text)}: a symbolic link to {show_path(os.readlink(path))}, which does not exist"
             )
-        if exc.errno != errno.ENOENT:
-            return QKEnergyError(f"{show_path(text)}: cannot be opened: {exc.strerror or exc}")
     return None
 
 
