@@ -152,7 +152,7 @@ def test_directory_with_unindexed_shards(tmp_path: Path) -> None:
 
 def test_empty_directory(tmp_path: Path) -> None:
     root = make_dir(tmp_path / "m")
-    error(root, str(root), "no *.safetensors")
+    error(root, str(root), "no weights found", "*.safetensors shards, a *.gguf file")
 
 
 # --- sharded index ---------------------------------------------------------------------

@@ -491,7 +491,9 @@ def _tiny(tmp_path: Path) -> Path:
         (b"qwen3.context_length", r"inside key 'qwen3.context_length'"),
         (
             -100,
-            r"tensor 'blk\.1\.[a-z_]+\.weight': its \d+ bytes at offset \d+ run past the end of the \d+-byte file; truncated",
+            r"tensor 'blk\.1\.[a-z_]+\.weight': its \d+ bytes at data offset \d+ \(file offset \d+: the tensor "
+            r"table counts from the data section, which starts at byte \d+\) run past the end of the \d+-byte "
+            r"file, which would need \d+ bytes; truncated",
         ),
     ],
 )
@@ -567,7 +569,7 @@ def test_garbled_headers(tmp_path: Path) -> None:
     bad = _patched(good, type_at + 4, (offset + 4).to_bytes(8, "little"), tmp_path / "align.gguf")
     with pytest.raises(
         QKEnergyError,
-        match=rf"tensor '{last.gguf_name}': offset {offset + 4} is not a multiple of the alignment 32",
+        match=rf"tensor '{last.gguf_name}': data offset {offset + 4} is not a multiple of the alignment 32",
     ):
         open_model(str(bad))
 

@@ -31,7 +31,15 @@ from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.parallel import available_cores, resolve_threads, thread_map
 from qkenergy.base.version import __version__
 from qkenergy.formats import provenance
-from qkenergy.formats.columns import Columns, broadcast, concat, list_column, to_frame, with_integer_counts
+from qkenergy.formats.columns import (
+    Columns,
+    broadcast,
+    concat,
+    list_column,
+    row_count,
+    to_frame,
+    with_integer_counts,
+)
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality, directionality_raw
 from qkenergy.math.energies import rescale_by_power_of_two
@@ -43,6 +51,7 @@ from qkenergy.math.nulls import (
 )
 from qkenergy.math.rope import Rope, rotate
 from qkenergy.math.statistics import (
+    REASON_NON_FINITE,
     STATISTICS,
     HeadStatistics,
     dense_statistics,
@@ -52,6 +61,7 @@ from qkenergy.math.statistics import (
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.families import FAMILIES
+from qkenergy.weights.finite import bad_heads, heads_text, nonfinite_error, nonfinite_findings, skip_reason
 from qkenergy.weights.layout import Layout
 from qkenergy.weights.quantization import stored_quantization
 from qkenergy.weights.reading import (
@@ -155,10 +165,13 @@ def analyze_model(
     revision: str | None = None,
     null_spec: NullSpec | None = None,
     types: TypeRule | None = None,
+    skip_nonfinite: bool = False,
 ) -> Analysis:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
-    While a layer is analysed, the next one is read by a helper thread.
+    While a layer is analysed, the next one is read by a helper thread. A head whose
+    W_Q or W_K holds a NaN or an infinity (a weight, a scale or a norm gain folded in) is
+    an error naming the file, the tensor and the element or block, unless ``skip_nonfinite``.
 
     Parameters
     ----------
@@ -226,6 +239,12 @@ def analyze_model(
     types : TypeRule, optional
         The head-type rule as one object (type_rule, imbalance_cut, edge_cut together;
         :class:`~qkenergy.analysis.type_rule.TypeRule`).
+    skip_nonfinite : bool
+        Heads whose forms are not finite are left out of the table instead of stopping the
+        analysis; ``settings["skipped_heads"]`` lists each (stack, layer, head, why) and the
+        summary says how many. A NaN in one head's rows reaches that head alone, one in a
+        shared norm gain every head of its layer; the whole form of such a layer (``per_layer``)
+        sums its finite heads alone (its ``n_heads`` says how many).
 
     Returns
     -------
@@ -323,6 +342,7 @@ def analyze_model(
             )
         head_parts: list[Columns] = []
         layer_rows: list[dict[str, Any]] = []
+        skipped: list[dict[str, Any]] = []  # heads left out for non-finite weights (skip_nonfinite)
 
         def read(item: tuple[Architecture, str, int, list[int]]) -> LayerWeights:
             return read_layer(tensors, item[0], item[2], fold_norm=fold_norm, prefix=item[1])
@@ -354,14 +374,41 @@ def analyze_model(
                     rope=rope,
                     offsets=offsets,
                 )
+                # found for free by the Gram route (a head's reason); the layer forms sum every head
+                bad = sorted(
+                    {
+                        int(h)
+                        for h, why in zip(rows["head"], rows["reason"], strict=True)
+                        if why == REASON_NON_FINITE
+                    }
+                )
+                form_bad = bad_heads(weights) if per_layer else np.zeros(0, dtype=bool)
+                if bad or form_bad.any():
+                    # only now is the layer read again, to say where the values lie
+                    findings = nonfinite_findings(
+                        source.tensors, stack, layer, fold_norm=fold_norm, prefix=_prefix
+                    )
+                    if not skip_nonfinite:
+                        raise nonfinite_error(
+                            findings, stack, layer, bad or np.flatnonzero(form_bad).tolist()
+                        )
+                    skipped.extend(
+                        {"stack": stack.stack, "layer": layer, "head": h, "why": skip_reason(findings, h)}
+                        for h in bad
+                    )
+                    kept = ~np.isin(rows["head"], bad)
+                    rows = {column: values[kept] for column, values in rows.items()}
                 read_as = layer_tensors(source.tensors, stack, layer, prefix=_prefix)
                 head_parts.append(_with_quantization(rows, stored_quantization(source.tensors, read_as)))
-                if per_layer:
-                    layer_rows.extend(_layer_rows(label, stack, weights, keywords, rope, offsets))
+                if per_layer and not form_bad.all():
+                    form = weights if not form_bad.any() else _finite_heads(weights, ~form_bad)
+                    layer_rows.extend(_layer_rows(label, stack, form, keywords, rope, offsets))
                 del weights  # release this layer before the one after next is read
                 source.tensors.release()
                 advance()
             ahead.result()
+        if skipped and not any(row_count(part) for part in head_parts):
+            raise _nothing_left(skipped)
         model_source = provenance.model_source(model, source, tensors.fingerprints())
         family_note = FAMILIES[arch.model_type].note if arch.model_type in FAMILIES else ""
 
@@ -417,9 +464,47 @@ def analyze_model(
     }
     if quantized := _quantization_note(table):
         settings["notes"].append(quantized)
+    settings["skip_nonfinite"] = bool(skip_nonfinite)
+    settings["skipped_heads"] = skipped
+    if skipped:
+        settings["notes"].append(_skipped_note(skipped, per_layer))
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
     return Analysis(columns=table, layers=layer_table, model=label, settings=settings, null_laws=used)
+
+
+def _skipped_note(skipped: Sequence[Mapping[str, Any]], per_layer: bool) -> str:
+    """The settings' note on heads left out for non-finite weights: how many, where, where to read why."""
+    layers = sorted({(str(h["stack"]), int(h["layer"])) for h in skipped})
+    where = ", ".join(f"{stack} {layer}" if stack else str(layer) for stack, layer in layers[:12])
+    where += f", ... ({len(layers) - 12} more)" if len(layers) > 12 else ""
+    forms = (
+        "; the whole forms of their layers sum the finite heads alone (column n_heads)" if per_layer else ""
+    )
+    return (
+        f"{len(skipped)} head{'s' if len(skipped) != 1 else ''} skipped: "
+        f"{'its' if len(skipped) == 1 else 'their'} weights hold NaN or infinite values (layer{'s' if len(layers) != 1 else ''} {where}); "
+        f"settings skipped_heads names each head and why{forms}"
+    )
+
+
+def _finite_heads(weights: LayerWeights, kept: np.ndarray) -> LayerWeights:
+    """The layer with only the query heads ``kept`` (its layer form then sums those alone)."""
+    return dataclasses.replace(
+        weights, w_query=weights.w_query[kept], kv_head=np.asarray(weights.kv_head)[kept]
+    )
+
+
+def _nothing_left(skipped: Sequence[Mapping[str, Any]]) -> QKEnergyError:
+    """Every head asked for was skipped: nothing to analyse, and the first reason why."""
+    first = skipped[0]
+    heads = [int(h["head"]) for h in skipped if (h["stack"], h["layer"]) == (first["stack"], first["layer"])]
+    others = len(skipped) - len(heads)
+    more = f", and {others} head{'s' if others != 1 else ''} of other layers" if others else ""
+    return QKEnergyError(
+        f"{first['why']}: every head asked for has non-finite weights (layer {first['layer']}'s "
+        f"{heads_text(heads)}{more}); nothing is left to analyse"
+    )
 
 
 def _loose_spec(

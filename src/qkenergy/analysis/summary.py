@@ -6,7 +6,7 @@ the pandas import on every run that prints it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -33,11 +33,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "SIGNIFICANCE",
+    "SKIPPED_SHOWN",
     "baseline",
     "layer_summary",
     "notable_heads",
     "print_summary",
     "rotation_verdict",
+    "skipped_lines",
     "tail_note",
     "verdict",
 ]
@@ -189,6 +191,13 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
     total = int(defined.sum())
     if total == 0:
         return "No head has a defined symmetric energy (all forms are zero or non-finite)."
+    # heads without a defined s (zero forms) are not among the shares: say so, with their count
+    undefined = len(s) - total
+    among = (
+        f" ({undefined} of the {len(s)} heads have no defined s: zero or non-finite forms)"
+        if undefined
+        else ""
+    )
     median = float(np.median(s[defined]))
     base = baseline(_floats(df, "N")[defined])
     base_text = (
@@ -200,7 +209,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
     if not null or not np.isfinite(p).any():
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
-            f"over {total} heads; null laws were skipped, so no significance is claimed."
+            f"over {total} heads{among}; null laws were skipped, so no significance is claimed."
         )
     z = _floats(df, "symmetric_energy_z")
     significant = np.isfinite(p) & (p < SIGNIFICANCE)
@@ -210,7 +219,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         f"{above} of {total} heads ({100 * above / total:.0f}%) are significantly more symmetric "
         f"and {below} ({100 * below / total:.0f}%) significantly more skew than a random head of "
         f"the same shape (BH-adjusted p < {SIGNIFICANCE:g}); median symmetric energy {median:.4f} "
-        f"against the random baseline {base_text}."
+        f"against the random baseline {base_text}{among}."
     )
 
 
@@ -286,6 +295,43 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
         "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
         "matched to the null's mean and variance (an approximation; see docs/statistics.md)."
     )
+
+
+SKIPPED_SHOWN = 5
+"""Layers whose skipped heads the summary lists one line each (the settings list them all)."""
+
+
+def skipped_lines(skipped: Sequence[Mapping[str, Any]], shown: int = SKIPPED_SHOWN) -> list[str]:
+    """The summary's lines on heads skipped for non-finite weights: one per layer, why, then how many more.
+
+    Parameters
+    ----------
+    skipped : sequence of mapping
+        ``settings["skipped_heads"]``: stack, layer, head, why of each head.
+    shown : int, optional
+        The most layers listed.
+
+    Returns
+    -------
+    list of str
+        Empty when no head was skipped.
+    """
+    by_layer: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for entry in skipped:
+        by_layer.setdefault((str(entry.get("stack") or ""), int(entry["layer"])), []).append(entry)
+    lines = []
+    for (stack, layer), entries in list(by_layer.items())[:shown]:
+        heads = ", ".join(str(int(e["head"])) for e in entries)
+        # a head's why joins the findings that reach it with "; ": each finding once per layer
+        why = "; ".join(dict.fromkeys(part for e in entries for part in str(e.get("why", "")).split("; ")))
+        label = f"{stack} layer {layer}" if stack else f"layer {layer}"
+        lines.append(f"Skipped, {label} head{'s' if len(entries) != 1 else ''} {heads}: {why}")
+    if len(by_layer) > shown:
+        rest = sum(len(v) for v in list(by_layer.values())[shown:])
+        lines.append(
+            f"Skipped: {rest} heads of {len(by_layer) - shown} more layers (settings skipped_heads)."
+        )
+    return lines
 
 
 def _count(number: int, noun: str) -> str:
@@ -472,12 +518,16 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
             texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
         null_text = " · ".join(texts)
     # Names are data: a model called "[red]m" prints as written (markup escaped), never as markup.
+    skipped = settings.get("skipped_heads") or []
+    dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
-        f"[bold]{escape(str(analysis.model))}[/bold] · {_count(_length(df), 'head')} in {_layer_count(df)} · "
-        f"fold-norm {fold} · {null_text}"
+        f"[bold]{escape(str(analysis.model))}[/bold] · {_count(_length(df), 'head')}{dropped} in "
+        f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
         console.print(f"note: {escape(str(note))}")
+    for skipped_line in skipped_lines(skipped):
+        console.print(escape(skipped_line))
     _print_rope(settings, every_offset, offset, console)
     table = rich_table(
         "Symmetric energy per layer",

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
+from qkenergy.weights.finite import bad_heads, nonfinite_error, nonfinite_findings
 from qkenergy.weights.layout import Layout
-from qkenergy.weights.reading import LayerWeights, present_stacks, read_layer, select
+from qkenergy.weights.reading import LayerWeights, present_stacks, read_layer, select, stacks_text
 
 # Opening a model reads weights only: the analysis and the heads' mathematics are imported
 # when a head or an analysis is first asked for (the start-up of `qk.open`).
@@ -151,7 +152,7 @@ class Model:
             if arch.stack == stack:
                 return arch, prefix
         raise ArgumentError(
-            f"stack: {stack!r} is not a stack of {self.name}; its stacks are {', '.join(map(repr, self.stacks))}",
+            f"stack: {stack!r:.80} is not a stack of {self.name}; {stacks_text(self.stacks)}",
             parameter="stack",
         )
 
@@ -199,7 +200,8 @@ class Model:
         Raises
         ------
         QKEnergyError
-            A layer, head or stack the model does not have, or an offset without RoPE.
+            A layer, head or stack the model does not have, an offset without RoPE, or a head
+            whose weights hold NaN or infinite values (``NonFiniteWeights``, naming where).
         """
         arch, prefix = self._stack(stack)
         (layer,) = select("layer", [layer], arch.n_layers, "layers")
@@ -220,6 +222,13 @@ class Model:
             rope = plan[0][layer]
         weights = self._layer(arch, prefix, layer, fold_norm)
         kv = int(weights.kv_head[head])
+        if bad_heads(weights, [head])[0]:  # another head's NaN does not stop this one
+            findings = nonfinite_findings(
+                self._source.tensors, arch, layer, fold_norm=fold_norm, prefix=prefix
+            )
+            raise nonfinite_error(
+                findings, arch, layer, [head], "heads the values do not reach read as usual"
+            )
         from qkenergy.api.head import Head
 
         return Head(
@@ -249,7 +258,7 @@ class Model:
         """
         from qkenergy.api.results import Analysis
 
-        return Analysis(_run(self._argument, {**self._options, **settings}), model=self)
+        return Analysis(_run(self._argument, {**self._options, **settings}, "Model.analyze()"), model=self)
 
 
 def open(
@@ -325,15 +334,34 @@ def _reopen(settings: Mapping[str, Any]) -> Model:
 _OPENING = ("model_type", "layout", "revision", "config")
 
 
-def _run(argument: Any, settings: dict[str, Any]) -> Result:
+def _run(argument: Any, settings: dict[str, Any], public: str) -> Result:
+    """analyze_model on ``settings``; a keyword it does not take is a TypeError naming ``public``."""
     from qkenergy.analysis.analyze import analyze_model
     from qkenergy.analysis.nullspec import NullSpec
 
+    _check_keywords(settings, analyze_model, public)
     null = settings.pop("null", True)
     if isinstance(null, NullSpec):
         settings["null_spec"] = null
         null = True
     return analyze_model(argument, null=bool(null), **settings)
+
+
+def _check_keywords(settings: Mapping[str, Any], function: Any, public: str) -> None:
+    """TypeError for a keyword ``function`` does not take, naming the function the user called."""
+    import difflib
+    import inspect
+
+    taken = [
+        name
+        for name, p in inspect.signature(function).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    for key in settings:
+        if key not in taken:
+            near = difflib.get_close_matches(str(key), taken, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {', '.join(taken)}"
+            raise TypeError(f"{public} got an unexpected keyword argument {str(key)!r:.80}{hint}")
 
 
 def analyze(model: Any = None, **settings: Any) -> Analysis:
@@ -348,19 +376,31 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
         and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
         ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
         ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
-        ``progress`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
+        ``progress``, ``skip_nonfinite`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
 
     Returns
     -------
     Analysis
+
+    Raises
+    ------
+    TypeError
+        A setting ``qk.analyze()`` does not take (the message names the nearest one).
+    QKEnergyError
+        A model that cannot be read, or non-finite weights in a head asked for
+        (``NonFiniteWeights``, naming the file, tensor and element or block) unless
+        ``skip_nonfinite``.
     """
     if isinstance(model, Model):
+        from qkenergy.analysis.analyze import analyze_model
+
+        _check_keywords(settings, analyze_model, "qk.analyze()")
         return model.analyze(**settings)
     from qkenergy.api.results import Analysis
 
     # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
     opening = {key: settings[key] for key in _OPENING if key in settings}
-    return Analysis(_run(model, dict(settings)), opener=lambda: open(model, **opening))
+    return Analysis(_run(model, dict(settings), "qk.analyze()"), opener=lambda: open(model, **opening))
 
 
 def read(path: str | os.PathLike[str]) -> Analysis:

@@ -109,6 +109,13 @@ if TYPE_CHECKING:  # pragma: no cover
     "instead of the name MODEL gives: two runs of one checkpoint (e.g. with and without --fold-norm) "
     "then stay apart in qkenergy report.",
 )
+@click.option(
+    "--skip-nonfinite",
+    is_flag=True,
+    help="Heads whose weights hold NaN or infinite values (a weight, a scale, a norm gain) are left out "
+    "and listed in the summary and the settings, instead of stopping the run (the default: one line "
+    "naming the file, the tensor and the block, exit 1, nothing written).",
+)
 @click.option("--quiet", is_flag=True, help="No summary and no progress bar.")
 def analyze(
     model: str | None,
@@ -127,6 +134,7 @@ def analyze(
     top: int,
     rope_offsets: Any,
     name: str | None,
+    skip_nonfinite: bool,
     quiet: bool,
 ) -> None:
     """Analyze every head of MODEL (safetensors file, directory, shards, GGUF file, HF cache folder, hub id, or
@@ -162,6 +170,7 @@ def analyze(
         progress=not quiet and sys.stderr.isatty(),
         threads=threads,
         name=name,
+        skip_nonfinite=skip_nonfinite,
     )
     if not quiet:
         result.print_summary(stdout_console(), top=top)

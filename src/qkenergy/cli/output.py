@@ -40,6 +40,7 @@ FLAGS = {
     "static": "--static",
     "model_type": "--model-type",
     "layout": "--layout",
+    "skip_nonfinite": "--skip-nonfinite",
 }
 
 

@@ -32,6 +32,7 @@ from qkenergy.surveys.manifest import ModelEntry, read_manifest
 from qkenergy.surveys.plan import SETTINGS, ModelPlan, check_settings, resolve_entry, unit_action, unit_params
 from qkenergy.surveys.shared_nulls import join_law, shared_laws
 from qkenergy.surveys.units import UnitResult, UnitSpec, run_unit
+from qkenergy.weights.finite import NonFiniteWeights
 from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
@@ -432,8 +433,10 @@ def _run(
                 _record(unit, plan, out, ledger, result)
                 display.advance(heads=0 if unit.heads is None else len(unit.heads))
             else:
-                error = _one_line(future.exception())
-                final = attempt >= retries
+                exception = future.exception()
+                error = _one_line(exception)
+                # the same weights are non-finite at every try: no retry
+                final = attempt >= retries or isinstance(exception, NonFiniteWeights)
                 ledger.mark_failed(spec.model, spec.layer, error, final=final)
                 if final:
                     result.failed.append((spec.model, spec.layer, error))

@@ -58,6 +58,10 @@ class QKEnergyCallback(TrainerCallback):
         The null-law cache, as for the Tracker.
     out : path, optional
         The table's folder (default ``<output_dir>/qkenergy/heads.parquet``).
+    skip_nonfinite : bool
+        As for the Tracker: True (the default) leaves heads with NaN or infinite weights out of
+        the step, with a logged warning naming them and the scalar ``qkenergy/skipped_heads``;
+        False makes such a step an error that ends the training run.
 
     Notes
     -----
@@ -84,6 +88,7 @@ class QKEnergyCallback(TrainerCallback):
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,
         out: str | os.PathLike[str] | None = None,
+        skip_nonfinite: bool = True,
     ) -> None:
         self.every = None if every is None else check_integer(every, "every", 1)
         self.null = NullSpec(samples=samples, seed=seed, radius=radius)  # checked here, not at the first step
@@ -96,6 +101,7 @@ class QKEnergyCallback(TrainerCallback):
             "name": name,
             "threads": threads,
             "cache_dir": cache_dir,
+            "skip_nonfinite": bool(skip_nonfinite),
         }
         self.out = out
         self.tracker: Tracker | None = None

@@ -22,6 +22,7 @@ and DuckDB read the folder as one table (:func:`read_tracking`).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math.nulls import NullLaw
 
 __all__ = ["PREFIX", "Tracker", "part_path", "read_tracking", "step_scalars"]
+
+_log = logging.getLogger(__name__)
 
 PREFIX = "qkenergy/"
 """Prefix of the scalars :meth:`Tracker.log` returns (the keys in a Trainer's logs)."""
@@ -88,6 +91,19 @@ class Tracker:
         other processes).
     cache_dir : path, optional
         Keep the null laws on disk too.
+    skip_nonfinite : bool
+        True (the default): heads whose weights hold NaN or infinite values are left out of
+        the step's rows, named in a logged warning (logger ``qkenergy.training.tracker``) and
+        in the part's settings (``skipped_heads``), and counted in the scalar
+        ``qkenergy/skipped_heads``; training goes on. False: such a step is the one-line
+        error of ``qkenergy analyze``. A step at which every head is non-finite is an error
+        either way: nothing is left to measure.
+
+    Notes
+    -----
+    Non-finite weights during training mean a diverged run, which its loss already shows; a
+    measurement that stopped the run would take the remaining steps with it, so by default
+    the tracker measures the finite heads and says which ones it could not.
     """
 
     def __init__(
@@ -103,8 +119,10 @@ class Tracker:
         config: Mapping[str, Any] | None = None,
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,
+        skip_nonfinite: bool = True,
     ) -> None:
         self.model = model
+        self.skip_nonfinite = bool(skip_nonfinite)
         self.out = None if out is None else Path(out)
         self.samples = check_integer(samples, "samples", 2)
         self.seed = check_integer(seed, "seed", 0)
@@ -136,6 +154,7 @@ class Tracker:
             seed=self.seed,
             radius=self.radius,
             threads=self.threads,
+            skip_nonfinite=self.skip_nonfinite,
             **options,
         )
 
@@ -168,12 +187,24 @@ class Tracker:
             self._draw_laws()
         analysis = self._analyze(null_laws=self.laws)
         heads = analysis.heads
+        skipped = analysis.settings.get("skipped_heads") or []
+        if skipped:
+            from qkenergy.analysis.summary import skipped_lines
+
+            _log.warning(
+                "qkenergy: step %d: %d heads left out, their weights hold NaN or infinite values: %s",
+                step,
+                len(skipped),
+                " | ".join(skipped_lines(skipped)),
+            )
         if self.stack is not None:
             stacks = sorted(set(heads["stack"].astype(str)))
             if self.stack not in stacks:
+                from qkenergy.weights.reading import stacks_text
+
                 raise QKEnergyError(
-                    f"stack={self.stack!r}: the model has no such attention stack; it has "
-                    + ", ".join(repr(s) for s in stacks)
+                    f"stack={self.stack!r:.80}: the model has no such attention stack; {stacks_text(stacks)}",
+                    parameter="stack",
                 )
             # The BH adjustment stays the one over all the model's heads, as analyze reports it.
             heads = heads[heads["stack"] == self.stack].reset_index(drop=True)
@@ -203,7 +234,11 @@ class Tracker:
 
             write_table(heads, part_path(self.out, int(step)), settings=heads.attrs["settings"])
         self.last = heads
-        return step_scalars(heads)
+        scalars = step_scalars(heads)
+        skipped = heads.attrs["settings"].get("skipped_heads") or []
+        if skipped:
+            scalars[f"{PREFIX}skipped_heads"] = float(len(skipped))
+        return scalars
 
 
 def step_scalars(heads: pd.DataFrame) -> dict[str, float]:

@@ -15,6 +15,7 @@ arbitrary code.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
 import os
 import re
@@ -132,12 +133,29 @@ def open_model(
         return _open_file(path, text)
     if path.exists():
         raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
+    if (unreachable := _unreachable(path, text)) is not None:
+        raise unreachable
     reference = _hub_reference(text)
     if reference is not None:
         return _open_hub(reference, text, revision, hub_cache)
-    if path.is_symlink():
-        raise QKEnergyError(f"{show_path(text)}: a symbolic link to nothing (or a loop of links)")
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
+
+
+def _unreachable(path: Path, text: str) -> QKEnergyError | None:
+    """Why a name that is there cannot be opened (a loop of symbolic links, a link to nothing),
+    or None (nothing by that name: perhaps a hub id)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return QKEnergyError(
+                f"{show_path(text)}: a loop of symbolic links (following them never reaches a file or folder)"
+            )
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return QKEnergyError(
+                f"{show_path(text)}: a symbolic link to {show_path(os.readlink(path))}, which does not exist"
+            )
+    return None
 
 
 _CACHE_PREFIX = "models--"
@@ -335,9 +353,18 @@ def _open_dir(root: Path, name: str, origin: str) -> ModelSource:
     if pickles:
         preferred = [p for p in pickles if p.name.startswith("pytorch_model")]
         raise _pickle_error((preferred or pickles)[0])
+    unreadable = [p.name for p in sorted(root.glob("*.safetensors")) if not p.is_file()]
+    blobs = [p.name for p in sorted(root.glob("sha256-*")) if p.is_file()]
+    seen = (
+        f"; {show_name(unreadable[0])} is not a readable file (a broken or looping symbolic link?)"
+        if unreadable
+        else f"; none of its {len(blobs)} sha256-* blobs is a GGUF file"
+        if blobs
+        else ""
+    )
     raise QKEnergyError(
-        f"{show_path(root)}: no *.safetensors weights found (expected model.safetensors, "
-        f"{INDEX_NAME}, or *.safetensors shards)"
+        f"{show_path(root)}: no weights found (expected model.safetensors, {INDEX_NAME}, "
+        f"*.safetensors shards, a *.gguf file, or the GGUF blob of an ollama blobs folder){seen}"
     )
 
 

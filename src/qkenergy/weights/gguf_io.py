@@ -409,9 +409,11 @@ def read_header(path: Path, fetch: Fetch | None = None) -> GGUFHeader:
         begin = data_start + offset
         if offset % alignment or begin + nbytes > size:
             problem = (
-                f"offset {offset} is not a multiple of the alignment {alignment}"
+                f"data offset {offset} is not a multiple of the alignment {alignment}"
                 if offset % alignment
-                else f"its {nbytes} bytes at offset {offset} run past the end of the {size}-byte file; truncated"
+                else f"its {nbytes} bytes at data offset {offset} (file offset {begin}: the tensor table counts "
+                f"from the data section, which starts at byte {data_start}) run past the end of the "
+                f"{size}-byte file, which would need {begin + nbytes} bytes; truncated"
             )
             raise QKEnergyError(f"{what}: {problem}")
         shape = tuple(int(d) for d in reversed(dims))
@@ -533,7 +535,7 @@ def _dequantize(raw: np.ndarray, info: GGUFTensorInfo, where: str) -> np.ndarray
     rows = info.shape[:-1]
     try:
         # A block whose float16 scale is inf or NaN decodes to non-finite weights; the analysis
-        # reports such heads as NaN (as for any non-finite weights), so numpy's warnings are not wanted.
+        # names such a block and its heads (weights.finite), so numpy's warnings are not wanted.
         with np.errstate(all="ignore"):
             values = dequantize(raw.reshape(*rows, info.shape[-1] // block * block_bytes), qtype)
     except NotImplementedError:

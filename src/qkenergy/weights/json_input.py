@@ -298,8 +298,22 @@ def describe(value: object) -> str:
     if isinstance(value, bool | int | float) or value is None:
         text = json.dumps(value)
         return text if len(text) <= 24 else json_type(value)
-    if isinstance(value, str) and len(value) <= 40:
-        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a string of {len(value)} characters"
+    if isinstance(value, list | dict):
+        # a short array or object by value (the element at fault shows), a long one by its size
+        try:
+            text = json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError, RecursionError):
+            text = ""
+        if text and len(text) <= 40:
+            return f"{json_type(value)} {text}"
+        count = (
+            f"{len(value)} item{'s' if len(value) != 1 else ''}"
+            if isinstance(value, list)
+            else (f"{len(value)} key{'s' if len(value) != 1 else ''}")
+        )
+        return f"{json_type(value)} of {count}"
     return json_type(value)
 
 

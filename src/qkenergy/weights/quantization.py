@@ -497,14 +497,15 @@ def _group_size(obj: Mapping[str, Any], key: str, where: str, default: int) -> i
 def _pair(value: Any, key: str, where: str) -> tuple[int, int]:
     if isinstance(value, str) and re.fullmatch(r"\d{1,7}x\d{1,7}", value):
         value = [int(v) for v in value.split("x")]
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 20 for v in value)
-    ):
-        raise QKEnergyError(
-            f"{where}: field {key!r} is {describe(value)}; expected [rows, columns] of a block"
-        )
+    expected = f"expected [rows, columns] of a block, two integers from 1 to {1 << 20}"
+    if not isinstance(value, list) or len(value) != 2:
+        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; {expected}")
+    for i, v in enumerate(value):
+        if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 20):
+            raise QKEnergyError(
+                f"{where}: field {key!r} is {describe(value)}: element {i} (the {('rows', 'columns')[i]}) "
+                f"is {describe(v)}; {expected}"
+            )
     return int(value[0]), int(value[1])
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "present_stacks",
     "read_layer",
     "select",
+    "stacks_text",
 ]
 
 
@@ -503,3 +504,22 @@ def select(
     if not picked:
         raise ArgumentError(f"{option}: empty selection; {valid}", parameter=option)
     return sorted(picked)
+
+
+def stacks_text(stacks: Sequence[str]) -> str:
+    """What attention stacks a model has, for a message about a stack asked for that it lacks.
+
+    Parameters
+    ----------
+    stacks : sequence of str
+        The model's stacks ("" is the one stack of a single-stack model).
+
+    Returns
+    -------
+    str
+        "it has one attention stack, unnamed: leave `stack` out" or "its stacks are 'encoder', 'decoder'".
+    """
+    named = [s for s in stacks if s]
+    if not named:
+        return "it has one attention stack, unnamed: leave `stack` out"
+    return f"its stacks are {', '.join(map(repr, named))}"
