@@ -56,16 +56,18 @@ def header_end(path: Path) -> int:
 def floor(folder: Path, analysis: qk.Analysis) -> tuple[int, int]:
     """(the bytes a byte-range reading cannot do without, the files it touches) for this analysis.
 
-    The small files whole, every weight file's header (all shards' headers are read to index the
-    tensors) and the byte ranges of the tensors read: each file's fingerprint hashes exactly its
-    header and the tensors read (``hashed_bytes``).
+    The small files whole, the header of every weight file read (and of every other file of a
+    repository without a shard index, whose headers say which file holds a tensor) and the byte
+    ranges of the tensors read: each file's fingerprint hashes exactly its header and the tensors
+    read (``hashed_bytes``).
     """
+    indexed = (folder / "model.safetensors.index.json").is_file()
     read = {Path(f["path"]).name: int(f["hashed_bytes"]) for f in analysis.settings["model_source"]["files"]}
     total, files = sum(read.values()), len(read)
     for path in folder.iterdir():
         if path.name in SMALL:
             total, files = total + path.stat().st_size, files + 1
-        elif path.suffix == ".safetensors" and path.name not in read:
+        elif path.suffix == ".safetensors" and path.name not in read and not indexed:
             total, files = total + header_end(path), files + 1
     return total, files
 
@@ -154,6 +156,15 @@ def test_fewer_layers_fetch_less_and_more_layers_only_the_rest(
     assert one_layer + second <= 1.05 * needed + SLACK * 4
     assert second < one_layer  # the headers and layer 0 came with the first run
     assert first.heads["layer"].unique().tolist() == [0]
+    # the index says where each tensor is: only the shards holding layer 0's query and key were opened
+    index = json.loads((repos["sharded"] / "model.safetensors.index.json").read_text())["weight_map"]
+    needed_shards = {index[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qk"}
+    assert set(first.settings["hub"]["files"]) == {
+        "config.json",
+        "model.safetensors.index.json",
+        *needed_shards,
+    }
+    assert len(needed_shards) < len(set(index.values()))
 
 
 def test_a_gguf_file_chosen_and_many_refused(
@@ -402,3 +413,19 @@ def test_the_progress_bar_counts_the_bytes_the_layers_need(
     assert tasks["analysing layers"] == [2, 2]
     q_and_k = 2 * 2 * 4 * 32 * 256 * 4  # two layers, W_Q and W_K, float32
     assert total == pytest.approx(q_and_k / 1e6) and done == pytest.approx(total)
+
+
+def test_a_wrong_shard_index_is_one_line(loopback_hub: Any, repos: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "wrong"
+    shutil.copytree(repos["sharded"], folder)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    query = "model.layers.0.self_attn.q_proj.weight"
+    shards = sorted(set(index["weight_map"].values()))
+    index["weight_map"][query] = next(s for s in shards if s != index["weight_map"][query])
+    index_path.write_text(json.dumps(index))
+    loopback_hub.add_repo("loopback/wrong", folder)
+    with pytest.raises(qk.QKEnergyError, match=r"model.safetensors.index.json: maps tensor .* but it is"):
+        qk.analyze("loopback/wrong", null=False, cache_dir=tmp_path / "c")

@@ -114,11 +114,12 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
             ]
             arch = stacks[0]
             n_layers = max(a.n_layers for a in stacks)
-            files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
             plan.origin = source.origin
-            plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
             if source.remote is not None:  # the weights stay on the Hub: workers read them by range
                 plan.path = source.remote.pinned
+            else:
+                files = sorted({source.tensors.file_of(name).path for name in source.tensors.names})
+                plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
             plan.arch = {
                 "model_type": arch.model_type,
                 "n_layers": n_layers,
@@ -132,9 +133,8 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
             # hybrid models: only the layers with softmax attention are units
             plan.layers = [layer for layer in chosen if any(a.has_layer(layer) for a in stacks)]
             if source.remote is not None:  # a commit's files are known by their ETags
-                plan.files_digest = digest(
-                    [source.remote.commit, sorted(source.remote.record["files"].items())]
-                )
+                etags = sorted((path, file.etag) for path, file in source.remote.files.items())
+                plan.files_digest = digest([source.remote.commit, etags])
             else:
                 stats = [
                     (str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*files, source.config_path]

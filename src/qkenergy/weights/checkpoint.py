@@ -29,7 +29,7 @@ from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
 from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.range_cache import MARKER
-from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource, show_path
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -304,17 +304,20 @@ def _config(root: Path, weights: Path) -> dict[str, Any]:
     return _read_json(path, "the config")
 
 
-Opener = Callable[[Path], SafetensorsFile]
-
-
 def _build(
-    root: Path, weights: list[Path], name: str, origin: str, opener: Opener = SafetensorsFile
+    root: Path,
+    weights: list[Path],
+    name: str,
+    origin: str,
+    files: Callable[[], TensorSource] | None = None,
 ) -> ModelSource:
+    """The source of safetensors ``weights`` with the config in ``root``; ``files`` opens them
+    (default: each file's header read now, :class:`TensorSource`)."""
     config = _config(root, weights[0])
     # the quantisation first: a refused method costs no header reads
     quantization = read_quantization(config, show_path(root / CONFIG_NAME), root)
-    files = TensorSource(opener(path) for path in weights)
-    tensors, notes = quantized_tensors(files, quantization, show_path(root / CONFIG_NAME))
+    opened = TensorSource(weights) if files is None else files()
+    tensors, notes = quantized_tensors(opened, quantization, show_path(root / CONFIG_NAME))
     return ModelSource(name, config, tensors, root, origin, notes=notes)
 
 
@@ -392,7 +395,7 @@ def _shard_names(root: Path) -> tuple[dict[str, str], list[str]]:
     return weight_map, shards
 
 
-def _open_index(root: Path, name: str, origin: str, opener: Opener = SafetensorsFile) -> ModelSource:
+def _open_index(root: Path, name: str, origin: str) -> ModelSource:
     index_path = root / INDEX_NAME
     weight_map, names = _shard_names(root)
     shards: list[Path] = []
@@ -403,7 +406,7 @@ def _open_index(root: Path, name: str, origin: str, opener: Opener = Safetensors
                 f"{show_path(index_path)}: lists shard {show_name(shard)}, which does not exist or is not a regular file"
             )
         shards.append(path)
-    source = _build(root, shards, name, origin, opener)
+    source = _build(root, shards, name, origin)
     tensors = source.tensors
     # each tensor's shard by name (92k tensors in DeepSeek-V3: a name per shard, not per tensor)
     shard_of = {tensor: sf.path.name for sf in getattr(tensors, "files", ()) for tensor in sf.names}
@@ -457,19 +460,28 @@ def _open_hub(
             def opener(path: Path) -> SafetensorsFile:
                 return SafetensorsFile(path, repo.fetcher(path))
 
-            if kind == "index":
-                weights = _shard_names(repo.root)[1]
-                for shard in weights:
+            if kind == "index":  # a shard's header is fetched when one of its tensors is first read
+                weight_map, shards = _shard_names(repo.root)
+                for shard in shards:
                     if shard not in repo.files:
                         raise QKEnergyError(
                             f"{repo.where}: its {INDEX_NAME} lists shard {show_name(shard)}, which the "
                             f"commit {repo.commit[:12]} does not have"
                         )
-            repo.fetch_headers(weights)
-            if kind == "index":
-                source = _open_index(repo.root, name, "hub", opener)
+                where = f"{repo.where}: {INDEX_NAME}"
+                source = _build(
+                    repo.root,
+                    [repo.root / s for s in shards],
+                    name,
+                    "hub",
+                    lambda: IndexedShards(repo.root, weight_map, opener, where),
+                )
             else:
-                source = _build(repo.root, [repo.mirror(w).path for w in weights], name, "hub", opener)
+                repo.fetch_headers(weights)
+                paths = [repo.mirror(w).path for w in weights]
+                source = _build(
+                    repo.root, paths, name, "hub", lambda: TensorSource(opener(path) for path in paths)
+                )
     except BaseException:
         repo.close()
         raise

@@ -24,6 +24,7 @@ import itertools
 import math
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.weights.json_input import describe, json_type, open_regular, parse_object, show_name
 
-__all__ = ["DTYPES", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
+__all__ = ["DTYPES", "IndexedShards", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
 
 # safetensors dtype code -> little-endian numpy dtype. Sub-byte codes (F4, F6_*)
 # pack several values per byte and are not supported. The bfloat16 and float8
@@ -556,3 +557,77 @@ class TensorSource(_TensorIndex):
 
     def __repr__(self) -> str:
         return f"TensorSource({len(self.files)} files, {len(self)} tensors)"
+
+
+class IndexedShards(TensorSource):
+    """The shards of a checkpoint with a shard index, each opened when one of its tensors is first asked for.
+
+    For a remote checkpoint (:mod:`qkenergy.weights.hub`), where opening a shard costs a request for
+    its header: DeepSeek-V3 has 163 shards, of which an analysis of two layers reads one or two.
+    The index routes each name to its shard; a shard is checked against the index when it opens
+    (every tensor the index puts there must be in its header, and none of its tensors may be put
+    elsewhere), so that a wrong index is one line, as for a checkpoint opened whole. ``files`` lists
+    the shards opened so far (what was read from).
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The folder of the shards.
+    weight_map : mapping of str to str
+        The index's tensor name -> shard file name.
+    opener : callable
+        Opens a shard: ``opener(path) -> SafetensorsFile``.
+    where : str
+        The index in messages.
+    """
+
+    _index: dict[str, str]  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        root: Path,
+        weight_map: Mapping[str, str],
+        opener: Callable[[Path], SafetensorsFile],
+        where: str,
+    ) -> None:
+        self.root = Path(root)
+        self._index = dict(weight_map)
+        self._opener = opener
+        self._where = where
+        self.files = []
+        self._opened: dict[str, SafetensorsFile] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        return f"{show_path(self.root)} ({len(set(self._index.values()))} shards)"
+
+    def file_of(self, name: str) -> SafetensorsFile:
+        shard = self._index.get(name)
+        if shard is None:
+            raise _missing(name, self._index, self.location)
+        opened = self._opened.get(shard)
+        return opened if opened is not None else self._open(shard)
+
+    def _open(self, shard: str) -> SafetensorsFile:
+        with self._lock:  # the read-ahead and hashing threads ask too
+            if shard in self._opened:
+                return self._opened[shard]
+            sf = self._opener(self.root / shard)
+            listed = [name for name, where in self._index.items() if where == shard]
+            wrong = next((name for name in listed if name not in sf), None)
+            if wrong is None:
+                wrong = next((name for name in sf.names if self._index.get(name, shard) != shard), None)
+            if wrong is not None:
+                sf.close()
+                found = f"in {shard!r}" if wrong in sf else "not there"
+                raise QKEnergyError(
+                    f"{self._where}: maps tensor {show_name(wrong)} to {show_name(self._index[wrong])} "
+                    f"but it is {found}"
+                )
+            self._opened[shard] = sf
+            self.files.append(sf)
+            return sf
+
+    def __repr__(self) -> str:
+        return f"IndexedShards({len(self.files)} of {len(set(self._index.values()))} shards open, {len(self)} tensors)"
