@@ -66,6 +66,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_gguf.py
 	$(BIN)/python benchmarks/q4_1_effect.py
 	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_hub.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis
