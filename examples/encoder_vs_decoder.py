@@ -824,10 +824,6 @@ def run_sweep(
     counts = {"runs": len(unique), "skipped": len(unique) - len(todo), "trained": 0, "failed": 0}
     if not todo:
         return counts
-    if __name__ != "__main__":  # loaded by path (the tests): the workers cannot import it by name
-        import cloudpickle
-
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
     with dask_client(scheduler, workers) as (client, where):
         print(f"on {where}", flush=True)
         futures = {
@@ -1023,6 +1019,7 @@ def analyse(out: Path, d: Design, rows: list[dict[str, Any]], preset: str) -> di
     _, stdlib = corpus("stdlib")
     _, docs = corpus("docs")
     seconds = [r["seconds"] for r in data["records"].values()]
+    finished_at = [r["finished"] for r in data["records"].values()]
     return {
         "preset": preset,
         "design": {k: v for k, v in asdict(d).items() if k != "levels"},
@@ -1033,6 +1030,7 @@ def analyse(out: Path, d: Design, rows: list[dict[str, Any]], preset: str) -> di
         "runs_finished": len(data["records"]),
         "runs_planned": len(dict.fromkeys(configs)),
         "run_seconds": {"sum": float(np.sum(seconds)), "median": float(np.median(seconds))},
+        "finished_between": [min(finished_at), max(finished_at)],
         "settings": settings,
         "trajectories": trajectories,
         "layer_scores": layer_scores,
@@ -1109,7 +1107,10 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"{summary['runs_finished']} of {summary['runs_planned']} runs finished. Each s is the mean over seeds of the "
         "median s over a run's heads, with a percentile bootstrap 95 % interval over seeds "
         f"({summary['bootstrap']['resamples']:,} resamples, seed {summary['bootstrap']['seed']}); the null law of "
-        f"the default's heads has mean {first['null_mean']:.4f} and sd {first['null_sd']:.4f}.",
+        f"the default's heads has mean {first['null_mean']:.4f} and sd {first['null_sd']:.4f}. The runs' "
+        f"Trainer.train() took {summary['run_seconds']['sum'] / 60:.0f} min in all (median "
+        f"{summary['run_seconds']['median']:.0f} s a run); the runs finished between "
+        f"{summary['finished_between'][0]} and {summary['finished_between'][1]}.",
         "",
         _verdicts(summary["settings"]),
     ]

@@ -143,9 +143,13 @@ def test_the_bootstrap_interval_has_the_width_of_the_standard_error() -> None:
 
 
 def test_the_sweep_runs_on_dask_and_a_rerun_skips_the_finished_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tiny sweep (6 steps, width 16) on a LocalCluster of one worker, run three times."""
+    # Run as a script, the tasks travel by value (Dask pickles __main__'s functions so); loaded here by
+    # path, they travel by reference to the module encoder_vs_decoder, which the workers import from
+    # examples/ (spawned workers start with this process's sys.path).
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
     experiment = _experiment()
     out = tmp_path / "sweep"
     command = ["--sweep", "--preset", "tiny", "--seeds", "2", "--out", str(out)]
@@ -188,3 +192,26 @@ def test_the_sweep_runs_on_dask_and_a_rerun_skips_the_finished_runs(
     attempts = dict(ledger.execute("SELECT key, attempts FROM runs").fetchall())
     assert attempts[victim.name] == 2 and sorted(set(attempts.values())) == [1, 2]
     ledger.close()
+
+
+def test_the_docs_quote_the_recorded_sweep() -> None:
+    """docs/training.md and the README show the table the recorded sweep's summary gives.
+
+    The recorded intervals are also recomputed from the recorded per-seed medians
+    (same bootstrap, same seed), so the record cannot drift from what the script computes.
+    """
+    experiment = _experiment()
+    summary = json.loads((ROOT / "docs" / "encoder_vs_decoder_sweep_quick.json").read_text(encoding="utf-8"))
+    start, end = "<!-- encoder_vs_decoder sweep: start -->\n", "<!-- encoder_vs_decoder sweep: end -->"
+    for page in ("docs/training.md", "README.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert start in text and end in text, page
+        assert text.split(start, 1)[1].split(end, 1)[0] == experiment.sweep_markdown(summary), page
+    for name in ("factors", "training"):
+        assert (ROOT / "docs" / f"encoder_vs_decoder_sweep_quick_{name}.png").stat().st_size > 0
+    assert summary["preset"] == "quick" and summary["command"].startswith("python examples/encoder_vs_decoder.py")
+    for e in summary["settings"]:
+        encoder, decoder = e["median_s"]["encoder"], e["median_s"]["decoder"]
+        assert e["difference_s"] == experiment.bootstrap_interval(encoder, decoder), (e["factor"], e["level"])
+        assert e["mean_median_s"]["encoder"] == experiment.bootstrap_interval(encoder)
+        assert e["difference_null_sd"]["estimate"] == pytest.approx(e["difference_s"]["estimate"] / e["null_sd"])
