@@ -1121,7 +1121,9 @@ def _verdicts(settings: list[dict[str, Any]]) -> str:
     """Which settings' 95 % interval of encoder - decoder lies above 0, below 0, or holds 0."""
 
     def name(e: dict[str, Any]) -> str:
-        return "default" if e["factor"] == "default" else f"{e['factor']} {e['level']}"
+        if e["factor"] == "default":
+            return "default"
+        return f"{e['factor']} ({e['level']})" if "," in e["level"] else f"{e['factor']} {e['level']}"
 
     def few(e: dict[str, Any]) -> bool:  # one seed on a side: no interval
         return min(len(e["seeds"][m]) for m in MODELS) < 2
