@@ -85,9 +85,16 @@ def test_the_docs_quote_the_recorded_results(record: str, marker: str, inits: se
 def test_the_full_design_varies_every_factor_of_the_issue_with_five_seeds() -> None:
     experiment = _experiment()
     design = experiment.design("full")
-    assert {"schedule", "learning rate", "weight decay", "mask rate", "batch", "width", "heads", "text"} <= set(
-        design.levels
-    )
+    assert {
+        "schedule",
+        "learning rate",
+        "weight decay",
+        "mask rate",
+        "batch",
+        "width",
+        "heads",
+        "text",
+    } <= set(design.levels)
     assert [label for label, _ in design.levels["weight decay"]] == ["0", "0.1"]  # with the default's 0.01
     assert design.long_steps >= 5000 and design.steps == 1000
     rows = experiment.plan(design, list(range(5)))
@@ -209,9 +216,13 @@ def test_the_docs_quote_the_recorded_sweep() -> None:
         assert text.split(start, 1)[1].split(end, 1)[0] == experiment.sweep_markdown(summary), page
     for name in ("factors", "training"):
         assert (ROOT / "docs" / f"encoder_vs_decoder_sweep_quick_{name}.png").stat().st_size > 0
-    assert summary["preset"] == "quick" and summary["command"].startswith("python examples/encoder_vs_decoder.py")
+    assert summary["preset"] == "quick" and summary["command"].startswith(
+        "python examples/encoder_vs_decoder.py"
+    )
     for e in summary["settings"]:
         encoder, decoder = e["median_s"]["encoder"], e["median_s"]["decoder"]
         assert e["difference_s"] == experiment.bootstrap_interval(encoder, decoder), (e["factor"], e["level"])
         assert e["mean_median_s"]["encoder"] == experiment.bootstrap_interval(encoder)
-        assert e["difference_null_sd"]["estimate"] == pytest.approx(e["difference_s"]["estimate"] / e["null_sd"])
+        assert e["difference_null_sd"]["estimate"] == pytest.approx(
+            e["difference_s"]["estimate"] / e["null_sd"]
+        )
