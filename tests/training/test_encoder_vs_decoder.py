@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,3 +77,152 @@ def test_the_docs_quote_the_recorded_results(record: str, marker: str, inits: se
         assert text.split(start, 1)[1].split(end, 1)[0] == experiment.results_markdown(summary), page
     assert summary["steps"] == 1000 and set(summary["split"]) == inits
     assert max(summary["tracked_equals_survey"]["max_abs_difference"].values()) <= 1e-9
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def test_the_full_design_varies_every_factor_of_the_issue_with_five_seeds() -> None:
+    experiment = _experiment()
+    design = experiment.design("full")
+    assert {
+        "schedule",
+        "learning rate",
+        "weight decay",
+        "mask rate",
+        "batch",
+        "width",
+        "heads",
+        "text",
+    } <= set(design.levels)
+    assert [label for label, _ in design.levels["weight decay"]] == ["0", "0.1"]  # with the default's 0.01
+    assert design.long_steps >= 5000 and design.steps == 1000
+    rows = experiment.plan(design, list(range(5)))
+    for (factor, level), group in _groups(rows).items():
+        assert sorted(r["seed"] for r in group if r["model"] == "encoder") == list(range(5)), (factor, level)
+        assert sorted(r["seed"] for r in group if r["model"] == "decoder") == list(range(5)), (factor, level)
+    default = {(r["model"], r["seed"]): r["config"] for r in rows if r["factor"] == "default"}
+    for r in rows:
+        if r["factor"] == "mask rate" and r["model"] == "decoder":
+            assert r["config"] == default[("decoder", r["seed"])]  # the decoder masks nothing: one run
+        if r["factor"] == "prototype":
+            assert r["config"].steps == design.long_steps and r["config"].schedule == "constant"
+    # the parser's default is that design
+    assert "--preset" in _experiment_source() and 'default="full"' in _experiment_source()
+
+
+def _experiment_source() -> str:
+    return (ROOT / "examples" / "encoder_vs_decoder.py").read_text(encoding="utf-8")
+
+
+def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["factor"], r["level"]), []).append(r)
+    return groups
+
+
+def test_the_bootstrap_interval_has_the_width_of_the_standard_error() -> None:
+    """Percentile bootstrap of a difference of means, fixed seeds (data 1, bootstrap 0).
+
+    The bootstrap distribution of a mean has sd sqrt(var/n) (var with ddof 0), so
+    the 95 % interval of a difference of independent means spans 2 x 1.96 x the
+    plug-in standard error. The tolerance, 5 %, is about 3.5 times the Monte Carlo
+    error of a 2.5 % / 97.5 % quantile of 10,000 resamples (about 1.4 % of the
+    half-width for a nearly normal distribution).
+    """
+    bootstrap = _experiment().bootstrap_interval
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(0.0, 1.0, 50), rng.normal(1.0, 2.0, 40)
+    result = bootstrap(a, b)
+    assert result["estimate"] == pytest.approx(a.mean() - b.mean(), abs=1e-12)
+    standard_error = math.sqrt(a.var() / len(a) + b.var() / len(b))
+    half_width = (result["high"] - result["low"]) / 2
+    assert half_width == pytest.approx(1.959964 * standard_error, rel=0.05)
+    centre = (result["high"] + result["low"]) / 2
+    assert abs(centre - result["estimate"]) < 0.1 * standard_error
+    assert bootstrap(a, b) == result  # the fixed seed: the same interval every time
+    one = bootstrap(a)
+    assert one["low"] < a.mean() < one["high"]
+    assert (one["high"] - one["low"]) / 2 == pytest.approx(1.959964 * a.std() / math.sqrt(len(a)), rel=0.05)
+    single = bootstrap([0.5])
+    assert single == {"estimate": 0.5, "low": 0.5, "high": 0.5}  # one seed: no interval to draw
+
+
+def test_the_sweep_runs_on_dask_and_a_rerun_skips_the_finished_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tiny sweep (6 steps, width 16) on a LocalCluster of one worker, run three times."""
+    # Run as a script, the tasks travel by value (Dask pickles __main__'s functions so); loaded here by
+    # path, they travel by reference to the module encoder_vs_decoder, which the workers import from
+    # examples/ (spawned workers start with this process's sys.path).
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    experiment = _experiment()
+    out = tmp_path / "sweep"
+    command = ["--sweep", "--preset", "tiny", "--seeds", "2", "--out", str(out)]
+    assert experiment.main(command) == 0
+    printed = capsys.readouterr().out
+    assert "10 runs: 0 finished before, 10 to train" in printed and "LocalCluster(1 workers" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    factors = [(e["factor"], e["level"]) for e in summary["settings"]]
+    assert factors[:3] == [("default", "default"), ("mask rate", "0.3"), ("prototype", "constant, wd 0")]
+    assert [int(level) for factor, level in factors if factor == "steps"] == [2, 6, 8]  # tracked every 2
+    assert summary["runs_finished"] == summary["runs_planned"] == 10
+    default = summary["settings"][0]
+    for model in ("encoder", "decoder"):
+        assert default["seeds"][model] == [0, 1]
+        medians = default["median_s"][model]
+        assert default["mean_median_s"][model]["estimate"] == pytest.approx(np.mean(medians), abs=1e-12)
+    difference = default["difference_s"]
+    assert difference["low"] <= difference["estimate"] <= difference["high"]
+    assert default["difference_null_sd"]["estimate"] == pytest.approx(
+        difference["estimate"] / default["null_sd"], rel=1e-12
+    )
+    assert printed.count("| default | default | 2/2 | 6 |") == 1
+    assert (out / "sweep_factors.png").stat().st_size > 0 and (out / "sweep_training.png").stat().st_size > 0
+    scores = summary["layer_scores"]["default: default"]["encoder"]
+    assert set(scores["layers"]) == {"0", "1"} and scores["layers"]["0"]["step"][-1] == 6
+    ledger = sqlite3.connect(out / "ledger.sqlite")
+    assert ledger.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall() == [("done", 10)]
+
+    # a rerun trains nothing
+    assert experiment.main([*command, "--train-only"]) == 0
+    assert "10 runs: 10 finished before, 0 to train" in capsys.readouterr().out
+
+    # a run whose worker died before it wrote run.json is trained again, and only that run
+    victim = sorted((out / "runs").iterdir())[0]
+    (victim / "run.json").unlink()
+    assert experiment.main([*command, "--train-only"]) == 0
+    printed = capsys.readouterr().out
+    assert "10 runs: 9 finished before, 1 to train" in printed and victim.name in printed
+    assert (victim / "run.json").is_file()
+    attempts = dict(ledger.execute("SELECT key, attempts FROM runs").fetchall())
+    assert attempts[victim.name] == 2 and sorted(set(attempts.values())) == [1, 2]
+    ledger.close()
+
+
+def test_the_docs_quote_the_recorded_sweep() -> None:
+    """docs/training.md and the README show the table the recorded sweep's summary gives.
+
+    The recorded intervals are also recomputed from the recorded per-seed medians
+    (same bootstrap, same seed), so the record cannot drift from what the script computes.
+    """
+    experiment = _experiment()
+    summary = json.loads((ROOT / "docs" / "encoder_vs_decoder_sweep_quick.json").read_text(encoding="utf-8"))
+    start, end = "<!-- encoder_vs_decoder sweep: start -->\n", "<!-- encoder_vs_decoder sweep: end -->"
+    for page in ("docs/training.md", "README.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert start in text and end in text, page
+        assert text.split(start, 1)[1].split(end, 1)[0] == experiment.sweep_markdown(summary), page
+    for name in ("factors", "training"):
+        assert (ROOT / "docs" / f"encoder_vs_decoder_sweep_quick_{name}.png").stat().st_size > 0
+    assert summary["preset"] == "quick" and summary["command"].startswith(
+        "python examples/encoder_vs_decoder.py"
+    )
+    for e in summary["settings"]:
+        encoder, decoder = e["median_s"]["encoder"], e["median_s"]["decoder"]
+        assert e["difference_s"] == experiment.bootstrap_interval(encoder, decoder), (e["factor"], e["level"])
+        assert e["mean_median_s"]["encoder"] == experiment.bootstrap_interval(encoder)
+        assert e["difference_null_sd"]["estimate"] == pytest.approx(
+            e["difference_s"]["estimate"] / e["null_sd"]
+        )
