@@ -37,6 +37,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
+from qkenergy.base.small_floats import fingerprint_dtype
 from qkenergy.base.version import __version__
 from qkenergy.formats.recorded_settings import (
     MAX_SETTINGS_BYTES,
@@ -229,7 +230,7 @@ class ReadRecorder:
             self.read[name] = None
             if self._memory is not None:
                 data = np.ascontiguousarray(array)
-                self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
+                self._memory.update(f"{name}\0{fingerprint_dtype(data.dtype)}\0{list(data.shape)}\0".encode())
                 self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
             elif _stored_names(self.tensors, name) == [name]:
