@@ -6,8 +6,10 @@ Times, in fresh interpreters, ``import qkenergy``, the first use of the notebook
 them (qkenergy.console:main), and two fixed costs of a run:
 
 - the summary: each run once with ``--quiet`` and once printing its summary to a pipe,
-  without null laws and with the default null law from a warm cache; the summary's cost
-  is the difference of the medians;
+  without null laws and with the default null law from a warm cache (the summary's cost
+  is the difference of the medians, within the noise of two whole runs on a busy machine);
+  and, more precisely, the summary alone timed inside a fresh interpreter after a run
+  (its imports included, the command line's own loaded first as in a run);
 - reading bfloat16: ``analyze --no-null --quiet`` of a small llama-shaped bf16 checkpoint
   (2 layers, N = 512, 8 query / 2 key heads of 64; 2.6 MB, written to a temporary
   directory), and the same run with ``import ml_dtypes`` first, which the reader used to
@@ -104,6 +106,29 @@ def commands(work: Path) -> dict[str, list[str]]:
     }
 
 
+# The summary alone, as the command line prints it to a pipe after a run: imports included (the
+# command line's own are loaded first, as in a run), timed inside a fresh interpreter.
+SUMMARY_CHILD = r"""
+import os, sys, time
+import qkenergy.cli.main
+from qkenergy.api.model import analyze
+null = sys.argv[1] == "null"
+result = analyze(None, threads=1, cache_dir=sys.argv[2]) if null else analyze(None, null=False, threads=1)
+start = time.perf_counter()
+from qkenergy.cli.output import stdout_console
+result.print_summary(stdout_console(), top=5)
+sys.stdout.flush()
+os.write(2, f"{time.perf_counter() - start}\n".encode())
+"""
+
+
+def _summary_seconds(null: bool, cache: Path, src: Path) -> float | None:
+    env = {**os.environ, "PYTHONPATH": str(src), "OPENBLAS_NUM_THREADS": "1"}
+    argv = [sys.executable, "-c", SUMMARY_CHILD, "null" if null else "no", str(cache)]
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return float(done.stderr.split()[-1]) if done.returncode == 0 else None
+
+
 # (what, the run printing it, the same run without)
 DIFFERENCES = [
     ("summary, no null laws", "qkenergy analyze --no-null (summary)", "qkenergy analyze --no-null --quiet"),
@@ -138,12 +163,18 @@ def main() -> None:
         for src in trees.values():  # draw and cache the null law, compile the bytecode
             _run(runs["analyze --quiet (null law cached)"], src)
         times: dict[tuple[str, str], list[float]] = {(c, t): [] for c in runs for t in trees}
+        printing = {(null, t): [] for null in (False, True) for t in trees}
         for _ in range(args.repeats):
             for name, command in runs.items():
                 for tree, src in trees.items():
                     seconds = _run(command, src)
                     if seconds is not None:
                         times[(name, tree)].append(seconds)
+            for null in (False, True):
+                for tree, src in trees.items():
+                    seconds = _summary_seconds(null, work / "cache", src)
+                    if seconds is not None:
+                        printing[(null, tree)].append(seconds)
     print(f"{args.repeats} interleaved repeats, medians and minima in ms")
     for name in runs:
         line = f"{name:38s}"
@@ -164,6 +195,17 @@ def main() -> None:
         for tree in trees:
             a, b = times[(loud, tree)], times[(quiet, tree)]
             line += f"  {tree}: {1e3 * (statistics.median(a) - statistics.median(b)):6.1f}" if a and b else ""
+        print(line)
+    print("the summary printed to a pipe after a run, timed in the process (imports included; ms):")
+    for null in (False, True):
+        line = f"  {'null law cached' if null else 'no null laws':36s}"
+        for tree in trees:
+            got = printing[(null, tree)]
+            line += (
+                f"  {tree}: median {1e3 * statistics.median(got):6.1f}, min {1e3 * min(got):6.1f}"
+                if got
+                else ""
+            )
         print(line)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
