@@ -91,12 +91,13 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], config: dict, qtype: 
 
 
 def read_all(path: Path, names: list[str]) -> float:
+    from qkenergy.base.small_floats import as_float
     from qkenergy.weights.checkpoint import open_model
 
     start = time.perf_counter()
     with open_model(str(path)) as source, np.errstate(all="ignore"):  # random blocks: inf scales
         for name in names:
-            np.asarray(source.tensors.tensor(name), dtype=np.float32)
+            as_float(source.tensors.tensor(name), np.float32)  # BF16 as its bits: widened exactly
     return time.perf_counter() - start
 
 

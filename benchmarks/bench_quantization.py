@@ -28,6 +28,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from qkenergy.base.small_floats import as_float
 from qkenergy.math.statistics import head_statistics
 from qkenergy.weights.architecture import architecture
 from qkenergy.weights.checkpoint import open_model
@@ -147,7 +148,7 @@ def read_all(root: Path) -> tuple[float, float]:
         arch = architecture(source.config)
         for i in range(arch.n_layers):
             w = read_layer(source.tensors, arch, i, prefix="model.")
-            w.w_query.astype(np.float32, copy=False), w.w_key.astype(np.float32, copy=False)
+            as_float(w.w_query, np.float32), as_float(w.w_key, np.float32)  # bf16 as its bits: widened
             del w
     return time.perf_counter() - start, time.process_time() - cpu
 

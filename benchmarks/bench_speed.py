@@ -158,8 +158,10 @@ def paper_route(model: str, output: str, max_heads: int | None = None) -> None:
     With C^T = [W_K^T W_Q^T] = Q R, L = W_K^T W_Q = Q (R_K R_Q^T) Q^T, so S and T
     have the spectra of the symmetric and skew parts of F, and L the singular
     values of F. Writes symmetric_energy, pairing, lobe_departure and the
-    leading share per head to a CSV. Reading goes through qkenergy's reader.
+    leading share per head to a CSV. Reading goes through qkenergy's reader (since issue 27
+    without ml_dtypes: its 0.6 s import left the paper's route's start-up as well as ours).
     """
+    from qkenergy.base.small_floats import as_float
     from qkenergy.weights.architecture import architecture
     from qkenergy.weights.checkpoint import open_model
     from qkenergy.weights.reading import read_layer
@@ -172,8 +174,8 @@ def paper_route(model: str, output: str, max_heads: int | None = None) -> None:
             weights = read_layer(source.tensors, arch, layer)
             n = arch.head_dim
             for h in range(arch.n_heads):
-                wq = np.asarray(weights.w_query[h], dtype=np.float64)
-                wk = np.asarray(weights.w_key[weights.kv_head[h]], dtype=np.float64)
+                wq = as_float(weights.w_query[h], np.float64)  # bf16 as its bits: widened exactly
+                wk = as_float(weights.w_key[weights.kv_head[h]], np.float64)
                 R = np.linalg.qr(np.concatenate([wk.T, wq.T], axis=1), mode="r")
                 F = R[:, :n] @ R[:, n:].T
                 eigs = np.linalg.eigvalsh(0.5 * (F + F.T))

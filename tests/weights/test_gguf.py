@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.small_floats import as_float
 from qkenergy.math.statistics import STATISTICS
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.gguf_archs import GGUF_ARCHITECTURES
@@ -371,7 +372,7 @@ def test_every_dequantisable_type_reads_as_gguf_dequantises(tmp_path: Path) -> N
         got = weights.tensor(name)
         want = data if qtype == T.F16 else dequantize(data, qtype)
         assert got.shape == (3, 256), name
-        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32), err_msg=name)
+        np.testing.assert_array_equal(as_float(got), np.asarray(want, np.float32), err_msg=name)
     weights.close()
 
 

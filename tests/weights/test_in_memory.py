@@ -19,6 +19,7 @@ from safetensors.numpy import load_file, save_file
 from qkenergy import cli
 from qkenergy.analysis.analyze import analyze_model
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.small_floats import BFLOAT16
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.families import FAMILIES
 from qkenergy.weights.layout_toml import layout_from_mapping, load_layout
@@ -157,7 +158,7 @@ def test_transformers_model_equals_the_path_route(tmp_path: Path) -> None:
     # bfloat16 and float32 tensors are read in place, not copied (let alone widened to float64).
     weight = model.model.layers[0].self_attn.q_proj.weight
     view = to_numpy(weight)
-    assert view.dtype.name == "bfloat16" and view.ctypes.data == weight.data_ptr()
+    assert view.dtype == BFLOAT16 and view.ctypes.data == weight.data_ptr()  # its bits, no ml_dtypes
     weight32 = weight.float()
     assert to_numpy(weight32).ctypes.data == weight32.data_ptr()
 

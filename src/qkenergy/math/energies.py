@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkenergy.base.small_floats import as_float
+
 
 @dataclass(frozen=True)
 class Energies:
@@ -136,7 +138,7 @@ def rescale_by_power_of_two(x: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> 
     exponent : ndarray of int
         e, of the batch shape.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = as_float(x, np.float64)  # bfloat16 bits too (base.small_floats)
     with np.errstate(invalid="ignore"):
         max_abs = np.max(np.abs(x), axis=axes, initial=0.0, keepdims=True)
     exponent = power_of_two_scale(max_abs)

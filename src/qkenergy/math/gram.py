@@ -16,6 +16,7 @@ import threading
 
 import numpy as np
 
+from qkenergy.base.small_floats import as_float, widen_into
 from qkenergy.math.energies import (
     Energies,
     energies_from_invariants,
@@ -48,7 +49,8 @@ def accumulator_dtype(*dtypes: np.dtype) -> np.dtype:
 def max_abs(heads: np.ndarray) -> np.ndarray:
     """Largest |entry| of each matrix of ``heads`` (..., n, N) as float64; NaN where one is NaN.
 
-    Read from the sign-magnitude bits of any IEEE dtype (bfloat16 included)
+    Read from the sign-magnitude bits of any IEEE dtype (bfloat16 included, as
+    ml_dtypes' dtype or as the stored bits of :mod:`qkenergy.base.small_floats`)
     with two integer maxima: over the signed view, the largest non-negative
     entry; over the unsigned view with its sign bit cleared, the largest
     magnitude of a negative entry (or, with none, the largest entry). No
@@ -70,7 +72,7 @@ def max_abs(heads: np.ndarray) -> np.ndarray:
     magnitude = np.maximum(
         np.maximum(largest, 0).astype(unsigned.dtype), unsigned & ((1 << (8 * size - 1)) - 1)
     )
-    return np.asarray(magnitude.view(heads.dtype), dtype=np.float64)
+    return as_float(magnitude.view(heads.dtype), np.float64)
 
 
 # Heads whose largest entry is 2**e with |e| up to this are multiplied as they
@@ -92,7 +94,7 @@ def _convert_heads(sources: list[np.ndarray], targets: np.ndarray) -> tuple[list
     instead and every e is 0.
     """
     for source, target in zip(sources, targets, strict=True):
-        target[...] = source
+        widen_into(target, source)  # bfloat16 bits: shifted into float32, exactly
     maxima = max_abs(targets)
     non_finite = ~np.isfinite(maxima)
     if np.any(non_finite):
@@ -280,8 +282,9 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
     (the power of two of) its own largest absolute entry, so normalized
     statistics are exact at any weight scale: the scaling is applied to G's
     blocks after the product (or, for weights beyond 2**+-_UNSCALED_EXPONENT,
-    to the weights before it), exactly either way. Accepts float16,
-    ml_dtypes.bfloat16, float32 and float64 (also memory-mapped); heads are
+    to the weights before it), exactly either way. Accepts float16, bfloat16
+    (ml_dtypes' or the stored bits of :mod:`qkenergy.base.small_floats`),
+    float32 and float64 (also memory-mapped); heads are
     converted a piece at a time and multiplied in ``accumulator_dtype``
     (float32 for 16-bit weights, else float64). A head with a non-finite
     weight gets a G full of NaN.

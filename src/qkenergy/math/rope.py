@@ -52,6 +52,8 @@ from typing import Literal
 
 import numpy as np
 
+from qkenergy.base.small_floats import as_float, is_small_float
+
 __all__ = [
     "ROPE_KINDS",
     "Rope",
@@ -293,7 +295,10 @@ def rotate(x: np.ndarray, rope: Rope, offset: int, *, axis: int = -2) -> np.ndar
         R_d x, float, of the shape of ``x``.
     """
     x = np.asarray(x)
-    out = np.array(x, dtype=np.result_type(x.dtype, np.float32), copy=True)
+    # bfloat16 and float8 bits (base.small_floats) widen to float32, as ml_dtypes' types promote
+    out = as_float(
+        x, np.float32 if is_small_float(x.dtype) else np.result_type(x.dtype, np.float32), copy=True
+    )
     gain = attention_factor(rope) ** 2
     if offset == 0 and gain == 1.0:
         return out
@@ -307,8 +312,8 @@ def rotate(x: np.ndarray, rope: Rope, offset: int, *, axis: int = -2) -> np.ndar
     shape[axis] = -1
     cos = (gain * np.cos(angles)).reshape(shape).astype(out.dtype)
     sin = (gain * np.sin(angles)).reshape(shape).astype(out.dtype)
-    a = np.take(x, first, axis=axis).astype(out.dtype)
-    b = np.take(x, second, axis=axis).astype(out.dtype)
+    a = np.take(out, first, axis=axis)  # x's values in out's dtype, before out is overwritten
+    b = np.take(out, second, axis=axis)
     index: list[slice | np.ndarray] = [slice(None)] * x.ndim
     index[axis] = first
     out[tuple(index)] = cos * a - sin * b

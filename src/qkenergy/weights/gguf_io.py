@@ -38,6 +38,7 @@ from typing import IO, Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.base.small_floats import BFLOAT16
 from qkenergy.weights.json_input import open_regular, show_name
 from qkenergy.weights.safetensors_io import HEADER_PROBE, Fetch, SafetensorsFile, TensorSource, show_path
 
@@ -169,10 +170,7 @@ class GGUFTensorInfo:
         if self.dtype in _PLAIN:
             return np.dtype(_PLAIN[self.dtype])
         if self.dtype == "BF16":
-            import ml_dtypes
-
-            bfloat16: np.dtype = np.dtype(ml_dtypes.bfloat16)
-            return bfloat16
+            return BFLOAT16  # its stored bits, widened where used: no ml_dtypes import
         return np.dtype(np.float32)
 
 

@@ -10,7 +10,7 @@ read them exactly as they read a checkpoint on disk.
   takes) with a config dict (what config.json would hold).
 - A transformers ``PreTrainedModel``: its ``config.to_dict()`` and its
   ``state_dict()``. Tensors are handed over as zero-copy numpy views (bfloat16
-  through ``ml_dtypes``) one at a time, when a layer is read; a tensor on an
+  as its stored bits, :mod:`qkenergy.base.small_floats`) one at a time, when a layer is read; a tensor on an
   accelerator is copied to the CPU alone, in its own dtype. Nothing is turned
   into float64 here.
 - A TransformerLens model (a ``TransformerBridge`` of TransformerLens 4, or a
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.small_floats import BFLOAT16
 from qkenergy.weights.layout import Layout
 from qkenergy.weights.quantization import parse_quantization, quantized_tensors
 from qkenergy.weights.source import ModelSource
@@ -56,7 +57,7 @@ def to_numpy(value: Any, what: str = "tensor") -> np.ndarray:
     """A numpy view of an array or torch tensor, without a copy where one is not needed.
 
     torch bfloat16 (which numpy cannot take) is viewed through its 16-bit
-    pattern as ``ml_dtypes.bfloat16``; a tensor on an accelerator is first
+    pattern as :data:`~qkenergy.base.small_floats.BFLOAT16` (no ml_dtypes import); a tensor on an accelerator is first
     copied to the CPU (that tensor only, same dtype).
 
     Parameters
@@ -69,7 +70,7 @@ def to_numpy(value: Any, what: str = "tensor") -> np.ndarray:
     Returns
     -------
     ndarray
-        Same shape and dtype (torch bfloat16 as ``ml_dtypes.bfloat16``).
+        Same shape and dtype (torch bfloat16 as its stored bits, ``small_floats.BFLOAT16``).
 
     Raises
     ------
@@ -81,10 +82,9 @@ def to_numpy(value: Any, what: str = "tensor") -> np.ndarray:
         if str(getattr(tensor, "device", "cpu")) != "cpu":
             tensor = tensor.cpu()
         if str(tensor.dtype) == "torch.bfloat16":
-            import ml_dtypes
             import torch  # present: the tensor is one
 
-            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            return tensor.view(torch.int16).numpy().view(BFLOAT16)
         try:
             return tensor.numpy()
         except (TypeError, RuntimeError) as exc:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.base.small_floats import as_float
 from qkenergy.weights.json_input import describe, read_object, show_name
 from qkenergy.weights.safetensors_io import DTYPES, show_path
 
@@ -158,11 +159,10 @@ def product_dtype(scale_dtype: np.dtype) -> np.dtype:
 
 
 def _values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``values`` as a new C-ordered float array; 1-byte floats through a table of their 256 values."""
-    if values.dtype.itemsize == 1 and values.dtype.kind not in "biu":
-        # ml_dtypes converts float8 element by element; a lookup is several times faster
-        table = np.arange(256, dtype=np.uint8).view(values.dtype).astype(dtype)
-        return table[np.ascontiguousarray(values).view(np.uint8)]
+    """``values`` as a new C-ordered float array; float8 through a table of its 256 values (exact,
+    several times faster than ml_dtypes' cast element by element)."""
+    if values.dtype.kind not in "biuf":  # float8 (or bfloat16) bits: base.small_floats
+        return as_float(values, dtype)
     return np.array(values, dtype=dtype, order="C")
 
 
@@ -209,8 +209,8 @@ def dequantize_grid(
     """
     rows, cols = values.shape
     dtype = product_dtype(scale.dtype)
-    s = np.asarray(scale).astype(dtype)
-    z = None if zero is None else np.asarray(zero).astype(dtype)
+    s = as_float(scale, dtype, copy=True)
+    z = None if zero is None else as_float(zero, dtype, copy=True)
     a = rows if rows_per_scale is None or s.shape[0] == 1 else rows_per_scale
     b = cols if columns_per_scale is None or s.shape[1] == 1 else columns_per_scale
     grid = (-(-rows // a), s.shape[1] if column_group is not None else -(-cols // b))

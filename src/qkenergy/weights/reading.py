@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.small_floats import as_float
 from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.layout import Layout, QKNorm, TensorReader
 
@@ -238,7 +239,7 @@ def read_layer(
         legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
         name = need(relative, legacy)
         _check_shape(tensors, name, size if isinstance(size, tuple) else (size,), what)
-        g = tensors.tensor(name).astype(np.float64)
+        g = as_float(tensors.tensor(name), np.float64)
         return g + offset
 
     sizes = f"{H} heads x head_dim {n}, hidden {N}"
@@ -306,9 +307,9 @@ def read_layer(
         if key_norm is not None:
             key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset, source_layer).astype(_float(wk))
         if query_gain is not None:
-            wq = wq.astype(query_gain.dtype) * query_gain
+            wq = as_float(wq, query_gain.dtype) * query_gain
         if key_gain is not None:
-            wk = wk.astype(key_gain.dtype) * key_gain
+            wk = as_float(wk, key_gain.dtype) * key_gain
     cross_gain = key_gain if lay.key_stack is not None or source_layer != at else None
     return LayerWeights(layer, wq, wk, arch.layer_kv_head(layer), query_gain, cross_gain)
 
@@ -333,8 +334,8 @@ def _with_adapter(
     _check_shape(tensors, down, (rank, N), f"{what}, hidden {N}")
     _check_shape(tensors, up, (heads * n, rank), f"{what}, {heads} heads x head_dim {n}")
     dtype = _float(w)
-    product: np.ndarray = tensors.tensor(up).astype(dtype) @ tensors.tensor(down).astype(dtype)
-    out: np.ndarray = w.astype(dtype) + product.reshape(heads, n, N)
+    product: np.ndarray = as_float(tensors.tensor(up), dtype) @ as_float(tensors.tensor(down), dtype)
+    out: np.ndarray = as_float(w, dtype) + product.reshape(heads, n, N)
     return out
 
 
@@ -350,7 +351,7 @@ def _fold_qk_norm(
         if side == "key":
             gain = functools.partial(gain, at=key_layer)
         heads, n, N = w.shape
-        w = w.astype(_float(w))
+        w = as_float(w, _float(w))
         if qk.scope == "projection":
             if qk.centred:
                 w = w - w.reshape(heads * n, N).mean(axis=0)
@@ -399,23 +400,23 @@ def _read_latent(
     )
     w_kva = tensors.tensor(kname)
     dtype = _float(w_kva)
-    w_kva = w_kva.astype(dtype)
+    w_kva = as_float(w_kva, dtype)
     g_k = gain(lat.key_norm, rank, f"kv rank {rank}").astype(dtype)
-    w_kvb = tensors.tensor(up).astype(dtype).reshape(H, d_nope + d_value, rank)[:, :d_nope]
+    w_kvb = as_float(tensors.tensor(up), dtype).reshape(H, d_nope + d_value, rank)[:, :d_nope]
     k_nope = w_kvb @ (g_k[:, None] * w_kva[:rank])
     k_rope = np.broadcast_to(w_kva[rank:], (H, d_rope, N))  # decoupled RoPE key: shared by all heads
     wk = np.concatenate([k_nope, k_rope], axis=1)
     if lat.query_up is None:
         _check_shape(tensors, qname, (H * n, N), f"{H} heads x head_dim {n}, hidden {N}")
-        return tensors.tensor(qname).astype(dtype).reshape(H, n, N), wk
+        return as_float(tensors.tensor(qname), dtype).reshape(H, n, N), wk
     assert lat.query_norm is not None
     q_rank = tensors.shape(qname)[0]
     _check_shape(tensors, qname, (q_rank, N), f"q rank x hidden {N}")
     q_up = need(lat.query_up.format(i=layer))
     _check_shape(tensors, q_up, (H * n, q_rank), f"{H} heads x head_dim {n}, q rank {q_rank}")
     g_q = gain(lat.query_norm, q_rank, f"q rank {q_rank}").astype(dtype)
-    w_qb = tensors.tensor(q_up).astype(dtype).reshape(H, n, q_rank)
-    return w_qb @ (g_q[:, None] * tensors.tensor(qname).astype(dtype)), wk
+    w_qb = as_float(tensors.tensor(q_up), dtype).reshape(H, n, q_rank)
+    return w_qb @ (g_q[:, None] * as_float(tensors.tensor(qname), dtype)), wk
 
 
 def present_stacks(tensors: TensorReader, archs: Sequence[Architecture]) -> list[tuple[Architecture, str]]:
