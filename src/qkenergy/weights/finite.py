@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.small_floats import as_float
 from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.json_input import show_name
 from qkenergy.weights.reading import LayerWeights, read_layer
@@ -106,8 +107,8 @@ def bad_heads(weights: LayerWeights, heads: Sequence[int] | None = None) -> np.n
     """
 
     def finite(w: np.ndarray) -> np.ndarray:
-        if w.dtype.kind != "f":  # bfloat16 and float8 are numpy's "V" kind: their values as float32
-            w = w.astype(np.float32)
+        if w.dtype.kind != "f":  # bfloat16 and float8 come as their stored bits: their values, widened
+            w = as_float(w)
         out: np.ndarray = np.isfinite(w).all(axis=(1, 2))
         return out
 
@@ -125,7 +126,7 @@ def _value_text(value: float) -> str:
 
 def _first(array: np.ndarray) -> tuple[int, tuple[int, ...], float] | None:
     """(count of non-finite values, index of the first, its value), or None when all are finite."""
-    values = array if array.dtype.kind == "f" else array.astype(np.float32)
+    values = array if array.dtype.kind == "f" else as_float(array)
     flags = ~np.isfinite(values)
     count = int(flags.sum())
     if not count:
@@ -314,7 +315,7 @@ class _Recording:
             self.read.append(name)
         array: np.ndarray = self._inner.tensor(name)
         if name in self._cleaned:
-            values = array if array.dtype.kind == "f" else array.astype(np.float32)
+            values = array if array.dtype.kind == "f" else as_float(array)
             array = np.where(np.isfinite(values), values, 0).astype(values.dtype)
         return array
 
