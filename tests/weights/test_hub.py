@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import qkenergy as qk
-from qkenergy import cli
 from qkenergy.weights.gguf_io import read_header
 from qkenergy.weights.hub import parse_hub_reference
+from tests.cli.test_commands import run  # the console entry point in-process: (status, stdout, stderr)
 
 pytest.importorskip("huggingface_hub")
 
@@ -36,14 +36,6 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def serve(hub: Any, repos: dict[str, Path], *names: str) -> dict[str, str]:
     """Serve these repositories as loopback/NAME; their commits."""
     return {name: hub.add_repo(f"loopback/{name.replace('_', '-')}", repos[name]) for name in names}
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    code = exit_info.value.code
-    return (0 if code is None else int(code)), out, err
 
 
 def header_end(path: Path) -> int:

@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+    help="Null-law cache, and in its hub/ the byte ranges fetched of hub models (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
 )
 @click.option(
     "--model-type",

@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Null-law cache, read and written by this process (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+    help="Null-law cache, read and written by this process, and in its hub/ the byte ranges of hub models shared with the workers (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
 )
 @click.option("--quiet", is_flag=True, help="No progress display and no summary.")
 def survey(
