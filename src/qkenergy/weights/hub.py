@@ -181,7 +181,11 @@ class HubRepo:
         self.offline = hub_offline()
         self.cache = RangeCache(cache if cache is not None else default_hub_cache())
         self._folder = self.cache.root / "models" / self.repo_id
-        self.commit, self.files = self._resolve()
+        try:
+            self.commit, self.files = self._resolve()
+        except BaseException:
+            self.cache.close()
+            raise
         self.root = self._folder / "snapshots" / self.commit  # the mirror of this commit's files
         self._mirrors: dict[str, MirroredFile] = {}
         self._lock = threading.Lock()
@@ -226,6 +230,17 @@ class HubRepo:
             return commit, _files_of(json.loads(listing.read_text()))
         info = self._model_info(revision)
         commit = str(info.sha)
+        # what the Hub answers is untrusted: the commit and the paths name files of the range cache
+        if not re.fullmatch(r"[0-9a-f]{40}", commit):
+            raise QKEnergyError(
+                f"{self.where}: the Hub answered commit {show_name(commit, 60)}; expected 40 hexadecimal digits"
+            )
+        unsafe = next((s.rfilename for s in info.siblings or [] if not _safe_path(s.rfilename)), None)
+        if unsafe is not None:
+            raise QKEnergyError(
+                f"{self.where}: the Hub listed the file {show_name(unsafe, 100)}, which is not a path inside "
+                "the repository"
+            )
         files = {
             s.rfilename: _RemoteFile(
                 s.rfilename, int(s.size or 0), str(s.lfs.sha256 if s.lfs is not None else s.blob_id or "")
@@ -575,6 +590,14 @@ def byte_text(n: int) -> str:
 def _is_transport(exc: BaseException) -> bool:
     """A connection lost, refused or timed out (httpx2's transport errors, or the OS's)."""
     return isinstance(exc, OSError) or any(c.__name__ == "TransportError" for c in type(exc).__mro__)
+
+
+def _safe_path(path: str) -> bool:
+    """A relative path of plain names: not absolute, no empty, `.` or `..` part, no backslash or NUL."""
+    parts = path.split("/")
+    return (
+        bool(path) and "\\" not in path and "\0" not in path and all(p not in ("", ".", "..") for p in parts)
+    )
 
 
 def _is_weights(path: str) -> bool:
