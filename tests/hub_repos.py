@@ -142,19 +142,21 @@ def deepseek_fp8(root: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from tests.weights.test_quantization import LAYERS, N, float8_values, spread_scales
+    from tests.weights.test_quantization import (
+        LATENT_BLOCK,
+        LATENT_CONFIG,
+        LATENT_RANKS,
+        LATENT_SHAPES,
+        float8_values,
+        spread_scales,
+    )
+    from tests.weights.test_quantization import LAYERS as layers
 
     rng = np.random.default_rng(22)
-    heads, rank_q, rank_kv, nope, rope, value = 4, 16, 8, 8, 4, 8
-    shapes = {
-        "q_a_proj": (rank_q, N),
-        "q_b_proj": (heads * (nope + rope), rank_q),
-        "kv_a_proj_with_mqa": (rank_kv + rope, N),
-        "kv_b_proj": (heads * (nope + value), rank_kv),
-    }
-    block = [8, 16]
+    rank_q, rank_kv = LATENT_RANKS["q"], LATENT_RANKS["kv"]
+    shapes, block = LATENT_SHAPES, LATENT_BLOCK
     tensors: dict[str, Any] = {}
-    for layer in range(LAYERS):
+    for layer in range(layers):
         prefix = f"model.layers.{layer}.self_attn."
         for proj, (rows, cols) in shapes.items():
             tensors[prefix + proj + ".weight"] = float8_values(rng, (rows, cols))
@@ -165,21 +167,7 @@ def deepseek_fp8(root: Path) -> Path:
             tensors[prefix + norm + ".weight"] = torch.from_numpy(
                 rng.uniform(0.5, 2, size).astype(np.float32)
             )
-    config = {
-        "model_type": "deepseek_v3",
-        "hidden_size": N,
-        "num_attention_heads": heads,
-        "num_key_value_heads": heads,
-        "num_hidden_layers": LAYERS,
-        "q_lora_rank": rank_q,
-        "kv_lora_rank": rank_kv,
-        "qk_nope_head_dim": nope,
-        "qk_rope_head_dim": rope,
-        "v_head_dim": value,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 128,
-        "quantization_config": {"quant_method": "fp8", "weight_block_size": block},
-    }
+    config = {**LATENT_CONFIG, "quantization_config": {"quant_method": "fp8", "weight_block_size": block}}
     folder = root / "deepseek_fp8"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))

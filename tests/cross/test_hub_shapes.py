@@ -156,9 +156,9 @@ def test_deepseek_fp8_blocks(tmp_path: Path) -> None:
         assert not np.any(as_float(source.tensors.tensor("model.layers.0.self_attn.q_a_proj.weight")))
 
 
-def test_build_is_cached(tmp_path: Path) -> None:
-    """A second build keeps the files; another seed rewrites them; a folder not built here is refused."""
-    small = dataclasses.replace(
+def _tiny_llama() -> Any:
+    """The Llama-3.1-405B layout at a tiny size: 3 layers of 4 heads over 3 shards."""
+    return dataclasses.replace(
         hs.MODELS["llama"],
         repo_id="tiny/llama",
         config={
@@ -172,6 +172,11 @@ def test_build_is_cached(tmp_path: Path) -> None:
         },
         shards=3,
     )
+
+
+def test_build_is_cached(tmp_path: Path) -> None:
+    """A second build keeps the files; another seed rewrites them; a folder not built here is refused."""
+    small = _tiny_llama()
     folder, repo = hs.build(tmp_path, small)
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json",
@@ -199,20 +204,7 @@ def test_bench_hub_harness(tmp_path: Path) -> None:
     table equals the local one, the rerun fetches nothing, and at least the floor is fetched."""
     pytest.importorskip("huggingface_hub")
     bench = _module(ROOT / "benchmarks" / "bench_hub.py")
-    small = dataclasses.replace(
-        hs.MODELS["llama"],
-        repo_id="tiny/llama",
-        config={
-            **hs.LLAMA_405B,
-            "hidden_size": 256,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 512,
-            "vocab_size": 1000,
-            "num_hidden_layers": 3,
-        },
-        shards=3,
-    )
+    small = _tiny_llama()
     (result,) = list(bench.measure([small], tmp_path / "repos", [0, 1], work=tmp_path, log=None))
     for run in (result.local, result.hub, result.rerun, result.offline):
         assert run.returncode == 0, run.stderr

@@ -751,18 +751,37 @@ def test_a_survey_unit_fingerprints_the_parts_analyze_read(tmp_path: Path) -> No
     assert layer_fingerprint(str(root), 1, fold_norm=False) == files_fingerprint(files)
 
 
+# A small DeepSeek-V3 latent attention (4 heads), every projection FP8 in 8 x 16 blocks (also tests/hub_repos.py).
+LATENT_RANKS = {"q": 16, "kv": 8}
+LATENT_BLOCK = [8, 16]
+LATENT_SHAPES = {
+    "q_a_proj": (16, N),
+    "q_b_proj": (4 * (8 + 4), 16),
+    "kv_a_proj_with_mqa": (8 + 4, N),
+    "kv_b_proj": (4 * (8 + 8), 8),
+}
+LATENT_CONFIG = {
+    "model_type": "deepseek_v3",
+    "hidden_size": N,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": LAYERS,
+    "q_lora_rank": 16,
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 8,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 128,
+}
+
+
 def test_deepseek_v3_fp8_latent_attention_reads_as_its_dequantised_weights(tmp_path: Path) -> None:
     """DeepSeek-V3's own layout: every projection of latent attention in FP8 with 8 x 16 blocks."""
     fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
     rng = np.random.default_rng(12)
-    heads, rank_q, rank_kv, nope, rope, value = 4, 16, 8, 8, 4, 8
-    shapes = {
-        "q_a_proj": (rank_q, N),
-        "q_b_proj": (heads * (nope + rope), rank_q),
-        "kv_a_proj_with_mqa": (rank_kv + rope, N),
-        "kv_b_proj": (heads * (nope + value), rank_kv),
-    }
-    block = [8, 16]
+    rank_q, rank_kv = LATENT_RANKS["q"], LATENT_RANKS["kv"]
+    shapes, block = LATENT_SHAPES, LATENT_BLOCK
     stored, plain = {}, {}
     for layer in range(LAYERS):
         prefix = f"model.layers.{layer}.self_attn."
@@ -776,20 +795,7 @@ def test_deepseek_v3_fp8_latent_attention_reads_as_its_dequantised_weights(tmp_p
         for norm, size in (("q_a_layernorm", rank_q), ("kv_a_layernorm", rank_kv)):
             gain = torch.from_numpy(rng.uniform(0.5, 2, size).astype(np.float32))
             stored[prefix + norm + ".weight"] = plain[prefix + norm + ".weight"] = gain
-    config = {
-        "model_type": "deepseek_v3",
-        "hidden_size": N,
-        "num_attention_heads": heads,
-        "num_key_value_heads": heads,
-        "num_hidden_layers": LAYERS,
-        "q_lora_rank": rank_q,
-        "kv_lora_rank": rank_kv,
-        "qk_nope_head_dim": nope,
-        "qk_rope_head_dim": rope,
-        "v_head_dim": value,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 128,
-    }
+    config = LATENT_CONFIG
     quantized = tmp_path / "fp8"
     with_quantization = {**config, "quantization_config": {"quant_method": "fp8", "weight_block_size": block}}
     quantized.mkdir()
