@@ -158,8 +158,8 @@ def paper_route(model: str, output: str, max_heads: int | None = None) -> None:
     With C^T = [W_K^T W_Q^T] = Q R, L = W_K^T W_Q = Q (R_K R_Q^T) Q^T, so S and T
     have the spectra of the symmetric and skew parts of F, and L the singular
     values of F. Writes symmetric_energy, pairing, lobe_departure and the
-    leading share per head to a CSV. Reading goes through qkenergy's reader (since issue 27
-    without ml_dtypes: its 0.6 s import left the paper's route's start-up as well as ours).
+    leading share per head to a CSV. Reading goes through qkenergy's reader (bf16
+    read without ml_dtypes: its 0.6 s import left the paper's route's start-up as well as ours).
     """
     from qkenergy.base.small_floats import as_float
     from qkenergy.weights.architecture import architecture
