@@ -298,6 +298,31 @@ def example_hub(ws: Workspace) -> dict[str, str]:
     return {"hub": fenced(session((command, first), (f"{command} 2>&1 | tail -n 1", last)))}
 
 
+def example_sweeps(ws: Workspace) -> dict[str, str]:
+    """The tables of the recorded encoder/decoder sweeps: ``sweep_markdown`` of each record
+    (docs/encoder_vs_decoder_sweep_PRESET.json, written by the sweep's ``--record docs``)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "encoder_vs_decoder", ROOT / "examples" / "encoder_vs_decoder.py"
+    )
+    assert spec is not None and spec.loader is not None
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+    return {
+        f"sweep_{preset}": experiment.sweep_markdown(
+            json.loads(
+                (ROOT / "docs" / f"encoder_vs_decoder_sweep_{preset}.json").read_text(encoding="utf-8")
+            )
+        )
+        for preset in SWEEPS
+    }
+
+
+SWEEPS = ("quick", "long")
+"""The recorded sweeps shown in the docs."""
+
 # name -> (the example, the blocks it writes)
 EXAMPLES: dict[str, tuple[Callable[[Workspace], dict[str, str]], tuple[str, ...]]] = {
     "demo": (example_demo, ("demo",)),
@@ -309,6 +334,7 @@ EXAMPLES: dict[str, tuple[Callable[[Workspace], dict[str, str]], tuple[str, ...]
     "layouts": (example_layouts, ("layouts",)),
     "layout_error": (example_layout_error, ("layout_error",)),
     "hub": (example_hub, ("hub",)),
+    "sweeps": (example_sweeps, tuple(f"sweep_{preset}" for preset in SWEEPS)),
 }
 
 

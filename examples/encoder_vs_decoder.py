@@ -42,9 +42,9 @@ prototype's set-up, a constant rate without weight decay, for 5000 steps, whose
 prefixes are the steps factor) with seeds 0 .. K-1, each run a Dask task on a
 LocalCluster of ``--workers`` single-threaded workers (default 1) or on the
 scheduler at ``--scheduler`` (the cluster helper of ``qkenergy survey``). Each run
-writes DIR/runs/<model>-seed<k>-<digest>/ (heads.parquet/ from the
-QKEnergyCallback, layers.parquet with the per-layer symmetry and
-directionality scores at the same steps, run.json written last) and the client
+writes DIR/runs/<model>-seed<k>-<digest>/ (heads.parquet/ and layers.parquet/
+from the QKEnergyCallback with ``per_layer=True``: the heads, and each layer's
+symmetry and directionality scores, at the same steps; run.json written last) and the client
 records every run in DIR/ledger.sqlite. A rerun skips the finished runs; a
 killed worker loses only the run it was training, which Dask gives to another
 worker (or the next rerun trains). Then it writes DIR/summary.json (per setting
@@ -53,7 +53,10 @@ bootstrap 95 % interval, the encoder - decoder difference in s and in null sd),
 DIR/sweep_factors.png and DIR/sweep_training.png, and prints the table.
 ``--preset quick`` is the design cut to what a shared 2-core machine trains in
 about an hour (width 64, context 64, 400 steps; the steps factor read from the
-prototype's runs at 100, 200 and 400 steps).
+prototype's runs at 100, 200 and 400 steps). ``--preset long`` answers what the
+quick sweep left open: the quick model for 1000 steps, the prototype's set-up
+run to 5000 steps (read at 250, 500, 1000 and 5000), and the prototype's size
+(width 128, context 128) under the prototype's set-up.
 """
 
 from __future__ import annotations
@@ -600,6 +603,29 @@ def design(preset: str) -> Design:
                 "prototype": [("constant, wd 0", {"schedule": "constant", "weight_decay": 0.0})],
             },
         )
+    if preset == "long":
+        # the quick model run long, and the prototype's size: the two questions the quick sweep left open
+        prototype_size = {"width": WIDTH, "heads": HEADS, "context": CONTEXT}
+        return Design(
+            steps=1000,
+            long_steps=5000,
+            width=64,
+            heads=4,
+            context=64,
+            batch=16,
+            track_every=100,
+            levels={
+                "prototype": [("constant, wd 0", {"schedule": "constant", "weight_decay": 0.0})],
+                # the prototype's size under the prototype's set-up: against "prototype" at 1000 steps it
+                # isolates the size (the Trainer's set-up at this size would double the sweep's cost)
+                "size": [
+                    (
+                        f"{WIDTH}, constant, wd 0",
+                        {**prototype_size, "schedule": "constant", "weight_decay": 0.0},
+                    ),
+                ],
+            },
+        )
     if preset == "tiny":  # the tests' sweep: seconds
         return Design(
             steps=6,
@@ -614,10 +640,10 @@ def design(preset: str) -> Design:
                 "prototype": [("constant, wd 0", {"schedule": "constant", "weight_decay": 0.0})],
             },
         )
-    raise ValueError(f"preset {preset!r}: expected full, quick or tiny")
+    raise ValueError(f"preset {preset!r}: expected full, quick, long or tiny")
 
 
-FIRST = ("default", "prototype", "schedule constant", "weight decay 0", "learning rate 3e-3")
+FIRST = ("default", "prototype", "schedule constant", "weight decay 0", "learning rate 3e-3", "size")
 """The settings trained first: where the Trainer's set-up and the prototype's differ, and the peak rate."""
 
 DEFAULT_LEVELS = {
@@ -630,6 +656,7 @@ DEFAULT_LEVELS = {
     "heads": "",
     "text": "stdlib",
     "prototype": "Trainer",
+    "size": "",
 }
 
 
@@ -678,15 +705,12 @@ def train_config(config: Config, folder: str) -> dict[str, Any]:
     """Train one run of the sweep (a Dask task): heads tracked, per-layer scores, losses; run.json last."""
     import shutil
 
-    import pandas as pd
     import torch
 
     torch.set_num_threads(1)
     transformers = _quiet_transformers()
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from qkenergy.analysis.analyze import analyze_model
-    from qkenergy.math.layer_null import layer_null_law
     from qkenergy.training import QKEnergyCallback
 
     out = Path(folder)
@@ -699,22 +723,11 @@ def train_config(config: Config, folder: str) -> dict[str, Any]:
     model = build_model(config.model, config.width, config.heads, config.layers, config.context)
     collate = _collator(config.model, masking, config.mask_rate)
     early = set(checkpoint_steps(config.steps))  # the first steps, log-spaced, where s moves fastest
-    layer_rows: list[Any] = []
 
     class Track(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if state.global_step in early:
                 control.should_log = True
-            return control
-
-    class LayerScores(TrainerCallback):  # type: ignore[misc]
-        """Saponati et al.'s scores of each layer's whole form, at the steps the heads are tracked."""
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if control.should_log:
-                layers = analyze_model(kwargs["model"], per_layer=True, null=False, threads=1).layers
-                keep = ["layer", "symmetric_energy", "symmetry_score", "directionality"]
-                layer_rows.append(layers[keep].assign(step=state.global_step))
             return control
 
     args = TrainingArguments(
@@ -734,24 +747,27 @@ def train_config(config: Config, folder: str) -> dict[str, Any]:
         seed=config.seed,
         data_seed=config.seed,
     )
+    # the heads, and Saponati et al.'s scores of each layer's whole form, at the same steps
     tracking = QKEnergyCallback(
-        samples=SAMPLES, seed=0, name=config.model, threads=1, out=out / "heads.parquet"
+        samples=SAMPLES,
+        seed=0,
+        name=config.model,
+        threads=1,
+        out=out / "heads.parquet",
+        layers_out=out / "layers.parquet",
     )
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=dataset,
         data_collator=collate,
-        callbacks=[Track(), tracking, LayerScores()],
+        callbacks=[Track(), tracking],
     )
     trainer.remove_callback(transformers.PrinterCallback)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    pd.concat(layer_rows, ignore_index=True).to_parquet(out / "layers.parquet", index=False)
-    law = layer_null_law(
-        [1] * config.heads, config.width // config.heads, config.width, samples=SAMPLES, seed=0
-    )
+    layers = tracking.tracker.last_layers  # judged against the Gaussian law of a layer of this shape
     record = {
         "config": asdict(config),
         "seconds": seconds,
@@ -759,7 +775,10 @@ def train_config(config: Config, folder: str) -> dict[str, Any]:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loss": [[e["step"], e["loss"]] for e in trainer.state.log_history if "loss" in e],
         "layer_null": {
-            name: {"mean": law.mean(name), "sd": law.sd(name)}
+            name: {
+                "mean": float(layers[f"{name}_null_mean"].iloc[0]),
+                "sd": float(layers[f"{name}_null_sd"].iloc[0]),
+            }
             for name in ("symmetric_energy", "directionality")
         },
     }
@@ -924,7 +943,9 @@ def collect(out: Path, configs: list[Config]) -> dict[str, Any]:
             .reset_index()
             .assign(key=config.key)
         )
-        layers.append(pd.read_parquet(folder / "layers.parquet").assign(key=config.key))
+        scores = folder / "layers.parquet"  # a single file in runs trained before the callback tracked layers
+        scores_table = read_tracking(scores) if scores.is_dir() else pd.read_parquet(scores)
+        layers.append(scores_table.assign(key=config.key))
         records[config.key] = json.loads((folder / "run.json").read_text())
     return {
         "medians": pd.concat(medians, ignore_index=True) if medians else None,
@@ -1102,7 +1123,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"Preset `{summary['preset']}`: {LAYERS} layers, width "
         f"{design['width']}, {design['heads']} heads, context {design['context']}, batch {design['batch']}, "
         f"{design['steps']} steps; the steps factor is the prototype's runs (constant rate, no weight decay, "
-        f"{design['long_steps']} steps) read at fewer steps, where a constant-rate run's first t steps are the "
+        f"{design['long_steps']} steps) read along the way, where a constant-rate run's first t steps are the "
         "t-step run; "
         f"{summary['runs_finished']} of {summary['runs_planned']} runs finished. Each s is the mean over seeds of the "
         "median s over a run's heads, with a percentile bootstrap 95 % interval over seeds "
@@ -1313,10 +1334,11 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--sweep", action="store_true", help="run the factor study instead of one pair")
     sweep.add_argument(
         "--preset",
-        choices=("full", "quick", "tiny"),
+        choices=("full", "quick", "long", "tiny"),
         default="full",
         help="full: the issue's design (1000 steps of the models above, 5000 in the prototype's set-up); "
-        "quick: width 64, context 64, 400 steps, fewer levels; tiny: the tests'",
+        "quick: width 64, context 64, 400 steps, fewer levels; long: the quick model for 1000 steps, "
+        "the prototype's set-up to 5000 steps and at the prototype's size; tiny: the tests'",
     )
     sweep.add_argument("--seeds", type=int, default=5, help="seeds 0 .. K-1 of every setting (default 5)")
     sweep.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")

@@ -222,3 +222,45 @@ def test_tracker_is_exported_lazily() -> None:
     import qkenergy
 
     assert qkenergy.Tracker is Tracker
+
+
+def test_per_layer_scores_are_tracked_and_equal_analyze_per_layer(tmp_path: Path) -> None:
+    """per_layer: the layer table of each step is analyze_model(per_layer=True)'s of the weights then."""
+    from qkenergy.analysis.analyze import analyze_model
+
+    out = tmp_path / "run"
+    trainer = _train(out, QKEnergyCallback(samples=SAMPLES, name="tiny", per_layer=True))
+    layers = read_tracking(out / "qkenergy" / "layers.parquet")
+    assert sorted(layers["step"].unique().tolist()) == [2, 4]
+    assert layers.groupby("step")["layer"].apply(list).tolist() == [[0, 1], [0, 1]]
+    for column in ("symmetry_score", "directionality", "symmetric_energy_z", "directionality_z"):
+        assert np.isfinite(layers[column].to_numpy(np.float64)).all(), column
+    # the heads' table is the one without per_layer
+    assert len(read_tracking(out / "qkenergy" / "heads.parquet")) == 16
+    # the last step's rows are analyze_model's of the trained weights (same draws of the layer law)
+    expected = analyze_model(trainer.model, per_layer=True, samples=SAMPLES, threads=1).layers
+    last = layers[layers["step"] == STEPS].reset_index(drop=True)
+    for column in ("symmetry_score", "directionality", "symmetric_energy_z", "directionality_p"):
+        np.testing.assert_allclose(last[column], expected[column], rtol=0, atol=1e-9, err_msg=column)
+    # the scalars reach the log history, and equal the table's
+    entry = next(e for e in trainer.state.log_history if e.get("step") == STEPS and "loss" in e)
+    for layer in (0, 1):
+        row = last[last["layer"] == layer].iloc[0]
+        assert entry[f"{PREFIX}symmetry_score/layer_{layer}"] == pytest.approx(
+            row["symmetry_score"], abs=1e-12
+        )
+        assert entry[f"{PREFIX}directionality/layer_{layer}"] == pytest.approx(
+            row["directionality"], abs=1e-12
+        )
+
+
+def test_layers_out_must_be_a_folder_of_its_own(tmp_path: Path) -> None:
+    with pytest.raises(QKEnergyError, match="^layers_out=.*the same folder as out"):
+        Tracker(_gpt2(), tmp_path / "t", layers_out=tmp_path / "t")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(QKEnergyError, match="^layers_out=.*not a folder"):
+        Tracker(_gpt2(), layers_out=tmp_path / "file")
+    tracker = Tracker(_gpt2(), samples=SAMPLES, per_layer=True)  # in memory only
+    scalars = tracker.log(0)
+    assert tracker.last_layers is not None and tracker.last_layers["layer"].tolist() == [0, 1]
+    assert {f"{PREFIX}symmetry_score/layer_0", f"{PREFIX}directionality/layer_1"} <= set(scalars)

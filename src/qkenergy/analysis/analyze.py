@@ -125,6 +125,8 @@ class Analysis:
     settings: dict[str, Any] = field(default_factory=dict)
     null_laws: dict[tuple[int, int], NullLaw] = field(default_factory=dict)
     """The Gaussian null law of each head shape (n, N) the heads were judged against."""
+    layer_null_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = field(default_factory=dict)
+    """With ``per_layer``: the law of each layer shape (query heads per key head, head_dim, N)."""
 
     @functools.cached_property
     def heads(self) -> pd.DataFrame:
@@ -160,6 +162,7 @@ def analyze_model(
     null_kind: str = "gaussian",
     rotation_samples: int = ROTATION_SAMPLES,
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
+    layer_null_laws: Mapping[tuple[tuple[int, ...], int, int], NullLaw] | None = None,
     threads: int | None = None,
     name: str | None = None,
     revision: str | None = None,
@@ -223,6 +226,9 @@ def analyze_model(
     null_laws : mapping of (n, N) to NullLaw, optional
         Gaussian null laws already drawn with these samples, seed and radius (a survey shares
         them between its units); other shapes are drawn here.
+    layer_null_laws : mapping of (group sizes, head_dim, N) to NullLaw, optional
+        The same for the layer forms of ``per_layer`` (a training run draws each once); the
+        laws used are ``Analysis.layer_null_laws``.
     threads : int or None
         Heads and null samples are spread over this many threads with BLAS on one thread each
         (None: every core this process may use; pass 1 inside Dask workers or other process
@@ -425,8 +431,17 @@ def analyze_model(
         used=used,
     )
     table = _with_rotation_bh(table)
+    used_layer_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = {}
     layer_table = (
-        _with_layer_null(layer_rows, null=gaussian, spec=spec, cache_dir=cache_dir, progress=progress)
+        _with_layer_null(
+            layer_rows,
+            null=gaussian,
+            spec=spec,
+            cache_dir=cache_dir,
+            progress=progress,
+            laws=layer_null_laws or {},
+            used=used_layer_laws,
+        )
         if per_layer
         else None
     )
@@ -470,7 +485,14 @@ def analyze_model(
         settings["notes"].append(_skipped_note(skipped, per_layer))
     # the run's provenance (version, date, command line, model source and fingerprints) first
     settings = provenance.run_settings(model_source, **settings)
-    return Analysis(columns=table, layers=layer_table, model=label, settings=settings, null_laws=used)
+    return Analysis(
+        columns=table,
+        layers=layer_table,
+        model=label,
+        settings=settings,
+        null_laws=used,
+        layer_null_laws=used_layer_laws,
+    )
 
 
 def _skipped_note(skipped: Sequence[Mapping[str, Any]], per_layer: bool) -> str:
@@ -1102,12 +1124,15 @@ def _with_layer_null(
     spec: NullSpec,
     cache_dir: str | Path | None,
     progress: bool,
+    laws: Mapping[tuple[tuple[int, ...], int, int], NullLaw],
+    used: dict[tuple[tuple[int, ...], int, int], NullLaw],
 ) -> pd.DataFrame:
     """Judge each layer's s and directionality against the Gaussian law of a layer of its shape.
 
-    One law per shape (query heads per key head, head dimension, N), cached like
-    the per-head laws; a shape whose law would cost more than LAYER_NULL_MAX_FLOPS
-    is not drawn, and ``null_note`` says so.
+    One law per shape (query heads per key head, head dimension, N), taken from
+    ``laws`` or drawn and cached like the per-head laws, and recorded in ``used``; a
+    shape whose law would cost more than LAYER_NULL_MAX_FLOPS is not drawn, and
+    ``null_note`` says so.
     """
     import pandas as pd  # the layer forms' own work dwarfs these imports
 
@@ -1132,7 +1157,11 @@ def _with_layer_null(
                     f"flops, above the limit of {LAYER_NULL_MAX_FLOPS:.0e}"
                 )
                 continue
-            law = layer_null_law(spec, groups, head_dim, N, cache_dir=cache_dir, progress=progress)
+            key = (tuple(int(m) for m in groups), int(head_dim), int(N))
+            law = laws.get(key) or layer_null_law(
+                spec, groups, head_dim, N, cache_dir=cache_dir, progress=progress
+            )
+            used[key] = law
             route[rows] = layer_null_route(n, N)
             for x in LAYER_NULL_STATISTICS:
                 judged = judge(law, x, layers.loc[rows, x].to_numpy(np.float64))

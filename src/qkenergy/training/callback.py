@@ -6,7 +6,11 @@ measures the model's heads with a :class:`~qkenergy.training.tracker.Tracker`
 ``<output_dir>/qkenergy/heads.parquet`` (a folder of one part file per step)
 and adds the step's scalars, keyed ``qkenergy/...``, to the Trainer's logs:
 they land in ``trainer.state.log_history`` and in every ``report_to``
-integration (TensorBoard, W&B, MLflow ...) as any other logged value.
+integration (TensorBoard, W&B, MLflow ...) as any other logged value. With
+``per_layer=True`` it also follows each layer's whole form (Saponati et al.'s
+symmetry score and directionality, judged against a Gaussian layer's law) in
+``<output_dir>/qkenergy/layers.parquet``, with the scalars
+``qkenergy/symmetry_score/layer_<i>`` and ``qkenergy/directionality/layer_<i>``.
 
 The measurement runs in ``on_step_end``, after the optimizer step and before
 the Trainer saves a checkpoint of the same step, so the rows of a step are
@@ -28,10 +32,12 @@ from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.training.tracker import Tracker
 
-__all__ = ["TABLE", "QKEnergyCallback"]
+__all__ = ["LAYER_TABLE", "TABLE", "QKEnergyCallback"]
 
 TABLE = Path("qkenergy") / "heads.parquet"
 """Where the rows go, relative to the Trainer's ``output_dir``."""
+LAYER_TABLE = Path("qkenergy") / "layers.parquet"
+"""Where the layer rows go (``per_layer``), relative to the Trainer's ``output_dir``."""
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +64,11 @@ class QKEnergyCallback(TrainerCallback):
         The null-law cache, as for the Tracker.
     out : path, optional
         The table's folder (default ``<output_dir>/qkenergy/heads.parquet``).
+    per_layer : bool
+        Also track each layer's whole form (default False).
+    layers_out : path, optional
+        The layer table's folder (implies ``per_layer``; default
+        ``<output_dir>/qkenergy/layers.parquet`` with ``per_layer``).
     skip_nonfinite : bool
         As for the Tracker: True (the default) leaves heads with NaN or infinite weights out of
         the step, with a logged warning naming them and the scalar ``qkenergy/skipped_heads``;
@@ -88,6 +99,8 @@ class QKEnergyCallback(TrainerCallback):
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,
         out: str | os.PathLike[str] | None = None,
+        per_layer: bool = False,
+        layers_out: str | os.PathLike[str] | None = None,
         skip_nonfinite: bool = True,
     ) -> None:
         self.every = None if every is None else check_integer(every, "every", 1)
@@ -104,6 +117,8 @@ class QKEnergyCallback(TrainerCallback):
             "skip_nonfinite": bool(skip_nonfinite),
         }
         self.out = out
+        self.layers_out = layers_out
+        self.per_layer = bool(per_layer) or layers_out is not None
         self.tracker: Tracker | None = None
         self._pending: tuple[int, dict[str, float]] | None = None
         self._attached = False
@@ -126,8 +141,12 @@ class QKEnergyCallback(TrainerCallback):
         if model is None:
             raise QKEnergyError("QKEnergyCallback: the Trainer passed no model to the callback")
         if self.tracker is None or self.tracker.model is not model:
-            out = Path(args.output_dir or ".") / TABLE if self.out is None else Path(self.out)
-            self.tracker = Tracker(model, out, **self.options)
+            root = Path(args.output_dir or ".")
+            out = root / TABLE if self.out is None else Path(self.out)
+            layers_out = None
+            if self.per_layer:
+                layers_out = root / LAYER_TABLE if self.layers_out is None else Path(self.layers_out)
+            self.tracker = Tracker(model, out, layers_out=layers_out, **self.options)
         return self.tracker
 
     def on_train_begin(

@@ -18,6 +18,13 @@ written as a Parquet dataset, one part file per step
 settings in its metadata: an interrupted run leaves no partial file, a
 resumed one replaces the parts of the steps it repeats, and pandas, pyarrow
 and DuckDB read the folder as one table (:func:`read_tracking`).
+
+With ``per_layer`` each step also measures every layer's whole form (the
+table of ``analyze_model(model, per_layer=True).layers``: Saponati et al.'s
+symmetry score 2s - 1 and directionality, judged against the Gaussian law of
+a layer of the same shape, drawn once like the heads' laws), kept as
+:attr:`Tracker.last_layers`, written with ``layers_out`` as a second dataset
+of the same form, and summarised in the step's scalars.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.analyze import Analysis
     from qkenergy.math.nulls import NullLaw
 
-__all__ = ["PREFIX", "Tracker", "part_path", "read_tracking", "step_scalars"]
+__all__ = ["PREFIX", "Tracker", "layer_scalars", "part_path", "read_tracking", "step_scalars"]
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +98,11 @@ class Tracker:
         other processes).
     cache_dir : path, optional
         Keep the null laws on disk too.
+    per_layer : bool
+        Also measure each layer's whole form at every step (see the module docstring).
+    layers_out : path, optional
+        The folder of the layer table's part files (implies ``per_layer``; None: keep them in
+        memory only). It must not be ``out``: the two tables have different columns.
     skip_nonfinite : bool
         True (the default): heads whose weights hold NaN or infinite values are left out of
         the step's rows, named in a logged warning (logger ``qkenergy.training.tracker``) and
@@ -119,11 +131,15 @@ class Tracker:
         config: Mapping[str, Any] | None = None,
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,
+        per_layer: bool = False,
+        layers_out: str | os.PathLike[str] | None = None,
         skip_nonfinite: bool = True,
     ) -> None:
         self.model = model
         self.skip_nonfinite = bool(skip_nonfinite)
         self.out = None if out is None else Path(out)
+        self.layers_out = None if layers_out is None else Path(layers_out)
+        self.per_layer = bool(per_layer) or self.layers_out is not None
         self.samples = check_integer(samples, "samples", 2)
         self.seed = check_integer(seed, "seed", 0)
         self.radius = radius
@@ -133,10 +149,27 @@ class Tracker:
         self.threads = threads
         self.cache_dir = cache_dir
         self.laws: dict[tuple[int, int], NullLaw] = {}
+        self.layer_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = {}
         self.last: pd.DataFrame | None = None
         """The rows of the latest :meth:`log`."""
-        if self.out is not None and self.out.exists() and not self.out.is_dir():
-            raise QKEnergyError(f"{self.out}: exists and is not a folder (the table's part files go there)")
+        self.last_layers: pd.DataFrame | None = None
+        """With ``per_layer``: the layer rows of the latest :meth:`log`."""
+        for folder, parameter in ((self.out, "out"), (self.layers_out, "layers_out")):
+            if folder is not None and folder.exists() and not folder.is_dir():
+                raise QKEnergyError(
+                    f"{parameter}={str(folder)!r:.200}: exists and is not a folder (the table's part files go there)",
+                    parameter=parameter,
+                )
+        if (
+            self.layers_out is not None
+            and self.out is not None
+            and self.layers_out.resolve() == self.out.resolve()
+        ):
+            raise QKEnergyError(
+                f"layers_out={str(self.layers_out)!r:.200}: the same folder as out; expected a folder of its own "
+                "(the layer table's columns differ from the head table's)",
+                parameter="layers_out",
+            )
 
     def _weights(self) -> Any:
         if self.config is None:
@@ -185,7 +218,11 @@ class Tracker:
         step = check_integer(step, "step", 0)
         if not self.laws:
             self._draw_laws()
-        analysis = self._analyze(null_laws=self.laws)
+        if self.per_layer:
+            analysis = self._analyze(null_laws=self.laws, per_layer=True, layer_null_laws=self.layer_laws)
+            self.layer_laws.update(analysis.layer_null_laws)
+        else:
+            analysis = self._analyze(null_laws=self.laws)
         heads = analysis.heads
         skipped = analysis.settings.get("skipped_heads") or []
         if skipped:
@@ -208,11 +245,22 @@ class Tracker:
                 )
             # The BH adjustment stays the one over all the model's heads, as analyze reports it.
             heads = heads[heads["stack"] == self.stack].reset_index(drop=True)
-        if self.name is not None:
-            heads = heads.assign(model=self.name)
-        heads.insert(0, "step", np.int64(step))
-        heads.attrs["settings"] = {**analysis.settings, "step": step, "tracked_stack": self.stack}
+        settings = {**analysis.settings, "step": step, "tracked_stack": self.stack}
+        heads = self._step_rows(heads, step, settings)
+        if analysis.layers is not None:
+            layers = analysis.layers
+            if self.stack is not None:
+                layers = layers[layers["stack"] == self.stack].reset_index(drop=True)
+            self.last_layers = self._step_rows(layers, step, settings)
         return heads
+
+    def _step_rows(self, rows: pd.DataFrame, step: int, settings: dict[str, Any]) -> pd.DataFrame:
+        """``rows`` (this step's analysis owns them) with ``step`` in front and the settings attached."""
+        if self.name is not None:
+            rows = rows.assign(model=self.name)
+        rows.insert(0, "step", np.int64(step))
+        rows.attrs["settings"] = settings
+        return rows
 
     def log(self, step: int) -> dict[str, float]:
         """Measure the heads at ``step``, write their rows (with ``out``), return the step's scalars.
@@ -228,13 +276,19 @@ class Tracker:
         -------
         dict of str to float
         """
+        from qkenergy.formats.tables import write_table
+
         heads = self.measure(step)
         if self.out is not None:
-            from qkenergy.formats.tables import write_table
-
             write_table(heads, part_path(self.out, int(step)), settings=heads.attrs["settings"])
         self.last = heads
         scalars = step_scalars(heads)
+        if self.per_layer and self.last_layers is not None:
+            if self.layers_out is not None:
+                write_table(
+                    self.last_layers, part_path(self.layers_out, int(step)), settings=heads.attrs["settings"]
+                )
+            scalars.update(layer_scalars(self.last_layers))
         skipped = heads.attrs["settings"].get("skipped_heads") or []
         if skipped:
             scalars[f"{PREFIX}skipped_heads"] = float(len(skipped))
@@ -289,25 +343,65 @@ def step_scalars(heads: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def read_tracking(out: str | os.PathLike[str]) -> pd.DataFrame:
+def layer_scalars(layers: pd.DataFrame) -> dict[str, float]:
+    """One step's layer scores: ``symmetry_score/layer_<i>`` and ``directionality/layer_<i>``.
+
+    Saponati et al.'s scores of each layer's whole form (``/<stack>_layer_<i>`` for
+    multi-stack models, ``@<offset>`` appended with RoPE offsets), under :data:`PREFIX`.
+
+    Parameters
+    ----------
+    layers : DataFrame
+        One step's layer table (``analyze_model(..., per_layer=True).layers``).
+
+    Returns
+    -------
+    dict of str to float
+    """
+    out: dict[str, float] = {}
+    offsets = layers["offset"].tolist() if "offset" in layers.columns else [None] * len(layers)
+    for stack, layer, offset, symmetry, direction in zip(
+        layers["stack"].astype(str).tolist(),
+        layers["layer"].tolist(),
+        offsets,
+        layers["symmetry_score"].tolist(),
+        layers["directionality"].tolist(),
+        strict=True,
+    ):
+        where = (f"{stack}_layer_{layer}" if stack else f"layer_{layer}") + (
+            "" if offset is None else f"@{offset}"
+        )
+        out[f"{PREFIX}symmetry_score/{where}"] = float(symmetry)
+        out[f"{PREFIX}directionality/{where}"] = float(direction)
+    return out
+
+
+def read_tracking(out: str | os.PathLike[str], *, table: str | None = None) -> pd.DataFrame:
     """The tracked table (every part file under ``out``) as one DataFrame, sorted by step, layer, head.
 
     Parameters
     ----------
     out : path
-        The folder a :class:`Tracker` wrote its part files to.
+        The folder a :class:`Tracker` wrote its part files to (``out`` or ``layers_out``).
+    table : {"heads", "layers"}, optional
+        Which table the folder holds (default: told by the first part's columns).
 
     Returns
     -------
     DataFrame
     """
     import pandas as pd
+    import pyarrow.parquet as pq
 
     from qkenergy.formats.tables import read_table
 
     parts = sorted(Path(out).glob("step-*.parquet"))
     if not parts:
         raise QKEnergyError(f"{out}: no tracked steps (step-*.parquet) in this folder")
-    frame = pd.concat([read_table(p) for p in parts], ignore_index=True)
-    keys = [c for c in ("step", "model", "stack", "layer", "head") if c in frame.columns]
+    if table is None:
+        table = "heads" if "head" in pq.read_schema(parts[0]).names else "layers"
+    elif table not in ("heads", "layers"):
+        raise QKEnergyError(f"table={table!r:.80}: expected 'heads' or 'layers'", parameter="table")
+    frame = pd.concat([read_table(p, table=table) for p in parts], ignore_index=True)
+    keys = [c for c in ("step", "model", "stack", "layer", "head", "offset") if c in frame.columns]
     return frame.sort_values(keys, kind="stable").reset_index(drop=True)
