@@ -309,6 +309,7 @@ def example_sweeps(ws: Workspace) -> dict[str, str]:
     )
     assert spec is not None and spec.loader is not None
     experiment = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = experiment  # its dataclasses look their module up there
     spec.loader.exec_module(experiment)
     return {
         f"sweep_{preset}": experiment.sweep_markdown(

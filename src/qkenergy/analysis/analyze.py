@@ -117,6 +117,8 @@ class Analysis:
         The settings the analysis ran with (recorded beside the tables).
     null_laws : dict, optional
         (n, N) -> the Gaussian null law the heads of that shape were judged against.
+    layer_null_laws : dict, optional
+        With ``per_layer``: (query heads per key head, head_dim, N) -> the law of that layer shape.
     """
 
     columns: Columns
