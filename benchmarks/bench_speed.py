@@ -1,4 +1,4 @@
-"""End-to-end speed of qkenergy against the paper's route, the code before issue 7 and the machine's floor.
+"""End-to-end speed of qkenergy against the paper's route, the code before (--before) and the machine's floor.
 
 Every figure is a ratio measured in this run (the machine is shared and noisy);
 nothing is asserted. Sections (``--only``, comma-separated; default all but
@@ -323,7 +323,7 @@ def read_seconds(model: Path) -> tuple[float, int, int]:
 
 
 class Spinner:
-    """A neighbour: a process spinning on core 0 (the 'busy neighbour' of issue 7)."""
+    """A neighbour: a process spinning on core 0 (the speed target's "busy neighbour")."""
 
     def __enter__(self) -> Spinner:
         self.proc = subprocess.Popen(
@@ -477,20 +477,20 @@ def section_runs(args: argparse.Namespace, root: Path) -> None:
         print(f"   paper's route, 1 thread   {paper:7.2f} s  -> qkenergy is {ratio(paper, ours)} faster")
         if args.before:
             old = min(times["old"])
-            print(f"   before issue 7, 1 thread  {old:7.2f} s  -> throughput {ratio(old, ours)} of before")
+            print(f"   code before, 1 thread     {old:7.2f} s  -> throughput {ratio(old, ours)} of before")
         if same_kernels is not None:
             same = f"   with {kernels} kernels too:"
             paper_same = min(times["paper_same"])
             print(f"{same} paper's route {paper_same:.2f} s -> {ratio(paper_same, ours)}", end="")
             if args.before:
                 old_same = min(times["old_same"])
-                print(f"; before issue 7 {old_same:.2f} s -> {ratio(old_same, ours)}", end="")
+                print(f"; code before {old_same:.2f} s -> {ratio(old_same, ours)}", end="")
             print()
         print(f"   qkenergy, one core        {ours1:7.2f} s  (pinned to CPU 0: no read-ahead in parallel)")
         print(f"   paper's route, one core   {paper1:7.2f} s  -> qkenergy is {ratio(paper1, ours1)} faster")
         if args.before:
             old1 = min(times["old1"])
-            print(f"   before issue 7, one core  {old1:7.2f} s  -> throughput {ratio(old1, ours1)} of before")
+            print(f"   code before, one core     {old1:7.2f} s  -> throughput {ratio(old1, ours1)} of before")
         print(f"   qkenergy, 2 threads       {two:7.2f} s  -> {ratio(ours, two)} of one thread")
         print(
             f"   both as a user runs them  qkenergy (default threads) {ours_default:.2f} s, paper's route "
@@ -517,7 +517,7 @@ def null_child(n: int, N: int, samples: int, threads: int, names: str) -> None:
     from qkenergy.math import nulls
 
     t0, c0 = time.perf_counter(), time.process_time()
-    try:  # the three null statistics; code from before issue 7 draws all of them, on one thread
+    try:  # the three null statistics; code from before the speed work draws all of them, on one thread
         nulls.null_law(n, N, samples=samples, seed=0, threads=threads, names=nulls.NULL_STATISTICS)
         drawn = "three"
     except (TypeError, AttributeError):  # no threads= or no NULL_STATISTICS yet
@@ -602,7 +602,7 @@ def section_memory(args: argparse.Namespace, root: Path) -> None:
         if args.before and label == "N=8192":
             old_cmd = qkenergy_cmd("analyze", str(model), "--no-null", "--quiet", "-o", str(root / "m.csv"))
             _, old_rss = timed_hwm(old_cmd, src=args.before)
-            print(f"   {label} before issue 7: peak RSS {old_rss / MB:6.0f} MB: ratio {old_rss / bound:.2f}")
+            print(f"   {label} code before: peak RSS {old_rss / MB:6.0f} MB: ratio {old_rss / bound:.2f}")
 
 
 def section_stream(args: argparse.Namespace, root: Path) -> None:

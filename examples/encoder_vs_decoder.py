@@ -660,6 +660,10 @@ DEFAULT_LEVELS = {
 }
 
 
+REFERENCE = {"size": "prototype"}
+"""Factors varied from another setting than the default: the size is run in the prototype's set-up."""
+
+
 def plan(d: Design, seeds: list[int]) -> list[dict[str, Any]]:
     """Every (factor, level, model, seed) of the sweep with its Config; ``default`` first.
 
@@ -1181,7 +1185,11 @@ def sweep_figures(out: Path, summary: dict[str, Any]) -> None:
     fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), sharey=True, squeeze=False)
     for ax, factor in zip(axes.flat, factors, strict=False):
         entries = [e for e in settings if e["factor"] == factor]
-        if factor != "steps":  # the default's level first; the steps are all the prototype's runs
+        if factor in REFERENCE:  # run under another setting's set-up: that setting is its reference
+            reference = next(e for e in settings if e["factor"] == REFERENCE[factor])
+            level = f"{summary['design']['width']}, {reference['level']}"
+            entries = [{**reference, "level": level}, *entries]
+        elif factor != "steps":  # the default's level first; the steps are all the prototype's runs
             entries = [{**default, "level": summary["default_levels"].get(factor) or "default"}, *entries]
         for i, e in enumerate(entries):
             d = e["difference_null_sd"]
@@ -1203,7 +1211,7 @@ def sweep_figures(out: Path, summary: dict[str, Any]) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("encoder - decoder median s\n(null sd; 95 % bootstrap)")
     fig.suptitle(
-        f"preset {summary['preset']}: the split against each factor, one at a time from the default (blue), "
+        f"preset {summary['preset']}: the split against each factor, one at a time from its reference (blue), "
         f"at step {summary['design']['steps']}",
         fontsize=10,
     )
