@@ -696,17 +696,29 @@ def run_folder(out: Path, config: Config) -> Path:
     return out / "runs" / config.key
 
 
-def finished(out: Path, config: Config) -> bool:
-    """Whether the run is on disk, complete (its run.json is written last) and of this Config."""
-    record = run_folder(out, config) / "run.json"
+def finished_record(folder: Path, config: Config) -> dict[str, Any] | None:
+    """The run.json in ``folder`` if it is complete (it is written last) and of this Config, else None."""
     try:
-        return bool(json.loads(record.read_text())["config"] == asdict(config))
-    except (OSError, ValueError, KeyError):
-        return False
+        record = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("config") == asdict(config) else None
+
+
+def finished(out: Path, config: Config) -> bool:
+    """Whether the run is on disk, complete and of this Config."""
+    return finished_record(run_folder(out, config), config) is not None
 
 
 def train_config(config: Config, folder: str) -> dict[str, Any]:
-    """Train one run of the sweep (a Dask task): heads tracked, per-layer scores, losses; run.json last."""
+    """Train one run of the sweep (a Dask task): heads tracked, per-layer scores, losses; run.json last.
+
+    A run already finished returns its run.json untrained: Dask computes a task again when the worker
+    holding its result dies before the client has taken it, and that must not cost the run again.
+    """
+    done = finished_record(Path(folder), config)
+    if done is not None:
+        return done
     import shutil
 
     import torch
@@ -825,7 +837,8 @@ def run_sweep(
 
     A rerun skips the finished runs. Each run is its own task writing its own
     folder, and counts as finished only once its run.json is written: a worker
-    killed mid-run loses that run alone, which Dask gives to another worker.
+    killed mid-run loses that run alone, which Dask gives to another worker
+    (the finished runs whose results it held come back from their run.json).
     """
     from distributed import as_completed
 
@@ -861,7 +874,7 @@ def run_sweep(
             for i, c in enumerate(todo)
         }
         for future in as_completed(futures):
-            c = futures[future]
+            c = futures.pop(future)  # released: a worker need not hold a result the client has taken
             try:
                 record = future.result()
             except Exception as error:  # one failed run must not stop the others

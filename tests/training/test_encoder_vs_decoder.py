@@ -201,6 +201,72 @@ def test_the_sweep_runs_on_dask_and_a_rerun_skips_the_finished_runs(
     ledger.close()
 
 
+def _worker_processes() -> list[Any]:
+    """This process's Dask worker processes (LocalCluster spawns them with multiprocessing)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "spawn_main" in command and "resource_tracker" not in command:
+            found.append(child)
+    return found
+
+
+def test_a_worker_killed_mid_sweep_loses_only_its_own_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL of one of two workers once a run has finished: the sweep still ends with every run, and
+    no run finished before the kill is trained again (its run.json is the same file, untouched)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    experiment = _experiment()
+    out = tmp_path / "sweep"
+    configs = [row["config"] for row in experiment.plan(experiment.design("tiny"), [0, 1])]
+    total = len(dict.fromkeys(configs))
+    killed: dict[str, Any] = {}
+
+    def kill_a_worker_after_the_first_run() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            records = sorted((out / "runs").glob("*/run.json")) if (out / "runs").is_dir() else []
+            workers = _worker_processes()
+            if records and len(workers) == 2:
+                killed["before"] = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in records}
+                victim = max(workers, key=lambda w: w.pid)
+                killed["pid"] = victim.pid
+                os.kill(victim.pid, signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=kill_a_worker_after_the_first_run, daemon=True)
+    watcher.start()
+    out.mkdir()
+    counts = experiment.run_sweep(out, configs, workers=2)
+    watcher.join(timeout=5)
+    assert "pid" in killed, "no run finished while both workers were up"
+    assert len(killed["before"]) < total, "the sweep had finished before the kill"
+    assert counts == {"runs": total, "skipped": 0, "trained": total, "failed": 0}
+    records = {p: json.loads(p.read_text()) for p in (out / "runs").glob("*/run.json")}
+    assert len(records) == total
+    for path, (content, mtime) in killed["before"].items():  # finished before the kill: not trained again
+        assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime
+    after = [r for p, r in records.items() if p not in killed["before"]]
+    assert after and all(not r["worker"].endswith(f":{killed['pid']}") for r in after)
+    ledger = sqlite3.connect(out / "ledger.sqlite")
+    assert ledger.execute(
+        "SELECT status, attempts, count(*) FROM runs GROUP BY status, attempts"
+    ).fetchall() == [("done", 1, total)]
+    ledger.close()
+
+
 @pytest.mark.parametrize("preset", ["quick", "long"])
 def test_the_recorded_sweeps_are_what_the_script_computes(preset: str) -> None:
     """The recorded intervals are recomputed from the recorded per-seed medians (same bootstrap,
