@@ -77,7 +77,13 @@ def thread_cluster() -> Iterator[str]:
     from distributed import LocalCluster
 
     with LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=50
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        dashboard_address=None,
+        # the scheduler's bare HTTP server on a free port: 8787 may belong to another test's cluster
+        scheduler_kwargs={"dashboard_address": ":0"},
+        silence_logs=50,
     ) as cluster:
         yield cluster.scheduler_address
 
