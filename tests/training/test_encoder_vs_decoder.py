@@ -236,13 +236,15 @@ def test_a_worker_killed_mid_sweep_loses_only_its_own_run(
     def kill_a_worker_after_the_first_run() -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            records = sorted((out / "runs").glob("*/run.json")) if (out / "runs").is_dir() else []
             workers = _worker_processes()
-            if records and len(workers) == 2:
-                killed["before"] = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in records}
+            if any(out.glob("runs/*/run.json")) and len(workers) == 2:
                 victim = max(workers, key=lambda w: w.pid)
-                killed["pid"] = victim.pid
                 os.kill(victim.pid, signal.SIGKILL)
+                victim.wait(timeout=30)
+                killed["pid"] = victim.pid  # what is on disk now was finished before the kill
+                killed["before"] = {
+                    p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.glob("runs/*/run.json")
+                }
                 return
             time.sleep(0.02)
 
