@@ -106,7 +106,7 @@ def figure(tables: list[pd.DataFrame]) -> Any:
 def write_figure(fig: Any, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from qkenergy.formats.tables import atomic_path
+    from qkenergy.base.atomic import atomic_path
 
     FigureCanvasAgg(fig)
     with atomic_path(path) as staged:

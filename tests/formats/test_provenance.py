@@ -17,6 +17,7 @@ import pytest
 
 from qkenergy import __version__, cli
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.formats import tables
 from qkenergy.formats.provenance import (
@@ -26,7 +27,6 @@ from qkenergy.formats.provenance import (
     read_settings,
     sidecar_path,
 )
-from qkenergy.formats.transaction import OutputTransaction
 from qkenergy.weights.safetensors_io import TensorSource
 
 _Q = "model.layers.{}.self_attn.q_proj.weight"

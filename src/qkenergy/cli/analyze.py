@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
     IndexSelectionType,
     NullOptions,
     RopeOffsetsType,
-    default_cache_dir,
     draws_option,
     null_options,
     plot_options,

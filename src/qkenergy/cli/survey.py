@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.cli.output import fail, stdout_console
 from qkenergy.cli.params import (
     DEFAULT_BASELINE_SAMPLES,
     NullOptions,
-    default_cache_dir,
     draws_option,
     null_options,
 )

@@ -40,10 +40,10 @@ from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
+from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
-from qkenergy.formats.transaction import OutputTransaction, joined
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -961,7 +961,7 @@ def plot_results(
     legends (:func:`provenance.population_label`) and are stored in each file
     (PNG text chunk ``qkenergy``, SVG description, PDF subject).
     ``transaction``: stage the files in the caller's transaction (see
-    :mod:`qkenergy.formats.transaction`); by default they are committed together here.
+    :mod:`qkenergy.base.atomic`); by default they are committed together here.
 
     Parameters
     ----------

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
@@ -48,7 +49,7 @@ from qkenergy.formats.recorded_settings import (
     settings_json,
     sidecar_path,
 )
-from qkenergy.weights.safetensors_io import TensorSource, show_path
+from qkenergy.weights.safetensors_io import TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource

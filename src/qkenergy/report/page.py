@@ -22,8 +22,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +39,12 @@ from qkenergy.analysis.comparison import (
     model_summary,
     present,
 )
+from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
-from qkenergy.formats.tables import ensure_directory, layers_path, read_table, write_table
+from qkenergy.formats.tables import layers_path, read_table, write_table
 
 __all__ = [
     "STATIC_FORMATS",
@@ -196,15 +195,9 @@ def build_report(
     figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
 
     directory = files_directory(target)
-    ensure_directory(target.parent)
-    try:
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    except OSError as exc:
-        raise QKEnergyError(f"{target.parent}: cannot write ({exc.strerror or exc})") from None
-    try:
-        staged_html = staging / target.name
-        staged_dir = staging / directory.name
-        staged_dir.mkdir()
+    # the page and its folder land together; an old folder is swapped out, not merged
+    with OutputTransaction() as outputs:
+        staged_dir = outputs.stage_directory(directory)
         written = [write_table(summary, staged_dir / "models.csv")]
         if comparison is not None:
             written.append(write_table(comparison.differences, staged_dir / "baseline_difference.csv"))
@@ -222,10 +215,7 @@ def build_report(
             formats=formats if drawn.figures else [],
             drawn=set(drawn.figures),
         )
-        staged_html.write_text(page, encoding="utf-8")
-        _commit(staged_html, staged_dir, target, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        outputs.stage(target).write_text(page, encoding="utf-8")
     return Report(
         html=target,
         directory=directory,
@@ -235,25 +225,6 @@ def build_report(
         comparison=comparison,
         renderer=drawn.renderer,
     )
-
-
-def _commit(staged_html: Path, staged_dir: Path, target: Path, directory: Path) -> None:
-    """Move the staged folder, then the page, into place; an old folder is swapped out, not merged."""
-    old = staged_dir.parent / "previous"
-    if directory.exists():
-        if not directory.is_dir():
-            raise QKEnergyError(f"{directory}: exists and is not a directory; the report's figures go there")
-        os.replace(directory, old)
-    try:
-        os.replace(staged_dir, directory)
-        os.replace(staged_html, target)
-    except BaseException:
-        # Put the previous report back as it was.
-        if directory.exists() and old.exists():
-            shutil.rmtree(directory, ignore_errors=True)
-        if old.exists():
-            os.replace(old, directory)
-        raise
 
 
 def _default_title(summary: pd.DataFrame) -> str:
@@ -408,7 +379,7 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
     ``log_history`` lists the logged losses up to that checkpoint; the
     checkpoint of a run with the largest ``step`` gives the run's curve.
     """
-    from qkenergy.weights.json_input import read_object
+    from qkenergy.base.json_input import read_object
 
     latest: dict[str, tuple[float, Path]] = {}
     for entry in entries:

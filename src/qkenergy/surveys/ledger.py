@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["LOCK_NAME", "LOCK_WAIT", "Ledger", "UnitRow", "done_files", "iso", "survey_lock"]
 

@@ -23,13 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.json_input import open_regular, read_object
 from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
 from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
-from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.range_cache import MARKER
-from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -17,8 +17,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 from qkenergy.weights.source import ModelSource
 
 __all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "embedded_path", "open_embedded"]

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.gguf_io import _split_parts
-from qkenergy.weights.json_input import show_name
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
-from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch, show_path
+from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch
 
 __all__ = [
     "HubReference",

@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.base.json_input import describe, read_object
 from qkenergy.base.small_floats import as_float
-from qkenergy.weights.json_input import describe, read_object, show_name
-from qkenergy.weights.safetensors_io import DTYPES, show_path
+from qkenergy.weights.safetensors_io import DTYPES
 
 __all__ = [
     "METHODS",

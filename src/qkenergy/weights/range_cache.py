@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["PIECE_BYTES", "MirroredFile", "RangeCache", "RangeFetch"]
 
