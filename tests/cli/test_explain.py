@@ -76,15 +76,17 @@ def test_links_read_outside_the_repository() -> None:
     page = (
         "See [docs/columns.md](docs/columns.md), [the tail](statistics.md#p-values) and "
         "[`layouts/llama.toml`](layouts/llama.toml).\n\n<!-- generated: demo -->\n```\nout\n```\n"
-        "<!-- end -->\n\n\n\n![a heatmap](minilm_heatmap.png)\n"
+        "<!-- end -->\n\n\n\n![a heatmap](minilm_heatmap.png)\n(docs/gguf.md; docs/layouts/llama.toml)\n"
     )
     assert docs.readable(page) == (
         "See `qkenergy explain columns`, the tail (`qkenergy explain statistics`) and "
         "`layouts/llama.toml`.\n\n```\nout\n```\n\n[figure: a heatmap]\n"
+        "(qkenergy explain gguf; docs/layouts/llama.toml)\n"
     )
     for page_file in PAGES:  # no page keeps a link to a repository file or a block marker
         text = qkenergy.explain(page_file.stem)
         assert "<!--" not in text and not re.search(r"\]\([^)]*\.(md|png)\b", text), page_file.name
+        assert not re.search(r"docs/[A-Za-z_]+\.md", text), page_file.name
 
 
 def test_an_unknown_topic_is_one_line_naming_the_closest(capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,6 +58,7 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _COMMENT = re.compile(r"[ \t]*<!--.*?-->[ \t]*", re.S)
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(\s*<?([^)\s>]+)>?\s*\)")
+_MENTION = re.compile(r"(?<![\w/.-])docs/([A-Za-z_]+)\.md\b")
 
 
 def _pages_folder() -> Traversable:
@@ -131,7 +132,8 @@ def readable(markdown: str) -> str:
     """A page's markdown as it reads outside the repository.
 
     A link to a page becomes the command that shows it (``[the statistics](statistics.md)`` ->
-    ``the statistics (`qkenergy explain statistics`)``), a link to another file its text, a
+    ``the statistics (`qkenergy explain statistics`)``), and so does a page named in the text
+    (``docs/gguf.md`` -> ``qkenergy explain gguf``); a link to another file becomes its text, a
     figure its caption, and the HTML comments (the generated-block markers) are dropped.
 
     Parameters
@@ -145,6 +147,7 @@ def readable(markdown: str) -> str:
         The same text, without lines left empty twice over.
     """
     text = _LINK.sub(_link, _COMMENT.sub("", markdown))
+    text = _MENTION.sub(lambda m: f"qkenergy explain {m.group(1).lower()}", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
 
 
