@@ -77,11 +77,12 @@ def test_links_read_outside_the_repository() -> None:
         "See [docs/columns.md](docs/columns.md), [the tail](statistics.md#p-values) and "
         "[`layouts/llama.toml`](layouts/llama.toml).\n\n<!-- generated: demo -->\n```\nout\n```\n"
         "<!-- end -->\n\n\n\n![a heatmap](minilm_heatmap.png)\n(docs/gguf.md; docs/layouts/llama.toml)\n"
+        "Count: <!-- count: start -->3 types<!-- count: end -->.\n<!-- a -->kept<!-- b -->\n"
     )
     assert docs.readable(page) == (
         "See `qkenergy explain columns`, the tail (`qkenergy explain statistics`) and "
         "`layouts/llama.toml`.\n\n```\nout\n```\n\n[figure: a heatmap]\n"
-        "(qkenergy explain gguf; docs/layouts/llama.toml)\n"
+        "(qkenergy explain gguf; docs/layouts/llama.toml)\nCount: 3 types.\nkept\n"
     )
     for page_file in PAGES:  # no page keeps a link to a repository file or a block marker
         text = qkenergy.explain(page_file.stem)

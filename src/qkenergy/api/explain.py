@@ -56,7 +56,7 @@ _ORDER = (
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_COMMENT = re.compile(r"[ \t]*<!--.*?-->[ \t]*", re.S)
+_COMMENT = re.compile(r"^[ \t]*<!--(?:(?!-->).)*-->[ \t]*$|<!--(?:(?!-->).)*-->", re.S | re.M)
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(\s*<?([^)\s>]+)>?\s*\)")
 _MENTION = re.compile(r"(?<![\w/.-])docs/([A-Za-z_]+)\.md\b")
 
