@@ -322,7 +322,7 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
         return None
     return (
         "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
-        "matched to the null's mean and variance (an approximation; see docs/statistics.md)."
+        "matched to the null's mean and variance (an approximation; see qkenergy explain p-values)."
     )
 
 

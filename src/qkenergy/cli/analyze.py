@@ -79,7 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
     "layout_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="TOML layout file for an architecture qkenergy does not ship (see docs/models.md).",
+    help="TOML layout file for an architecture qkenergy does not ship (see qkenergy explain layout-files).",
 )
 @click.option(
     "--threads",
@@ -140,11 +140,11 @@ def analyze(
     """Analyze every head of MODEL (safetensors file, directory, shards, GGUF file, HF cache folder, hub id, or
     an embedded model: minilm (the default), smollm2).
 
-    Every column of the table and every term of the summary is explained in
-    docs/columns.md, the mathematics behind them in docs/mathematics.md.
+    Every column of the table and every term of the summary is explained by
+    qkenergy explain columns, the mathematics behind them by qkenergy explain mathematics.
 
     Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
-    as they are read; other methods are refused (docs/models.md).
+    as they are read; other methods are refused (qkenergy explain quantization).
     """
     from qkenergy.api.model import analyze as run
     from qkenergy.formats import tables

@@ -11,7 +11,9 @@ from qkenergy.cli.output import stdout_console
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
-@click.option("--markdown", is_flag=True, help="Print a markdown table (the list in docs/families.md).")
+@click.option(
+    "--markdown", is_flag=True, help="Print a markdown table (the list of qkenergy explain families)."
+)
 @click.option(
     "--coverage",
     is_flag=True,

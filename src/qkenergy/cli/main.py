@@ -1,6 +1,6 @@
 """The qkenergy command line: the group, its entry point and how failures map to exit statuses.
 
-The commands (verify, baseline, lobes, analyze, plot, survey, report, layouts) live in one
+The commands (verify, baseline, lobes, analyze, plot, survey, report, layouts, explain) live in one
 module each of this package; this one gathers them under the ``qkenergy`` group.
 
 Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
@@ -25,6 +25,7 @@ from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.interrupt import Interrupted, signals_raise
 from qkenergy.cli.analyze import analyze
 from qkenergy.cli.baseline import baseline
+from qkenergy.cli.explain import explain
 from qkenergy.cli.layouts import layouts
 from qkenergy.cli.lobes import lobes
 from qkenergy.cli.output import PROG, fail, flag_message, one_line
@@ -43,7 +44,7 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-for _command in (verify, baseline, lobes, analyze, plot, layouts, survey, report_command):
+for _command in (verify, baseline, lobes, analyze, plot, layouts, survey, report_command, explain):
     cli.add_command(_command)
 
 
