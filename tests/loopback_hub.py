@@ -136,6 +136,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -203,7 +204,7 @@ class _Fault:
 # the faults of each step: the file list, the hub's resolve answer, the answer that sends a file's bytes
 _LISTING_FAULTS = ("listing", "status", "stall")
 _RESOLVE_FAULTS = ("etag", "redirect", "status", "stall")
-_BODY_FAULTS = ("shift", "from_zero", "multipart", "gzip", "total", "short", "trickle", "long")
+_BODY_FAULTS = ("shift", "from_zero", "multipart", "gzip", "total", "short", "trickle", "hang")
 
 
 class _HubError(Exception):
@@ -429,7 +430,7 @@ class LoopbackHub:
         total              the Content-Range's total is ``total``
         short              an honest 206 of at most ``piece`` bytes (a server that serves pieces)
         trickle            the body sent one byte every ``delay`` seconds (default 0.2)
-        long               Content-Length ``extra`` bytes (default 1000) more than sent, then a stall
+        hang               ``sent`` bytes of the body (default half), then silence, the connection open
         =================  =========================================================================
 
         Every kind takes ``after=N``: the first N matching requests are answered honestly. The
@@ -531,6 +532,12 @@ class _Server(ThreadingHTTPServer):
         with self.connections_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that closed a connection (an answer refused before its body was read) is no error
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
 
     def drop_connections(self) -> None:
         with self.connections_lock:
@@ -856,7 +863,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers.setdefault("Content-Type", "application/octet-stream")
         key = (repo_id, f.path)
         fault = self.hub._take_fault(repo_id, f.path, _BODY_FAULTS) if self.command == "GET" else None
-        total, extra, delay = f.size, 0, 0.0
+        total, hang, delay = f.size, None, 0.0
         if fault is not None:
             options = fault.options
             if fault.kind == "shift":
@@ -873,8 +880,8 @@ class _Handler(BaseHTTPRequestHandler):
                 stop = min(stop, start + options["piece"])
             elif fault.kind == "trickle":
                 delay = options.get("delay", 0.2)
-            elif fault.kind == "long":
-                extra = options.get("extra", 1000)
+            elif fault.kind == "hang":
+                hang = options.get("sent", (stop - start) // 2)
             status = 206 if fault.kind != "multipart" or status == 206 else status
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{stop - 1}/{total}"
@@ -887,11 +894,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Length", str(stop - start + extra))
+        self.send_header("Content-Length", str(stop - start))
         self.end_headers()
         if self.command == "HEAD":
             return
         limit = stop if cut is None else min(stop, start + cut)
+        limit = limit if hang is None else min(limit, start + hang)
         step = 1 if delay else CHUNK
         fd = os.open(f.local, os.O_RDONLY)
         try:
@@ -912,9 +920,9 @@ class _Handler(BaseHTTPRequestHandler):
                         break
         finally:
             os.close(fd)
-        if extra:  # more promised than sent: the connection held open, silent
+        if hang is not None:  # less sent than promised: the connection held open, silent
             self.wfile.flush()
-            self.hub.stopping.wait(options.get("seconds", 60))
+            self.hub.stopping.wait(60)
             self.close_connection = True
         if (cut is not None and limit < stop) or delay:
             self.wfile.flush()

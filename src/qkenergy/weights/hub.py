@@ -48,7 +48,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.gguf_io import _split_parts
-from qkenergy.weights.json_input import parse_value, read_bytes, show_name
+from qkenergy.weights.json_input import describe, parse_value, read_bytes, show_name
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
 from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch, show_path
 
@@ -401,15 +401,9 @@ class HubRepo:
                     f"{self.where}: HF_HUB_OFFLINE is set and this revision is not in the hub range cache "
                     f"({show_path(self.cache.root)}); run once online, or pass a local path"
                 )
-            where = show_path(listing)
-            rows = parse_value(
-                read_bytes(listing, where, "the stored file list", _LISTING_LIMIT),
-                where,
-                "the stored file list",
-            )
-            return commit, _files_of(
-                rows, f"{where} (the range cache's stored file list; delete it and run online)"
-            )
+            where = f"{show_path(listing)} (the range cache's stored file list; delete it and run online)"
+            raw = read_bytes(listing, where, "the stored file list", _LISTING_LIMIT)
+            return commit, _files_of(parse_value(raw, where, "the stored file list"), where)
         commit, files = self._listing(revision)
         _write_atomic(self._folder / "commits" / f"{commit}.json", _dumps([vars(f) for f in files.values()]))
         _write_atomic(ref, commit)
@@ -1110,12 +1104,12 @@ def _files_of(rows: Any, where: str) -> dict[str, _RemoteFile]:
             )
         if size is None:
             raise QKEnergyError(
-                f"{where}: {show_name(path)} has size {show_name(repr(row.get('size')), 40)}; "
+                f"{where}: {show_name(path)} has size {describe(row.get('size'))}; "
                 "expected a non-negative integer"
             )
         if not isinstance(etag, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", etag):
             raise QKEnergyError(
-                f"{where}: {show_name(path)} has ETag {show_name(repr(etag), 80)}; expected a git blob id or SHA-256"
+                f"{where}: {show_name(path)} has ETag {describe(etag)}; expected a git blob id or SHA-256"
             )
         if path in files:
             raise QKEnergyError(f"{where}: lists {show_name(path)} twice")
