@@ -341,6 +341,18 @@ def test_bounds_are_checked_where_set(monkeypatch: pytest.MonkeyPatch) -> None:
             HubBounds.from_environment()
 
 
+def test_docs_hub_md_gives_each_bound_its_variable_and_default() -> None:
+    import dataclasses
+    import re
+
+    from qkenergy.weights.hub import BOUND_VARIABLES, HubBounds
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "hub.md").read_text()
+    rows = dict(re.findall(r"^\| `(QKENERGY_HUB_[A-Z_]+)` \| ([0-9.]+) ", text, re.MULTILINE))
+    defaults = {f.name: f.default for f in dataclasses.fields(HubBounds)}
+    assert rows == {variable: f"{defaults[name]:g}" for name, variable in BOUND_VARIABLES.items()}
+
+
 # ----------------------------------------------------------------------------- headers bounded by the evidence
 
 

@@ -739,7 +739,7 @@ class HubRepo:
         the rest (a refusal by status, a timeout, a redirect loop), while the body is read too.
         """
         import httpx2
-        from huggingface_hub.utils import build_hf_headers, get_session
+        from huggingface_hub.utils import build_hf_headers, get_session  # type: ignore[attr-defined]  # exported lazily
 
         bound = self.bounds.timeout
         asked = {**build_hf_headers(), "Accept-Encoding": "identity", **headers}
@@ -753,7 +753,7 @@ class HubRepo:
         except httpx2.TimeoutException as exc:
             raise QKEnergyError(
                 f"{self.where}: {what}: no answer from {_host(exc)} within {bound:g} s "
-                "(QKENERGY_HUB_TIMEOUT sets the bound); what was fetched is kept, run again to resume"
+                f"({BOUND_VARIABLES['timeout']} sets the bound); what was fetched is kept, run again to resume"
             ) from None
         except httpx2.TooManyRedirects:
             raise QKEnergyError(
@@ -772,7 +772,7 @@ class HubRepo:
     def _status_error(self, r: Any, what: str) -> QKEnergyError:
         """An error status as one line, through huggingface_hub's typed errors (the body read bounded)."""
         import httpx2
-        from huggingface_hub.utils import hf_raise_for_status
+        from huggingface_hub.utils import hf_raise_for_status  # type: ignore[attr-defined]  # exported lazily
 
         body = bytearray()
         with contextlib.suppress(httpx2.HTTPError, OSError):
@@ -797,7 +797,7 @@ class HubRepo:
         if wait is not None and wait > self.bounds.max_wait:
             raise QKEnergyError(
                 f"{self.where}: {what}: the Hub answered HTTP {transient.status} and asked to wait "
-                f"{wait:g} s before retrying, more than QKENERGY_HUB_MAX_WAIT={self.bounds.max_wait:g} s; "
+                f"{wait:g} s before retrying, more than {BOUND_VARIABLES['max_wait']}={self.bounds.max_wait:g} s; "
                 "try again later"
             )
         wait = _BACKOFF * 2 ** (tries - 1) if wait is None else wait
@@ -825,7 +825,7 @@ class HubRepo:
         if elapsed > bounds.timeout and received < bounds.min_rate * (elapsed - bounds.timeout):
             raise QKEnergyError(
                 f"{self.where}: {what}: {received} bytes arrived in {elapsed:.3g} s, slower than "
-                f"QKENERGY_HUB_MIN_RATE={bounds.min_rate:g} bytes/s; what was fetched before is kept, run again to resume"
+                f"{BOUND_VARIABLES['min_rate']}={bounds.min_rate:g} bytes/s; what was fetched before is kept, run again to resume"
             )
 
     def _answered(self, r: Any, remote: _RemoteFile, at: int, end: int) -> int:
