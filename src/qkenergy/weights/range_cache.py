@@ -17,6 +17,14 @@ file is keyed by its repository, commit and path, and carries the ETag it had
 when its first byte was fetched: a mirror file whose ETag no longer matches is
 emptied before anything is read from it.
 
+The record is changed in ``BEGIN IMMEDIATE`` transactions, so that processes
+making one file's row at once insert it once; a lock held longer than
+``lock_timeout`` is one line naming the cache. The cache repairs itself: a
+sparse file deleted or cut shorter than its recorded ranges has its ranges
+dropped (said once, :class:`RangeCacheNote`). It never opens a path outside its
+folder (no ``..``, no symbolic link out of it), and a full disk is one line
+naming the file and the cache, the ranges recorded before kept.
+
 Nothing here speaks HTTP: the caller hands each file a ``fetch`` function that
 yields the bytes of a range (:mod:`qkenergy.weights.hub` does, through
 huggingface_hub's own HTTP helpers).
