@@ -598,7 +598,7 @@ class HubRepo:
                 )
                 relative = f"models/{self.repo_id}/snapshots/{self.commit}/{path}"
                 mirror = self.cache.file(relative, remote.size, remote.etag, fetch)
-                mirror.on_bytes = None if local is not None else self._counted
+                mirror.on_bytes = self._copied if local is not None else self._counted
                 self._mirrors[path] = mirror
                 self.record["files"][path] = {"size": remote.size, "etag": remote.etag}
         return mirror
@@ -699,6 +699,10 @@ class HubRepo:
 
         return fetch
 
+    def _copied(self, n: int) -> None:
+        with self._lock:  # copied from the Hugging Face cache: in the range cache, not fetched
+            self.record["cache_bytes"] += n
+
     def _counted(self, n: int) -> None:
         with self._lock:
             self.record["bytes_fetched"] += n
@@ -721,7 +725,7 @@ class HubRepo:
         total = 0
         for local, begin, end in ranges:
             mirror = self.mirror(local.relative_to(self.root).as_posix())
-            if mirror.on_bytes is not None:  # copied from the Hugging Face cache: nothing to fetch
+            if mirror.on_bytes != self._copied:  # copied from the Hugging Face cache: nothing to fetch
                 total += sum(b - a for a, b in mirror.missing(begin, end))
         return total
 
