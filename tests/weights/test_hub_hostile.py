@@ -8,6 +8,7 @@ that follows equals the local analysis of the same files. The time bounds are se
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -595,6 +596,7 @@ def test_concurrent_first_use_by_several_processes_is_safe(tmp_path: Path) -> No
 
 def test_a_password_in_hf_endpoint_is_never_written_or_shown(
     hub: Any,
+    caplog: pytest.LogCaptureFixture,
     big: tuple[Path, pd.DataFrame],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -609,10 +611,16 @@ def test_a_password_in_hf_endpoint_is_never_written_or_shown(
         constants, "HUGGINGFACE_CO_URL_TEMPLATE", secret + "/{repo_id}/resolve/{revision}/{filename}"
     )
     out = tmp_path / "heads.csv"
-    code, _, err = run(
-        capsys, "analyze", REPO, "--no-null", "-o", str(out), "--cache-dir", str(tmp_path / "c")
-    )
+    with caplog.at_level(logging.DEBUG):  # httpx2 logs each request's URL
+        code, _, err = run(
+            capsys, "analyze", REPO, "--no-null", "-o", str(out), "--cache-dir", str(tmp_path / "c")
+        )
     assert code == 0, err
+    assert "127.0.0.1" in caplog.text and "s3cret" not in caplog.text, {r.name for r in caplog.records}
+    assert any(r.name.startswith("httpx") and "127.0.0.1" in r.getMessage() for r in caplog.records)
+    assert [r for r in hub.log if r.listener == "hub"] and all(
+        r.authorized for r in hub.log if r.listener == "hub"
+    )
     written = [
         p.read_text(errors="replace") for p in [*tmp_path.glob("heads*"), *(tmp_path / "c").rglob("*.json")]
     ]

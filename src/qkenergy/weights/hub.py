@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.gguf_io import _split_parts
@@ -747,8 +747,16 @@ class HubRepo:
 
         bound = self.bounds.timeout
         asked = {**build_hf_headers(), "Accept-Encoding": "identity", **headers}
+        # a mirror's user and password go as Basic auth, never in the URL that gets logged
+        parts = urlsplit(url)
+        user = (
+            {"auth": (unquote(parts.username or ""), unquote(parts.password or ""))}
+            if "@" in parts.netloc
+            else {}
+        )
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
         try:
-            with get_session().stream("GET", url, headers=asked, timeout=httpx2.Timeout(bound)) as r:
+            with get_session().stream("GET", url, headers=asked, timeout=httpx2.Timeout(bound), **user) as r:
                 if r.status_code in _RETRY_STATUSES:
                     raise _Transient(f"HTTP {r.status_code}", r.status_code, _retry_after(r.headers))
                 if r.status_code >= 400:
