@@ -749,14 +749,13 @@ class HubRepo:
         asked = {**build_hf_headers(), "Accept-Encoding": "identity", **headers}
         # a mirror's user and password go as Basic auth, never in the URL that gets logged
         parts = urlsplit(url)
-        user = (
-            {"auth": (unquote(parts.username or ""), unquote(parts.password or ""))}
-            if "@" in parts.netloc
-            else {}
-        )
-        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
+        auth: Any = httpx2.USE_CLIENT_DEFAULT
+        if "@" in parts.netloc:
+            auth = httpx2.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+            url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
+        timeout = httpx2.Timeout(bound)
         try:
-            with get_session().stream("GET", url, headers=asked, timeout=httpx2.Timeout(bound), **user) as r:
+            with get_session().stream("GET", url, headers=asked, timeout=timeout, auth=auth) as r:
                 if r.status_code in _RETRY_STATUSES:
                     raise _Transient(f"HTTP {r.status_code}", r.status_code, _retry_after(r.headers))
                 if r.status_code >= 400:
