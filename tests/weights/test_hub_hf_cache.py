@@ -142,3 +142,17 @@ def test_a_hf_cache_snapshot_linking_out_of_its_blobs_is_refused(
     offline(monkeypatch)
     with pytest.raises(qk.QKEnergyError, match="a link out of the cache folder's blobs/"):
         open_model(REPO)
+
+
+@pytest.mark.parametrize("revision", ["../../../escape", "a/../../b", "/abs", "-x"])
+def test_a_revision_that_is_no_name_is_refused_before_any_path_is_made(
+    plain: tuple[Path, str], loopback_hub: Any, tmp_path: Path, revision: str
+) -> None:
+    """revision= reaches refs/ of both caches: a revision that is not a branch, tag or commit name is
+    refused, online, before a file is read or written."""
+    hf.snapshot_download(REPO)
+    loopback_hub.reset_counts()
+    with pytest.raises(qk.QKEnergyError, match="is not a branch, tag or commit name"):
+        open_model(REPO, revision=revision, hub_cache=tmp_path / "c" / "hub")
+    assert loopback_hub.log == [] and not (tmp_path / "escape").exists()
+    assert not (tmp_path / "c").exists()

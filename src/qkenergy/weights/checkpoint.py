@@ -510,6 +510,8 @@ def _hf_cache_snapshot(reference: HubReference) -> Path | None:
     if not _is_cache_folder(repo):
         return None
     revision = reference.revision or "main"
+    if len(revision) > 255 or not _REVISION.fullmatch(revision):
+        return None  # not a name: the hub route says so
     ref = repo / "refs" / revision
     if not ref.is_file() and not re.fullmatch(r"[0-9a-f]{40}", revision):
         return None
@@ -522,7 +524,8 @@ def _holds_model(snapshot: Path, filename: str | None) -> bool:
     """Whether a Hugging Face cache snapshot holds every file the reading needs (else the missing ones
     are fetched by range): the file named, or the config and the weights as :func:`_open_dir` reads them."""
     if filename is not None:
-        return (snapshot / filename).is_file()
+        config = filename.endswith(".gguf") or (snapshot / CONFIG_NAME).is_file()
+        return config and (snapshot / filename).is_file()
     if gguf_files(snapshot):
         return True
     if not (snapshot / CONFIG_NAME).is_file():
