@@ -629,3 +629,18 @@ def test_a_password_in_hf_endpoint_is_never_written_or_shown(
     (tmp_path / "again").mkdir()
     err = refused(capsys, tmp_path / "again", "no such repository on http://***@127.0.0.1", "loopback/absent")
     assert "s3cret" not in err
+
+
+def test_a_folder_of_the_cache_linked_elsewhere_is_never_written_through(
+    hub: Any, big: tuple[Path, pd.DataFrame], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shared cache whose repository folder was replaced by a link to another place."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    models = tmp_path / "c" / "hub" / "models" / "loopback"
+    models.mkdir(parents=True)
+    (models / "big").symlink_to(elsewhere)
+    refused(capsys, tmp_path, "leads outside the hub range cache")
+    assert list(elsewhere.iterdir()) == []
+    (models / "big").unlink()
+    honest(big, tmp_path / "c")

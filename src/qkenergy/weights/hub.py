@@ -392,11 +392,14 @@ class HubRepo:
     # ------------------------------------------------------------------ the commit and its files
 
     def _resolve(self, revision: str) -> tuple[str, dict[str, _RemoteFile]]:
-        ref = self._folder / "refs" / revision
+        # every path of the cache is checked to lie inside it (a folder of it may be a link elsewhere)
+        ref = self.cache.path_of(f"models/{self.repo_id}/refs/{revision}")
         if self.offline:
             commit = _read_text(ref) if ref.is_file() else revision
-            listing = self._folder / "commits" / f"{commit}.json"
-            if not _COMMIT.fullmatch(commit) or not listing.is_file():
+            if not _COMMIT.fullmatch(commit):
+                commit = "0" * 40  # no commit: found nowhere below
+            listing = self.cache.path_of(f"models/{self.repo_id}/commits/{commit}.json")
+            if not listing.is_file():
                 raise QKEnergyError(
                     f"{self.where}: HF_HUB_OFFLINE is set and this revision is not in the hub range cache "
                     f"({show_path(self.cache.root)}); run once online, or pass a local path"
@@ -405,7 +408,8 @@ class HubRepo:
             raw = read_bytes(listing, where, "the stored file list", _LISTING_LIMIT)
             return commit, _files_of(parse_value(raw, where, "the stored file list"), where)
         commit, files = self._listing(revision)
-        _write_atomic(self._folder / "commits" / f"{commit}.json", _dumps([vars(f) for f in files.values()]))
+        listing = self.cache.path_of(f"models/{self.repo_id}/commits/{commit}.json")
+        _write_atomic(listing, _dumps([vars(f) for f in files.values()]))
         _write_atomic(ref, commit)
         return commit, files
 

@@ -147,8 +147,24 @@ class RangeCache:
         except sqlite3.Error as exc:
             raise QKEnergyError(f"{where}: the hub range cache's record cannot be used ({exc})") from None
 
-    def _inside(self, relative: str) -> Path:
-        """``root / relative``, refused unless it lies inside the root (no ``..``, no link out of it)."""
+    def path_of(self, relative: str) -> Path:
+        """``root / relative``, its folder made; refused unless it lies inside the root (no ``..``, no
+        link out of it).
+
+        Parameters
+        ----------
+        relative : str
+            A ``/``-separated path under the root.
+
+        Returns
+        -------
+        pathlib.Path
+
+        Raises
+        ------
+        QKEnergyError
+            A path that leads outside the cache, or a folder that cannot be made.
+        """
         parts = relative.split("/")
         if any(p in ("", ".", "..") for p in parts) or "\\" in relative or "\0" in relative:
             raise QKEnergyError(
@@ -156,10 +172,16 @@ class RangeCache:
             )
         path = self.root.joinpath(*parts)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            inside = path.parent.resolve().is_relative_to(self.root.resolve()) and not path.is_symlink()
+            root = self.root.resolve()
+            # checked before a folder is made (through a link out of the cache) and again after
+            inside = path.parent.resolve().is_relative_to(root)
+            if inside:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                inside = path.parent.resolve().is_relative_to(root) and not path.is_symlink()
         except (OSError, RuntimeError) as exc:
-            raise QKEnergyError(f"{show_path(path)}: cannot make the mirror file ({exc})") from None
+            raise QKEnergyError(
+                f"{show_path(path)}: cannot make a folder of the hub range cache ({exc})"
+            ) from None
         if not inside:
             raise QKEnergyError(
                 f"{show_path(path)}: leads outside the hub range cache ({show_path(self.root)}); refused"
@@ -192,7 +214,7 @@ class RangeCache:
         QKEnergyError
             A path outside the cache, or the sparse file cannot be made.
         """
-        path = self._inside(relative)
+        path = self.path_of(relative)
         with self._write():
             self._db.execute(
                 "INSERT OR IGNORE INTO files (key, etag, size) VALUES (?, ?, ?)", (relative, etag, size)
