@@ -644,3 +644,13 @@ def test_a_folder_of_the_cache_linked_elsewhere_is_never_written_through(
     assert list(elsewhere.iterdir()) == []
     (models / "big").unlink()
     honest(big, tmp_path / "c")
+
+
+def test_a_file_list_falsely_said_to_be_gzip_is_one_line(
+    hub: Any, big: tuple[Path, pd.DataFrame], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.inject(
+        REPO, "status", status=200, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    )
+    refused(capsys, tmp_path, "its file list: the answer cannot be read (DecodingError)")
+    honest(big, tmp_path / "c")

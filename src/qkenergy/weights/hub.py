@@ -432,7 +432,8 @@ class HubRepo:
                             "not JSON (a login or captive-portal page?); check HF_ENDPOINT and the network"
                         )
                     body = bytearray()
-                    for chunk in r.iter_raw():
+                    # decoded if the server compressed it anyway (a false encoding is a DecodingError)
+                    for chunk in r.iter_bytes():
                         body += chunk
                         if len(body) > _LISTING_LIMIT:
                             raise QKEnergyError(
