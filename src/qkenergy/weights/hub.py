@@ -905,9 +905,8 @@ class HubRepo:
         """The Hub's own answer (the one with ``X-Repo-Commit``, before any redirect to a CDN) names the
         listed file: its ETag (``X-Linked-Etag``, else ``ETag``, as huggingface_hub reads them), its commit."""
         hub = next((h for h in [*r.history, r] if "X-Repo-Commit" in h.headers), None)
-        if (
-            hub is None
-        ):  # no answer of the Hub's own: nothing to compare (docs/hub.md, what cannot be checked)
+        # no answer of the Hub's own: nothing to compare (docs/hub.md, what cannot be checked)
+        if hub is None:
             return
         etag = _etag(hub.headers.get("X-Linked-Etag") or hub.headers.get("ETag"))
         if etag and remote.etag and etag != remote.etag:
