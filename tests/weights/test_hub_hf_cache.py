@@ -20,14 +20,21 @@ hf = pytest.importorskip("huggingface_hub")
 REPO = "loopback/plain"
 
 
-@pytest.fixture
-def plain(tmp_path: Path, loopback_hub: Any) -> tuple[Path, str]:
-    """loopback/plain on main (tag v1), and a second commit on the branch dev: (folder, first commit)."""
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The files of main and of dev (written once for the module)."""
     from tests import hub_repos
 
-    folder = hub_repos.plain(tmp_path)
+    root = tmp_path_factory.mktemp("hf-cache-repos")
+    return hub_repos.plain(root), hub_repos.plain(root / "dev", seed=7)
+
+
+@pytest.fixture
+def plain(folders: tuple[Path, Path], loopback_hub: Any) -> tuple[Path, str]:
+    """loopback/plain on main (tag v1), and a second commit on the branch dev: (folder, first commit)."""
+    folder, dev = folders
     commit = loopback_hub.add_repo(REPO, folder, tags=["v1"])
-    loopback_hub.add_repo(REPO, hub_repos.plain(tmp_path / "dev", seed=7), revision="dev")
+    loopback_hub.add_repo(REPO, dev, revision="dev")
     return folder, commit
 
 
