@@ -1035,17 +1035,23 @@ def _local_fetch(path: Path, where: str) -> Any:
     """A ``fetch`` reading a file of the Hugging Face cache (its bytes copied into the mirror)."""
 
     def fetch(begin: int, end: int) -> Iterator[bytes]:
-        with open(path, "rb") as fh:
-            fh.seek(begin)
-            at = begin
-            while at < end:
-                chunk = fh.read(min(1 << 20, end - at))
-                if not chunk:
-                    raise QKEnergyError(
-                        f"{where}: the Hugging Face cache's copy ({show_path(path)}) shrank while read"
-                    )
-                at += len(chunk)
-                yield chunk
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(begin)
+                at = begin
+                while at < end:
+                    chunk = fh.read(min(1 << 20, end - at))
+                    if not chunk:
+                        raise QKEnergyError(
+                            f"{where}: the Hugging Face cache's copy ({show_path(path)}) shrank while read"
+                        )
+                    at += len(chunk)
+                    yield chunk
+        except OSError as exc:
+            raise QKEnergyError(
+                f"{where}: cannot read the Hugging Face cache's copy ({show_path(path)}: "
+                f"{exc.strerror or type(exc).__name__})"
+            ) from None
 
     return fetch
 
