@@ -434,7 +434,13 @@ def _open_hub(
         )
     if revision is not None:
         reference = dataclasses.replace(reference, revision=revision)
-    repo = HubRepo(reference, None if cache is None else Path(os.fspath(cache)))
+    snapshot = _hf_cache_snapshot(reference)
+    if snapshot is not None and _holds_model(snapshot, reference.filename):
+        # the Hugging Face cache holds the model whole at this revision: read there, online or offline
+        if reference.filename is not None:
+            return _open_file(snapshot / reference.filename, name)
+        return _open_dir(snapshot, name, "cache")
+    repo = HubRepo(reference, None if cache is None else Path(os.fspath(cache)), local=snapshot)
     try:
         kind, weights = repo.weights()
         for small in SMALL_FILES:
@@ -450,7 +456,8 @@ def _open_hub(
                 found = _split_parts(part)
                 if split and found and part.parent == first.parent and found[0] == split[0]:
                     repo.mirror(part.as_posix())
-            source = open_gguf(repo.mirror(first.as_posix()).path, name, "hub", repo.fetcher)
+            with repo.reading_headers():
+                source = open_gguf(repo.mirror(first.as_posix()).path, name, "hub", repo.fetcher)
         else:
             if CONFIG_NAME not in repo.files:
                 raise QKEnergyError(
@@ -489,3 +496,48 @@ def _open_hub(
     source.remote = repo
     source.notes["hub"] = repo.record  # updated in place as bytes are fetched
     return source
+
+
+def _hf_cache_snapshot(reference: HubReference) -> Path | None:
+    """The Hugging Face cache's snapshot of a hub id at its revision, or None where the cache has none.
+
+    The cache is where huggingface_hub keeps it (``HF_HUB_CACHE``, ``HF_HOME/hub``); the revision
+    (default ``main``) is looked up in ``refs/``, a full commit id in ``snapshots/``. A snapshot found
+    goes through the checks of a cache folder (inside ``snapshots/``, links only into ``blobs/``).
+    """
+    from qkenergy.weights.hub import hf_hub_cache
+
+    repo = hf_hub_cache() / f"{_CACHE_PREFIX}{reference.repo_id.replace('/', '--')}"
+    if not _is_cache_folder(repo):
+        return None
+    revision = reference.revision or "main"
+    if len(revision) > 255 or not _REVISION.fullmatch(revision):
+        return None  # not a name: the hub route says so
+    ref = repo / "refs" / revision
+    if not ref.is_file() and not re.fullmatch(r"[0-9a-f]{40}", revision):
+        return None
+    if not (repo / "snapshots" / (_read_ref(ref) if ref.is_file() else revision)).is_dir():
+        return None
+    return _cached_snapshot(repo, revision)
+
+
+def _holds_model(snapshot: Path, filename: str | None) -> bool:
+    """Whether a Hugging Face cache snapshot holds every file the reading needs (else the missing ones
+    are fetched by range): the file named, or the config and the weights as :func:`_open_dir` reads them."""
+    if filename is not None:
+        config = filename.endswith(".gguf") or (snapshot / CONFIG_NAME).is_file()
+        return config and (snapshot / filename).is_file()
+    if gguf_files(snapshot):
+        return True
+    if not (snapshot / CONFIG_NAME).is_file():
+        return False
+    if (snapshot / "model.safetensors").exists():
+        return (snapshot / "model.safetensors").is_file()
+    if (snapshot / INDEX_NAME).is_file():
+        try:
+            _, shards = _shard_names(snapshot)
+        except QKEnergyError:
+            return False
+        return all((snapshot / shard).is_file() for shard in shards)
+    found = list(snapshot.glob("*.safetensors"))
+    return bool(found) and all(p.is_file() for p in found)
