@@ -91,7 +91,7 @@ def open_model(
         The hub snapshot (branch, tag or commit) of a hub id or cache folder.
     hub_cache : str, path-like or None
         Where a hub model's fetched byte ranges are kept (default:
-        :func:`~qkenergy.weights.hub.default_hub_cache`).
+        :func:`~qkenergy.base.cache_dirs.default_hub_cache`).
 
     Returns
     -------

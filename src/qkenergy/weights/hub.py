@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from qkenergy.base.atomic import OutputError, atomic_path
+from qkenergy.base.cache_dirs import default_hub_cache
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe, parse_value, read_bytes
@@ -58,7 +60,6 @@ __all__ = [
     "HubReference",
     "HubRepo",
     "byte_text",
-    "default_hub_cache",
     "fetch_summary",
     "hf_hub_cache",
     "hub_endpoint",
@@ -220,19 +221,6 @@ def hub_offline() -> bool:
 
     flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
     return bool(constants.HF_HUB_OFFLINE) or flag
-
-
-def default_hub_cache() -> Path:
-    """Where fetched byte ranges are kept by default: ``$XDG_CACHE_HOME/qkenergy/hub`` or ``~/.cache/qkenergy/hub``.
-
-    The same folder as the null-law cache's ``hub/``, so that ``--cache-dir DIR`` moves both.
-
-    Returns
-    -------
-    pathlib.Path
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "qkenergy" / "hub"
 
 
 def hf_hub_cache() -> Path:
@@ -1155,16 +1143,19 @@ def _read_text(path: Path) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write a small cache file whole or not at all (a rename), so that a reader never sees half of it;
-    the temporary file is removed when the write fails (a full disk)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    """Write a small cache file whole or not at all (base.atomic), so that a reader never sees half of it.
+
+    The name itself is replaced, never written through a link: the cache stays inside its folder.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text)
-        os.replace(temporary, path)
+        with atomic_path(path, replace_any=True) as temporary:
+            temporary.write_text(text)
+    except OutputError as exc:
+        raise QKEnergyError(
+            f"{show_path(path)}: cannot write to the hub range cache ({exc.reason})"
+        ) from None
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
         raise QKEnergyError(
             f"{show_path(path)}: cannot write to the hub range cache ({exc.strerror or type(exc).__name__})"
         ) from None
