@@ -33,7 +33,6 @@ def test_the_lock_is_removed_at_the_end_and_still_excludes(tmp_path: Path) -> No
     assert not (tmp_path / LOCK_NAME).exists()
     # A lock file left by a killed survey (unlocked) is taken over, and removed at the end.
     (tmp_path / LOCK_NAME).write_text("pid 1\n")
-    with survey_lock(tmp_path):
-        with open(tmp_path / LOCK_NAME) as held, pytest.raises(BlockingIOError):
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with survey_lock(tmp_path), open(tmp_path / LOCK_NAME) as held, pytest.raises(BlockingIOError):
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from qkenergy.base.formatting import (
     format_fixed,
     format_p,
     format_percent,
+    plural,
     print_table,
     rich_table,
 )
@@ -339,18 +340,13 @@ def skipped_lines(skipped: Sequence[Mapping[str, Any]], shown: int = SKIPPED_SHO
     return lines
 
 
-def _count(number: int, noun: str) -> str:
-    """'1 head', '12 heads'."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def _layer_count(df: pd.DataFrame | Columns) -> str:
+def _layerplural(df: pd.DataFrame | Columns) -> str:
     """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
     layers = np.asarray(df["layer"]).tolist()
     stacks = _texts(df, "stack") if "stack" in df else [""] * len(layers)
     if len(set(stacks)) <= 1:
-        return _count(len(set(layers)), "layer")
-    return f"{_count(len(set(zip(stacks, layers, strict=True))), 'layer')} of {len(set(stacks))} stacks"
+        return plural(len(set(layers)), "layer")
+    return f"{plural(len(set(zip(stacks, layers, strict=True))), 'layer')} of {len(set(stacks))} stacks"
 
 
 def _layer_label(row: Mapping[Any, Any]) -> str:
@@ -410,7 +406,7 @@ def skew_note(df: pd.DataFrame | Columns, top: int) -> str:
     if count == 0:
         return "Most skew: no head lies below the random baseline."
     shown = (
-        f"the {_count(count, 'head')} below the random baseline"
+        f"the {plural(count, 'head')} below the random baseline"
         if count <= top
         else f"{top} of the {count} heads below the random baseline"
     )
@@ -526,8 +522,8 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
-        f"[bold]{escape(str(analysis.model))}[/bold] · {_count(_length(df), 'head')}{dropped} in "
-        f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
+        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(_length(df), 'head')}{dropped} in "
+        f"{_layerplural(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
         console.print(f"note: {escape(str(note))}")

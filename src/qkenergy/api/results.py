@@ -31,6 +31,7 @@ __all__ = ["TOP_COLUMNS", "Analysis"]
 
 TOP_COLUMNS: tuple[str, ...] = (
     "stack",
+    "offset",
     "layer",
     "head",
     "symmetric_energy",

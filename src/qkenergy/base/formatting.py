@@ -30,6 +30,11 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def plural(number: int, noun: str) -> str:
+    """A count and its noun: '1 model', '12 models', '0 models'."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def format_fixed(value: Any, digits: int = 4) -> str:
     """Fixed-point text for values of order 1 (energies, shares, scores); MISSING when undefined."""
     number = _finite(value)
