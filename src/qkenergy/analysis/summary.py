@@ -340,7 +340,7 @@ def skipped_lines(skipped: Sequence[Mapping[str, Any]], shown: int = SKIPPED_SHO
     return lines
 
 
-def _layerplural(df: pd.DataFrame | Columns) -> str:
+def _layer_count(df: pd.DataFrame | Columns) -> str:
     """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
     layers = np.asarray(df["layer"]).tolist()
     stacks = _texts(df, "stack") if "stack" in df else [""] * len(layers)
@@ -523,7 +523,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
         f"[bold]{escape(str(analysis.model))}[/bold] · {plural(_length(df), 'head')}{dropped} in "
-        f"{_layerplural(df)} · fold-norm {fold} · {null_text}"
+        f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
         console.print(f"note: {escape(str(note))}")

@@ -133,7 +133,8 @@ def print_table(console: Console, table: Table) -> None:
 
     Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters; off a
     terminal the table is fitted to the console's width as on a terminal (80 columns unless
-    COLUMNS says otherwise: rich wraps the widest cells), its title and caption flush left.
+    COLUMNS says otherwise: rich wraps the widest cells, and breaks a word too long rather
+    than cut it), its title and caption flush left.
     A table of plain text that fits as it is (every table of a run's summary) is laid out
     here as rich lays it out, without rich's measuring and rendering: that saves about 50 ms
     of a summary printed to a pipe (benchmarks/bench_startup.py, the summary alone).
@@ -143,6 +144,9 @@ def print_table(console: Console, table: Table) -> None:
         table.show_edge = False
         table.pad_edge = False
         table.title_justify = table.caption_justify = "left"  # not centred over a table as wide as its cells
+        for column in table.columns:  # a cell too wide is broken over lines, never cut with an ellipsis
+            if column.overflow == "ellipsis":
+                column.overflow = "fold"
         lines = _plain_lines(table)
         if lines is not None and max(map(len, lines)) <= console.width:
             console.out("\n".join(lines), highlight=False)
