@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
+from typing import TYPE_CHECKING, Any, TextIO, TypeGuard, cast
 
 import numpy as np
 
@@ -275,7 +275,7 @@ def output_console(file: TextIO | None = None, **options: Any) -> Console:
     terminal = options.get("force_terminal")
     if terminal is None:
         terminal = stream.isatty()
-    return Console(file=stream if terminal else _TrimmedLines(stream), **options)
+    return Console(file=stream if terminal else cast(TextIO, _TrimmedLines(stream)), **options)
 
 
 def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:

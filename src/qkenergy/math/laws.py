@@ -260,7 +260,8 @@ class Law:
         float or ndarray
             Of the shape of ``x``; NaN where x is NaN or no Beta law has these moments.
         """
-        return _scalar_or_array(np.asarray(beta_p_two_sided(x, self.mean(), self.std() ** 2)))
+        xs = np.asarray(x, dtype=np.float64)
+        return _scalar_or_array(np.asarray(beta_p_two_sided(xs, self.mean(), self.std() ** 2)))
 
     def z(self, x: ArrayLike) -> Any:
         """(x - mean) / std, the table's ``X_z``.
