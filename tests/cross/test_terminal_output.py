@@ -191,3 +191,20 @@ def test_analyze_in_a_pipe_has_no_trailing_spaces_and_states_its_p_floor(
     floor = f"<{resolved_floor(300):.0e}"
     assert floor == "<1e-12" and f"  {floor}  " in out and f"printed as {floor}" in " ".join(out.split())
     assert "e-3" not in out.replace(floor, "")  # no digits beyond the floor (no 2.227e-311, no <5e-324)
+
+
+def test_the_survey_line_counts_one_unit_in_the_singular(tmp_path: Path) -> None:
+    import io
+
+    import pandas as pd
+
+    from qkenergy.surveys.engine import SurveyRun
+    from qkenergy.surveys.summary import print_survey
+
+    heads = pd.DataFrame(
+        {"model": ["m"], "layer": [0], "head": [0], "n": 8, "N": 64, "symmetric_energy": [0.5]}
+    )
+    heads["symmetric_energy_z"], heads["symmetric_energy_p_bh"] = 0.1, 0.9
+    buffer = io.StringIO()
+    print_survey(SurveyRun(out=tmp_path, run=1, units=1, computed=1), heads, Console(file=buffer, width=80))
+    assert "1 unit: 1 computed" in buffer.getvalue()
