@@ -567,7 +567,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
                 format_fixed(r.get("symmetric_energy_z"), 1),
                 format_fixed(r["directionality"], 3),
                 format_fixed(r.get("directionality_z"), 2),
-                format_fixed(r.get("directionality_p"), 3),
+                format_p(r.get("directionality_p")),
                 str(r.get("head_type", "")),
             )
         print_table(console, form)
