@@ -10,7 +10,7 @@ its settings), exactly. Those two live with :func:`qkenergy.open` in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.api.head import Head
     from qkenergy.api.model import Model
 
-__all__ = ["Analysis"]
+__all__ = ["TOP_COLUMNS", "Analysis"]
+
+TOP_COLUMNS: tuple[str, ...] = (
+    "stack",
+    "offset",
+    "layer",
+    "head",
+    "symmetric_energy",
+    "symmetric_energy_z",
+    "symmetric_energy_p",
+    "symmetric_energy_p_tail",
+    "symmetric_energy_p_bh",
+    "head_type",
+)
+"""The columns of :meth:`Analysis.top` by default (those the head table has; ``stack`` for a model of several)."""
 
 
 class Analysis:
@@ -168,7 +182,7 @@ class Analysis:
             radius=float(self.settings.get("radius", 0.02)),
         )
 
-    def top(self, k: int = 5) -> pd.DataFrame:
+    def top(self, k: int = 5, *, columns: str | Sequence[str] = "summary") -> pd.DataFrame:
         """The ``k`` most symmetric heads above the random baseline (largest s first), then the ``k`` most
         skew below it (smallest s first): the summary's "heads worth a look".
 
@@ -176,11 +190,20 @@ class Analysis:
         ----------
         k : int
             Heads of each kind, at most.
+        columns : "summary", "all" or sequence of str
+            "summary" (default): where the head is, s, its z, its p-values
+            (empirical, Beta tail, BH-adjusted) and its type (:data:`TOP_COLUMNS`, those the
+            table has); "all": every column of :attr:`heads`; or these columns.
 
         Returns
         -------
         DataFrame
             Rows of :attr:`heads`.
+
+        Raises
+        ------
+        QKEnergyError
+            ``columns`` names a column the table lacks.
         """
         import pandas as pd
 
@@ -188,8 +211,27 @@ class Analysis:
         from qkenergy.base.errors import check_integer
 
         k = check_integer(k, "k")
-        symmetric, skew = notable_heads(self._table(), k)
-        return pd.concat([pd.DataFrame(symmetric), pd.DataFrame(skew)], ignore_index=True)
+        table = self._table()
+        if columns == "all":
+            names = list(table.columns)
+        elif columns == "summary":
+            names = [
+                name
+                for name in TOP_COLUMNS
+                if name in table.columns and (name != "stack" or table[name].nunique() > 1)
+            ]
+        else:
+            names = [columns] if isinstance(columns, str) else list(columns)
+            missing = [name for name in names if name not in table.columns]
+            if missing:
+                raise QKEnergyError(
+                    f"columns: the head table has no column {', '.join(map(repr, missing))} "
+                    "(give 'summary', 'all' or column names of .heads)",
+                    parameter="columns",
+                )
+        symmetric, skew = notable_heads(table, k)
+        rows = pd.concat([pd.DataFrame(symmetric), pd.DataFrame(skew)], ignore_index=True)
+        return rows[names]
 
     def _table(self) -> pd.DataFrame:
         table = self.heads

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import plain_text
+from qkenergy.base.formatting import plain_text, plural
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
 
@@ -75,7 +75,7 @@ class Survey:
     def __repr__(self) -> str:
         models = self.record.get("models", [])
         count = len(models) if isinstance(models, list) else 0
-        return f"<Survey {self.out}: {count} models, {self.status}>"
+        return f"<Survey {self.out}: {plural(count, 'model')}, {self.status}>"
 
     # ---------------------------------------------------------------- the dataset
     def _read(self) -> ReportInputs:

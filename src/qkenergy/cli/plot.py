@@ -42,7 +42,7 @@ def plot(
     seed: int,
     cache_dir: Path | None,
 ) -> None:
-    """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
+    """Plot a results table written by qkenergy analyze -o (its recorded settings label the figures)."""
     from qkenergy.api.model import read
 
     options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
