@@ -62,7 +62,9 @@ def test_report_without_a_browser_writes_the_page_and_says_what_to_install(
 def test_static_true_requires_a_browser(two_toys, no_browser, tmp_path: Path) -> None:
     heads, models = two_toys
     out = tmp_path / "report.html"
-    with pytest.raises(QKEnergyError, match=r"^static: no Chrome or Chromium found, .*apt-get install chromium"):
+    with pytest.raises(
+        QKEnergyError, match=r"^static: no Chrome or Chromium found, .*apt-get install chromium"
+    ):
         build_report(heads, None, out, models=models, static=True)
     assert not out.exists() and not files_directory(out).exists()
 

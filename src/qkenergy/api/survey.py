@@ -205,7 +205,12 @@ class Survey:
         summary = model_summary(inputs.heads, inputs.layers, inputs.models)
         comparison = None if baseline is None else baseline_comparison(inputs.heads, baseline, inputs.models)
         return report_figures(
-            inputs.heads, summary, models=inputs.models, comparison=comparison, losses=inputs.losses
+            inputs.heads,
+            summary,
+            models=inputs.models,
+            comparison=comparison,
+            losses=inputs.losses,
+            settings=inputs.settings,
         )
 
     @property

@@ -567,7 +567,13 @@ def _simplex(
         ax.plot(*ternary_xy([1, 0], [0, low], [0, high]), color="0.4", lw=0.8)
     else:
         # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
-        ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":", label="c = d: I+ left, I− right")
+        ax.plot(
+            *ternary_xy([1, 0], [0, 0.5], [0, 0.5]),
+            color="0.6",
+            lw=0.8,
+            ls=":",
+            label="c = d: I+ left, I− right",
+        )
         ax.plot(
             *ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]),
             color="0.4",
@@ -766,7 +772,11 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     ax.set_xlabel("relative offset d = i - j (query i, key j)")
     ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
     ax.legend(  # beside the axes, off the lines
-        fontsize=7, ncol=2 if len(layers) > 16 else 1, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False
+        fontsize=7,
+        ncol=2 if len(layers) > 16 else 1,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1),
+        frameon=False,
     )
     ax.set_title(
         f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
@@ -864,15 +874,14 @@ def moment_scatter(
 
 
 def _type_rule(settings: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The head-type rule a table was made with, as :func:`_simplex` draws it."""
-    recorded = settings or {}
-    # tables written before the imbalance rule record a radius and no rule: theirs was the radius rule
-    rule = str(recorded.get("type_rule", "radius" if "radius" in recorded else "imbalance"))
-    return {
-        "radius": float(recorded.get("radius", 0.02)),
-        "type_rule": rule,
-        "imbalance_cut": float(recorded.get("imbalance_cut", 0.2)),
-    }
+    """The head-type rule a table was made with, as :func:`_simplex` draws it (the published
+    imbalance rule when the settings record none)."""
+    from qkenergy.analysis.type_rule import TypeRule
+    from qkenergy.figures.captions import recorded_type_rule
+    from qkenergy.math.head_types import RADIUS
+
+    rule, radius = recorded_type_rule(settings) or (TypeRule(), RADIUS)
+    return {"radius": radius, "type_rule": rule.rule, "imbalance_cut": rule.imbalance_cut}
 
 
 def figure(

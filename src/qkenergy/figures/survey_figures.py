@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,12 +45,15 @@ from qkenergy.analysis.comparison import (
     relative_depth,
 )
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
+from qkenergy.figures.captions import report_type_rules
 from qkenergy.formats.tables import text_column as text
 
 __all__ = ["MOMENT_CLOUD_SAMPLES", "ReportFigure", "moment_clouds", "report_figures"]
 
 WIDTH = 1000  # static export width in pixels; the HTML figures fill the page width
-_PALETTE = qualitative.D3 + qualitative.Dark2
+# The models' colours: orange and grey are left out, being the null band's and the null cloud's.
+_RESERVED = {"#FF7F0E", "#7F7F7F", "rgb(217,95,2)", "rgb(102,102,102)"}
+_PALETTE = [c for c in qualitative.D3 + qualitative.Dark2 if c not in _RESERVED]
 _TYPE_COLOURS = {"II": "#7f7f7f", "I+": "#d62728", "I-": "#1f77b4", "undefined": "#dddddd"}
 _FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
 _BAND_FILL = "rgba(255,150,0,0.45)"  # the null band: a colour of its own, seen against grey and the points
@@ -288,7 +292,14 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
 # ----------------------------------------------------------------------------- 3. head types
 
 
-def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
+_UNRECORDED_RULE = (
+    "Type II heads have paired lobes; Type I+ heads carry excess positive-lobe energy, Type I- heads "
+    "excess negative-lobe energy (the settings given record no head-type rule)."
+)
+
+
+def _head_types(heads: pd.DataFrame, models: list[str], rule: str | None) -> ReportFigure:
+    """Shares of the types per model; ``rule``: the recorded rule's sentence (figures.captions)."""
     types = text(heads["head_type"]).replace("", "undefined")
     counts = pd.crosstab(heads["model"], types).reindex(index=models, fill_value=0)
     totals = counts.sum(axis=1)
@@ -313,9 +324,8 @@ def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
     return ReportFigure(
         "head_types",
         "Head types per model",
-        "Type II heads have paired lobes (c_sym + d_sym within the Type II radius); Type I+ heads carry "
-        "excess positive-lobe energy (c_sym > d_sym), Type I- heads excess negative-lobe energy. "
-        "Undefined: heads with L = 0 or non-finite weights.",
+        f"{rule or _UNRECORDED_RULE} Here c and d are the unpaired positive and negative shares of the head's profile (c_sym, d_sym "
+        "the same in units of ||S||²). Undefined: heads with L = 0 or non-finite weights.",
         fig,
         400,
     )
@@ -618,8 +628,14 @@ def _moments(
                 row=row,
                 col=col,
             )
-    height = 120 + 330 * rows
-    _layout(fig, height)
+    height = 150 + 330 * rows
+    # the legend at the top of the figure, above the panels' titles, not on them
+    _layout(
+        fig,
+        height,
+        margin={"l": 70, "r": 30, "t": 100, "b": 60},
+        legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
+    )
     fig.update_xaxes(title_text="O = Σ λ/(1-λ²)")
     fig.update_yaxes(title_text="E = Σ λ²/(1-λ²)")
     fig.update_annotations(yshift=8)
@@ -884,6 +900,7 @@ def report_figures(
     models: pd.DataFrame | None = None,
     comparison: BaselineComparison | None = None,
     losses: pd.DataFrame | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[ReportFigure]:
     """The report's figures for a head table (see the module docstring for which appear when).
 
@@ -901,6 +918,9 @@ def report_figures(
         The comparison with a reference model, drawn when given.
     losses : DataFrame or None, optional
         Training loss curves.
+    settings : mapping or None, optional
+        The run's recorded settings (a survey's, or each table's: :func:`report.page.read_inputs`);
+        the captions that state how heads were judged read them (:mod:`qkenergy.figures.captions`).
 
     Returns
     -------
@@ -914,7 +934,7 @@ def report_figures(
     figures = [
         _by_model(heads, order, colours),
         _by_depth(heads, order, colours),
-        _head_types(heads, order),
+        _head_types(heads, order, report_type_rules(settings)),
         _type_shares(heads, order),
         _simplex(heads, order),
     ]

@@ -192,7 +192,9 @@ def build_report(
         )
     summary = model_summary(heads, layers, models)
     comparison = baseline_comparison(heads, baseline, models) if baseline is not None else None
-    figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
+    figures = report_figures(
+        heads, summary, models=models, comparison=comparison, losses=losses, settings=settings
+    )
 
     directory = files_directory(target)
     ensure_directory(target.parent)
@@ -458,8 +460,7 @@ def browser_path() -> str | None:
 
 
 NO_BROWSER = (
-    "install Chrome or Chromium (apt-get install chromium, or plotly_get_chrome), "
-    "or set BROWSER_PATH to one"
+    "install Chrome or Chromium (apt-get install chromium, or plotly_get_chrome), or set BROWSER_PATH to one"
 )
 """What to install for the report's PNG / SVG figures: plotly's kaleido renders them in a headless browser."""
 
