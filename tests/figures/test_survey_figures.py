@@ -55,3 +55,21 @@ def test_moments_legend_sits_above_the_panel_titles(survey_frames) -> None:
     # in the figure's own coordinates, in the top margin; the panel titles sit on the plot area
     assert layout.legend.yref == "container" and layout.legend.yanchor == "top"
     assert layout.margin.t >= 90
+
+
+def test_difference_panels_keep_their_titles_clear(survey_frames) -> None:
+    from qkenergy.analysis.comparison import baseline_comparison, model_summary
+    from qkenergy.figures.survey_figures import report_figures
+
+    heads, layers, models = survey_frames
+    comparison = baseline_comparison(heads, "toy-llama@0", models)
+    figures = report_figures(
+        heads, model_summary(heads, layers, models), models=models, comparison=comparison
+    )
+    difference = next(f.figure for f in figures if f.name == "baseline_difference")
+    titles = [axis.title.text for axis in difference.select_xaxes()]
+    # one "head" under the last panel: above the others it ran into the next panel's title
+    assert titles[-1] == "head" and not any(titles[:-1])
+    profiles = next(f.figure for f in figures if f.name == "symmetric_profiles")
+    named = [t.name for t in profiles.data if t.showlegend]
+    assert named == ["accumulation limit (2ρ, (1-ρ)₊², (ρ-1)₊²)/(1+ρ²)"]

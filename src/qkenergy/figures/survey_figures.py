@@ -242,6 +242,18 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
 # ----------------------------------------------------------------------------- 2. by depth
 
 
+def _baseline_key() -> go.Scatter:
+    """A legend entry for the dotted baseline lines (shapes have none of their own)."""
+    return go.Scatter(
+        x=[None],
+        y=[None],
+        mode="lines",
+        line={"color": "black", "width": 1, "dash": "dot"},
+        name="random baseline (N+1)/(2N)",
+        hoverinfo="skip",
+    )
+
+
 def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
     fig = go.Figure()
     for name in models:
@@ -275,6 +287,7 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
     for N in sorted(heads["N"].unique()):
         base = float(baseline(float(N)))
         fig.add_hline(y=base, line={"color": "black", "width": 1, "dash": "dot"})
+    fig.add_trace(_baseline_key())
     _layout(fig, 460)
     fig.update_xaxes(title_text="relative depth: layer / (layers - 1)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text="symmetric energy s")
@@ -487,8 +500,9 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
                 c=limit[:, 2],
                 mode="lines",
                 line={"color": "#ff7f0e", "width": 3},
-                name="accumulation limit",
-                showlegend=False,
+                name="accumulation limit (2ρ, (1-ρ)₊², (ρ-1)₊²)/(1+ρ²)",
+                legendgroup="limit",
+                showlegend=i == 0,
                 hoverinfo="skip",
             ),
             row=row,
@@ -514,11 +528,19 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
             row=row,
             col=col,
         )
-    height = 120 + 330 * rows
+    height = 150 + 330 * rows
+    # the legend above the panels' titles, the colour bar clear of the last column's corner labels
     _layout(
         fig,
         height,
-        coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "depth"}}},
+        margin={"l": 70, "r": 90, "t": 100, "b": 60},
+        legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
+        coloraxis={
+            "colorscale": "Viridis",
+            "cmin": 0,
+            "cmax": 1,
+            "colorbar": {"title": {"text": "depth"}, "x": 1.06},
+        },
     )
     fig.update_ternaries(
         aaxis={"title": {"text": "b_sym"}, "min": 0},
@@ -716,6 +738,7 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
             )
         fig.update_xaxes(title_text="training step", type="log" if positive else "linear", row=row, col=1)
         fig.update_yaxes(title_text="median s", row=row, col=1)
+    fig.add_trace(_baseline_key(), row=1, col=1)
     height = 80 + 340 * len(runs)
     _layout(fig, height, legend={"orientation": "v", "x": 1.02, "y": 1})
     return ReportFigure(
@@ -865,7 +888,8 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
             col=1,
         )
         fig.update_yaxes(title_text="layer", autorange="reversed", row=row, col=1)
-        fig.update_xaxes(title_text="head", row=row, col=1)
+        # one axis title, under the last panel: above it would run into the next panel's title
+        fig.update_xaxes(title_text="head" if row == len(compared) else None, row=row, col=1)
         heights.append(len(grid))
     height = int(80 + sum(max(160, 60 + 18 * h) for h in heights))
     _layout(
