@@ -42,4 +42,5 @@ def report_command(
         )
     result = write_report(sources, output, baseline=reference, title=title, static=static)
     click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
-    click.echo(f"wrote {len(result.files)} files in {result.directory}")
+    count = len(result.files)
+    click.echo(f"wrote {count} file{'' if count == 1 else 's'} in {result.directory}")
