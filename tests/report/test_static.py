@@ -45,7 +45,9 @@ def test_report_without_a_browser_writes_the_page_and_says_what_to_install(
 ) -> None:
     heads, models = two_toys
     out = tmp_path / "report.html"
-    with pytest.warns(UserWarning, match=r"^no Chrome or Chromium found: .* not written") as caught:
+    with pytest.warns(
+        UserWarning, match=r"^no Chrome or Chromium found: no PNG / SVG figures written"
+    ) as caught:
         report = build_report(heads, None, out, baseline="toy-llama@0", models=models)
     message = str(caught[0].message)
     assert len(caught) == 1 and "\n" not in message

@@ -265,7 +265,8 @@ class Survey:
         title : str, optional
             The page's title.
         static : bool, optional
-            The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+            The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+            is found, else none and a warning naming what to install; True: all or an error; False: none).
 
         Returns
         -------
@@ -351,7 +352,8 @@ def write_report(
     title : str, optional
         The page's title.
     static : bool, optional
-        The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+        The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+        is found, else none and a warning naming what to install; True: all or an error; False: none).
 
     Returns
     -------

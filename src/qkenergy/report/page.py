@@ -459,7 +459,7 @@ def browser_path() -> str | None:
     return str(found)
 
 
-NO_BROWSER = (
+_NO_BROWSER = (
     "install Chrome or Chromium (apt-get install chromium, or plotly_get_chrome), or set BROWSER_PATH to one"
 )
 """What to install for the report's PNG / SVG figures: plotly's kaleido renders them in a headless browser."""
@@ -486,14 +486,12 @@ def _export_static(
                     leftover.unlink()
     if required:
         raise QKEnergyError(
-            f"static: {problem}, so the PNG / SVG figures cannot be drawn; {NO_BROWSER}, "
+            f"static: {problem}, so the PNG / SVG figures cannot be drawn; {_NO_BROWSER}, "
             "or leave out `static`",
             parameter="static",
         )
     warnings.warn(
-        f"{problem}: the report's PNG / SVG figures were not written (the page has them all); "
-        f"for the files, {NO_BROWSER}",
-        stacklevel=3,
+        f"{problem}: no PNG / SVG figures written (the page has them all); {_NO_BROWSER}", stacklevel=3
     )
     return StaticFigures([], [], None)
 
