@@ -36,6 +36,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
@@ -335,6 +336,7 @@ def _null_zoom(ax: Any, s: np.ndarray, draws: np.ndarray, colour: str, base: flo
     inset.axvline(base, color=colour, ls="--", lw=1)
     inset.set_xlim(a - pad, b + pad)
     inset.tick_params(labelsize=6)
+    inset.xaxis.set_major_locator(MaxNLocator(4))  # 4-decimal labels: more would run into each other
     inset.set_yticks([])
     inset.set_title(f"the null law, zoomed: {near.size} heads (|) in this range", fontsize=7)
 
