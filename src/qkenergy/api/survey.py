@@ -205,7 +205,12 @@ class Survey:
         summary = model_summary(inputs.heads, inputs.layers, inputs.models)
         comparison = None if baseline is None else baseline_comparison(inputs.heads, baseline, inputs.models)
         return report_figures(
-            inputs.heads, summary, models=inputs.models, comparison=comparison, losses=inputs.losses
+            inputs.heads,
+            summary,
+            models=inputs.models,
+            comparison=comparison,
+            losses=inputs.losses,
+            settings=inputs.settings,
         )
 
     @property
@@ -260,7 +265,8 @@ class Survey:
         title : str, optional
             The page's title.
         static : bool, optional
-            The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+            The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+            is found, else none and a warning naming what to install; True: all or an error; False: none).
 
         Returns
         -------
@@ -346,7 +352,8 @@ def write_report(
     title : str, optional
         The page's title.
     static : bool, optional
-        The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+        The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+        is found, else none and a warning naming what to install; True: all or an error; False: none).
 
     Returns
     -------

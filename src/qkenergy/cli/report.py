@@ -28,9 +28,9 @@ from qkenergy.base.formatting import plural
 @click.option(
     "--static/--no-static",
     default=None,
-    help="The PNG / SVG figures: --static requires every one, --no-static skips them. By default "
-    "each is drawn where it can be: by plotly's kaleido when Chrome or Chromium is found, else "
-    "with matplotlib (one warning line says so).",
+    help="The PNG / SVG figures (plotly's kaleido, in a headless Chrome or Chromium): --static "
+    "requires them, --no-static skips them. By default they are written where a browser is "
+    "found; without one, one warning line names what to install.",
 )
 def report_command(
     sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, static: bool | None

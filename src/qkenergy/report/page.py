@@ -6,10 +6,10 @@
   :mod:`qkenergy.figures.survey_figures`, with plotly.js inlined, so that the
   page works offline and fetches nothing (no script, font or image from the
   network);
-- ``report_files/``: each figure as ``NAME.png`` and ``NAME.svg`` (rendered by
-  kaleido in a headless Chrome or Chromium where one is found, else drawn from
-  the same plotly figure with matplotlib), the per-model table as
-  ``models.csv`` and, with a reference model, ``baseline_difference.csv``.
+- ``report_files/``: each figure as ``NAME.png`` and ``NAME.svg`` (plotly's own
+  export, kaleido in a headless Chrome or Chromium; where none is found, no
+  figure file and one warning line naming what to install), the per-model table
+  as ``models.csv`` and, with a reference model, ``baseline_difference.csv``.
 
 The set is written atomically: everything is rendered into a temporary
 directory beside the target, then moved into place (the figure folder first,
@@ -90,7 +90,7 @@ class Report:
     summary: pd.DataFrame
     comparison: BaselineComparison | None
     renderer: str | None = None
-    """What drew the PNG / SVG figures: "kaleido", "matplotlib", or None (none drawn)."""
+    """What drew the PNG / SVG figures: "kaleido", or None (none drawn)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class StaticFigures:
     figures : list of str
         The figures they show.
     renderer : str or None
-        "kaleido", "matplotlib", or None (none drawn).
+        "kaleido", or None (none drawn).
     """
 
     files: list[Path]
@@ -165,10 +165,9 @@ def build_report(
     title : str, optional
         The page's title.
     static : bool, optional
-        The PNG / SVG figures. None (the default): every figure that can be drawn, by plotly's
-        kaleido where a Chrome or Chromium is found, else with matplotlib
-        (:mod:`qkenergy.figures.static`), with one warning saying so and naming any figure left
-        out; True: every figure, or QKEnergyError; False: none.
+        The PNG / SVG figures, plotly's own export (kaleido in a headless Chrome or Chromium).
+        None (the default): every figure where a browser is found, else none and one warning
+        naming what to install; True: every figure, or QKEnergyError; False: none.
     formats : sequence of str
         The static figures' formats.
     losses : DataFrame, optional
@@ -192,7 +191,9 @@ def build_report(
         )
     summary = model_summary(heads, layers, models)
     comparison = baseline_comparison(heads, baseline, models) if baseline is not None else None
-    figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
+    figures = report_figures(
+        heads, summary, models=models, comparison=comparison, losses=losses, settings=settings
+    )
 
     directory = files_directory(target)
     # the page and its folder land together; an old folder is swapped out, not merged
@@ -429,10 +430,20 @@ def browser_path() -> str | None:
     return str(found)
 
 
+_NO_BROWSER = (
+    "install Chrome or Chromium (apt-get install chromium, or plotly_get_chrome), or set BROWSER_PATH to one"
+)
+"""What to install for the report's PNG / SVG figures: plotly's kaleido renders them in a headless browser."""
+
+
 def _export_static(
     figures: list[ReportFigure], directory: Path, formats: Sequence[str], *, required: bool
 ) -> StaticFigures:
-    """Every figure as PNG / SVG: kaleido with a browser, else matplotlib (one warning line)."""
+    """Every figure as PNG / SVG through plotly's kaleido; without a browser none, and one warning line.
+
+    One way to draw each figure: the static files are plotly's own export of the page's figures,
+    never a second drawing of them (the page itself needs no browser).
+    """
     problem = "no Chrome or Chromium found"
     if browser_path() is not None:
         try:
@@ -441,35 +452,19 @@ def _export_static(
             )
         except QKEnergyError as error:
             problem = str(error)
-            for leftover in directory.glob("*"):  # a partial kaleido run: start again with matplotlib
+            for leftover in directory.glob("*"):  # a partial kaleido run leaves nothing behind
                 if leftover.suffix.lstrip(".") in formats:
                     leftover.unlink()
-    from qkenergy.figures import static as matplotlib_figures
-
-    missing = {f.name: matplotlib_figures.unsupported(f.figure) for f in figures}
-    skipped = [f"{name} ({', '.join(kinds)} traces)" for name, kinds in missing.items() if kinds]
-    if skipped and required:
+    if required:
         raise QKEnergyError(
-            f"static: {problem}, and matplotlib cannot draw {', '.join(skipped)}; install Chrome or "
-            "Chromium (e.g. apt-get install chromium, or set BROWSER_PATH), or leave out `static`",
+            f"static: {problem}, so the PNG / SVG figures cannot be drawn; {_NO_BROWSER}, "
+            "or leave out `static`",
             parameter="static",
         )
-    paths = []
-    drawn = [f for f in figures if not missing[f.name]]
-    for fig in drawn:
-        for fmt in formats:
-            path = directory / f"{fig.name}.{fmt}"
-            scale = _PNG_SCALE if fmt == "png" else 1
-            paths.append(
-                matplotlib_figures.save(fig.figure, path, fmt, width=WIDTH, height=fig.height, scale=scale)
-            )
-    left_out = f"; left out {', '.join(skipped)}" if skipped else ""
     warnings.warn(
-        f"{problem}: the PNG / SVG figures were drawn with matplotlib instead of plotly's kaleido{left_out} "
-        "(for kaleido's: apt-get install chromium, or set BROWSER_PATH to Chrome or Chromium)",
-        stacklevel=3,
+        f"{problem}: no PNG / SVG figures written (the page has them all); {_NO_BROWSER}", stacklevel=3
     )
-    return StaticFigures(paths, [f.name for f in drawn], "matplotlib")
+    return StaticFigures([], [], None)
 
 
 def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
