@@ -6,8 +6,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

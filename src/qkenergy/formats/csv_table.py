@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
 from qkenergy.formats.columns import Columns, csv_text, frame_columns, with_integer_counts, write_csv
 from qkenergy.formats.recorded_settings import MAX_SETTINGS_BYTES, check_settings, sidecar_path
@@ -175,6 +176,7 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
     import csv
     import io
 
+    require("tables", "pyarrow", f"{where}: CSV tables are read with it")
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pcsv

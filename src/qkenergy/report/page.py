@@ -42,6 +42,7 @@ from qkenergy.analysis.comparison import (
     present,
 )
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
@@ -503,10 +504,9 @@ def _export_static(
 
 def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
     """Every figure as PNG / SVG through kaleido (one headless Chrome / Chromium for all)."""
-    try:
-        import kaleido
-    except ImportError:
-        raise QKEnergyError("the kaleido package is not installed (pip install kaleido)") from None
+    require("report", "kaleido", "the report's PNG / SVG figures")
+    import kaleido
+
     jobs = []
     paths = []
     for fig in figures:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.weights.gguf_io import _split_parts
 from qkenergy.weights.json_input import show_name
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
@@ -169,13 +170,10 @@ class HubRepo:
     """
 
     def __init__(self, reference: HubReference, cache: Path | None = None) -> None:
-        try:
-            import huggingface_hub  # noqa: F401
-        except ImportError:
-            raise QKEnergyError(
-                f"{reference.repo_id}: not a local file or directory; to read it from the Hugging Face "
-                "Hub, pip install 'qkenergy[hub]', or pass a local path"
-            ) from None
+        # a one-line error before anything else; a local path needs no extra
+        require(
+            "hub", "huggingface_hub", f"{reference.repo_id}: not a local path; a hub id is read through it"
+        )
         self.reference = reference
         self.repo_id = reference.repo_id
         self.offline = hub_offline()
