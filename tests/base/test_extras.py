@@ -98,6 +98,7 @@ def test_the_core_analyses_and_writes_csv_and_json_without_any_extra(tmp_path: P
         (("pyarrow",), ["analyze", "--layers", "0", "-o", "heads.parquet"], "tables"),
         (("pandas",), ["analyze", "--layers", "0", "--per-layer"], "pandas"),
         (("pyarrow",), ["plot", "heads.csv", "-o", "plots"], "tables"),
+        (("matplotlib", "pyarrow"), ["plot", "heads.csv", "-o", "plots"], "plot"),
         (("plotly",), ["report", "heads.csv", "-o", "report.html"], "report"),
         (("distributed",), ["survey", "models.txt", "-o", "survey"], "survey"),
         (("huggingface_hub",), ["analyze", "org/name"], "hub"),
