@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -71,12 +72,26 @@ def test_the_version_is_written_once_and_has_a_changelog_entry() -> None:
 @pytest.mark.slow
 def test_the_wheel_holds_the_demo_model_the_documentation_and_passes_twine(tmp_path: Path) -> None:
     pytest.importorskip("build", reason="the build package (pip install build) builds the wheel")
-    done = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    leftover = (ROOT / "build").exists()  # setuptools stages the wheel in ROOT/build: removed after, if ours
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--outdir",
+                str(tmp_path),
+                str(ROOT),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        if not leftover:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (wheel,) = tmp_path.glob("qkenergy-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
