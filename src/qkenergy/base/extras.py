@@ -36,7 +36,15 @@ EXTRAS: dict[str, str] = {
 
 
 class MissingExtra(QKEnergyError):
-    """An optional dependency is not installed; the message names the extra that installs it."""
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Parameters
+    ----------
+    *args : object
+        The message (as Exception's arguments).
+    parameter : str, optional
+        As :class:`~qkenergy.base.errors.QKEnergyError`'s (unused here).
+    """
 
 
 def _message(extra: str, module: str, purpose: str | None) -> str:
