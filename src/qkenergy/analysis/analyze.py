@@ -28,6 +28,7 @@ from qkenergy.analysis.rope_offsets import offset_grams, plan_stacks, rope_descr
 from qkenergy.analysis.significance import TAIL_STATISTICS, bh_with_tail, judge
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.parallel import available_cores, resolve_threads, thread_map
 from qkenergy.base.version import __version__
 from qkenergy.formats import provenance
@@ -1136,6 +1137,7 @@ def _with_layer_null(
     shape whose law would cost more than LAYER_NULL_MAX_FLOPS is not drawn, and
     ``null_note`` says so.
     """
+    require("pandas", "pandas", "the per-layer table")
     import pandas as pd  # the layer forms' own work dwarfs these imports
 
     from qkenergy.analysis.null_cache import layer_null_law

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.analysis.analyze import Analysis as Result
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import plain_text
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 
@@ -311,6 +312,7 @@ class Analysis:
         matplotlib.figure.Figure
             The null histogram shows the null laws this analysis used.
         """
+        require("plot", "matplotlib", "figures are drawn with it")
         from qkenergy.figures.plots import figure
 
         spec = self.null or NullSpec()
@@ -363,6 +365,7 @@ class Analysis:
         if path is not None and Path(path).suffix.lower() not in FORMATS:
             raise QKEnergyError(f"path: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
         if plots is not None:
+            require("plot", "matplotlib", "figures are drawn with it")
             spec = self.null or NullSpec()
             plot_options.setdefault("null_samples", spec.samples)
             plot_options.setdefault("seed", int(self.settings.get("seed", spec.seed)))
@@ -386,6 +389,7 @@ class Analysis:
         list of pathlib.Path
             The files written.
         """
+        require("plot", "matplotlib", "figures are drawn with it")
         from qkenergy.figures.plots import plot_results
 
         return plot_results(self.heads, outdir, **options)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import plain_text, plural
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
@@ -80,6 +81,7 @@ class Survey:
     # ---------------------------------------------------------------- the dataset
     def _read(self) -> ReportInputs:
         if self._inputs is None:
+            require("survey", "plotly", "a survey's dataset is read with the report's reader")
             from qkenergy.report.page import read_inputs
 
             self._inputs = read_inputs([self.out])
@@ -280,6 +282,7 @@ def _returning_survey(run: Callable[P, SurveyRun]) -> Callable[P, Survey]:
 
     @functools.wraps(run)
     def survey(*args: P.args, **kwargs: P.kwargs) -> Survey:
+        require("survey", "distributed", "surveys run on a Dask cluster")
         done = run(*args, **kwargs)
         return Survey(done.out, last_run=done)
 
@@ -360,6 +363,7 @@ def write_report(
     Report
         Everything lands, or nothing does.
     """
+    require("report", "plotly", "the report's figures are drawn with it")
     from qkenergy.report.page import read_inputs
 
     paths = [sources] if isinstance(sources, str | os.PathLike) else list(sources)

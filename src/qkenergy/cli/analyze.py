@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from qkenergy.base.cache_dirs import default_cache_dir
+from qkenergy.base.extras import require
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
     IndexSelectionType,
@@ -154,6 +155,10 @@ def analyze(
             f"expected a file ending in {', '.join(tables.FORMATS)}, got {str(output)!r}",
             param_hint="'-o' / '--output'",
         )
+    if output is not None:
+        tables.table_format(output)  # its extra (Parquet: pyarrow) checked before the analysis, not after
+    if plot_dir is not None:
+        require("plot", "matplotlib", "--plot draws with it")
     result = run(
         model,
         model_type=model_type,

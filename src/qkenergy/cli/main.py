@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import missing_extra
 from qkenergy.base.interrupt import Interrupted, signals_raise
 from qkenergy.cli.analyze import analyze
 from qkenergy.cli.baseline import baseline
@@ -139,6 +140,8 @@ def _run(argv: Sequence[str] | None) -> NoReturn:
     except MemoryError:
         fail("out of memory", 1)
     except Exception as error:  # anything else is a bug or an unchecked input: still one line
+        if isinstance(error, ModuleNotFoundError) and (missing := missing_extra(error)) is not None:
+            fail(str(missing), 1)  # an extra's module imported where no require() call foresaw it
         if os.environ.get("QKENERGY_DEBUG", "").strip() not in ("", "0"):
             raise
         fail(f"unexpected {type(error).__name__}: {error} (set QKENERGY_DEBUG=1 for the traceback)", 1)

@@ -19,6 +19,7 @@ import numpy as np
 from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.json_input import parse_object, read_bytes
 from qkenergy.formats.columns import Columns, csv_text, frame_columns, with_integer_counts, write_csv
@@ -175,6 +176,7 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
     import csv
     import io
 
+    require("tables", "pyarrow", f"{where}: CSV tables are read with it")
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pcsv

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.formats import csv_table, json_table, parquet_table
 from qkenergy.formats.columns import COUNT_COLUMNS, LIST_COLUMNS, Columns, with_integer_counts
 from qkenergy.formats.table_format import (
@@ -86,6 +87,8 @@ def table_format(path: str | os.PathLike[str]) -> TableFormat:
         raise QKEnergyError(
             f"{target}: unknown table format {target.suffix or '(no extension)'!r}; accepted extensions: {accepted}"
         )
+    if module is parquet_table:
+        require("tables", "pyarrow", f"{target}: Parquet tables are read and written with it")
     return module
 
 

@@ -41,6 +41,7 @@ from qkenergy.analysis.comparison import (
 )
 from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
@@ -469,10 +470,9 @@ def _export_static(
 
 def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
     """Every figure as PNG / SVG through kaleido (one headless Chrome / Chromium for all)."""
-    try:
-        import kaleido
-    except ImportError:
-        raise QKEnergyError("the kaleido package is not installed (pip install kaleido)") from None
+    require("report", "kaleido", "the report's PNG / SVG figures")
+    import kaleido
+
     jobs = []
     paths = []
     for fig in figures:

