@@ -50,8 +50,8 @@ from qkenergy.base.atomic import OutputError, atomic_path
 from qkenergy.base.cache_dirs import default_hub_cache
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.json_input import describe, parse_value, read_bytes
 from qkenergy.base.extras import require
+from qkenergy.base.json_input import describe, parse_value, read_bytes
 from qkenergy.weights.gguf_io import _split_parts
 from qkenergy.weights.range_cache import MirroredFile, RangeCache
 from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch
