@@ -8,20 +8,16 @@ tensor is its name, a u32 axis count, one u64 per axis (innermost first), a
 u32 ggml type and a u64 offset into the data section, which begins at the
 first multiple of ``general.alignment`` (32 when absent) after the table.
 
-The header is parsed here, with bounds, rather than by ``gguf.GGUFReader``,
-for the reasons :mod:`qkenergy.weights.safetensors_io` gives for safetensors:
-that reader memory-maps the whole file (a file truncated while mapped kills
-the reader with SIGBUS) and a malformed header gives a numpy error that names
-neither the key nor the tensor. Here every count and length is checked against
-the bytes the file has before anything is sized by it, every error is one
-line naming the file and the key or tensor, and tensor bytes are read with the
-same checked ``preadv`` reads as safetensors (:class:`GGUFFile` is a
-:class:`~qkenergy.weights.safetensors_io.SafetensorsFile` with another
-header). The values themselves come from the ``gguf`` package, llama.cpp's
-own Python library: its type table (block sizes and bytes per block of every
-ggml type) and its numpy dequantisation of every type it knows (F16, BF16,
-Q4_0 to Q8_0, the K-quants, the IQ types, ...). tests/weights/test_gguf.py
-checks the header read here against ``gguf.GGUFReader`` field by field.
+The header is parsed here rather than by ``gguf.GGUFReader``, which memory-maps the whole file (a
+file truncated while mapped kills it with SIGBUS) and answers a malformed header with a numpy error
+naming neither key nor tensor. Here every count and length is checked against the rest of the file
+and the 100 MB header bound before anything is read or sized by it (a claim past either is refused
+at once), arrays of keys qkenergy does not read are skipped by length, and every error is one line
+naming the file and the key or tensor. Tensor bytes are read with the checked ``preadv`` reads of
+safetensors (:class:`GGUFFile` is a :class:`~qkenergy.weights.safetensors_io.SafetensorsFile` with
+another header); their values come from the ``gguf`` package, llama.cpp's own Python library (its
+type table and numpy dequantisation of every type it knows). tests/weights/test_gguf.py checks the
+header read here against ``gguf.GGUFReader`` field by field.
 """
 
 from __future__ import annotations
@@ -61,22 +57,19 @@ __all__ = [
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-# ggml tensors have at most 4 axes (GGML_MAX_DIMS).
-MAX_AXES = 4
-# Arrays longer than this (the tokenizer's vocabulary and merges) are walked, not kept.
-KEEP_ITEMS = 4096
-# Nested arrays deeper than this are no real file's.
-MAX_NESTING = 4
-# Longer text than this (a key, a name, a chat template) is no real file's.
-MAX_STRING = 1 << 24
-# More keys or tensors than this in one header is no real file's (a 671B model has about 1,100 tensors).
-MAX_ENTRIES = 1 << 24
+MAX_AXES = 4  # ggml tensors have at most 4 axes (GGML_MAX_DIMS)
+KEEP_ITEMS = 4096  # longer arrays (a vocabulary, its merges) are skipped or walked, not kept
+MAX_NESTING = 4  # arrays nested deeper are no real file's
+MAX_STRING = 1 << 24  # longer text (a key, a name, a chat template) is no real file's
+MAX_ENTRIES = 1 << 24  # more keys or tensors is no real file's (a 671B model has about 1,100 tensors)
 # llama.cpp's gguf-split names the parts of a split model NAME-00001-of-00003.gguf.
 _SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
 # Header bytes read at a time; at most this many when a long string array is walked (its minimum is known).
 _CHUNK, _WALK = 1 << 20, 16 << 20
 # qkenergy reads no array under these prefixes (gguf_archs): their arrays are skipped by length, never kept.
 _UNUSED_ARRAYS = ("general.", "tokenizer.")
+_Entry = tuple[list[int], int, int]  # a tensor table entry: see _read_table
+
 
 # value type code -> (name, struct format) of the scalars; 8 is a string, 9 an array.
 _SCALARS: dict[int, tuple[str, str]] = {
@@ -202,17 +195,12 @@ class GGUFHeader:
 
 
 class _Cursor:
-    """Sequential reads of a header from a file, each checked against the file's size and a bound.
+    """Sequential reads of a header, each checked against the file's size and the 100 MB bound (weights.hub's)."""
 
-    The bound is :data:`~qkenergy.weights.safetensors_io.MAX_HEADER_BYTES` (100 MB), as for a remote
-    file (weights.hub): real headers are a few MB, mostly the vocabulary.
-    """
-
-    def __init__(self, fh: IO[bytes], size: int, where: str, fetch: Fetch | None = None) -> None:
-        self._fh = fh
-        self.size, self.where, self.pos = size, where, 0
+    def __init__(self, fh: IO[bytes], where: str, fetch: Fetch | None = None) -> None:
+        self._fh, self._fetch, self.where = fh, fetch, where
+        self.size, self.pos = os.fstat(fh.fileno()).st_size, 0
         self._buf, self._start = b"", 0  # _start: the file offset of _buf[0]
-        self._fetch = fetch
         # a remote file is read ahead by less: what is read past the header's end is fetched for nothing
         self._chunk = _CHUNK if fetch is None else HEADER_PROBE
 
@@ -235,9 +223,8 @@ class _Cursor:
         if end > self._start + len(self._buf):
             keep = self._buf[self.pos - self._start :]
             want = max(n - len(keep), self._chunk, ahead)
-            if self._fetch is not None:
-                at = self.pos + len(keep)
-                self._fetch(at, min(at + want, self.size))
+            if self._fetch is not None:  # the bytes read next: [pos + len(keep), + want)
+                self._fetch(self.pos + len(keep), min(self.pos + len(keep) + want, self.size))
             more = self._fh.read(want)
             self._buf, self._start = keep + more, self.pos
             if end > self._start + len(self._buf):
@@ -247,7 +234,6 @@ class _Cursor:
         return out
 
     def skip(self, n: int, what: str) -> None:
-        """Past ``n`` bytes without reading them: a seek when they are not buffered."""
         self.room(n, what)
         self.pos += n
         if self.pos > self._start + len(self._buf):
@@ -351,9 +337,9 @@ def _read_fields(cur: _Cursor, n_keys: int) -> tuple[dict[str, Any], int]:
     return fields, alignment
 
 
-def _read_table(cur: _Cursor, n_tensors: int) -> dict[str, tuple[list[int], int, int]]:
+def _read_table(cur: _Cursor, n_tensors: int) -> dict[str, _Entry]:
     """The tensor table as read: name -> (dims innermost first, ggml type, data offset), in file order."""
-    entries: dict[str, tuple[list[int], int, int]] = {}
+    entries: dict[str, _Entry] = {}
     for t in range(n_tensors):
         name = cur.string(f"the name of tensor {t}")
         what = f"tensor {show_name(name)}"
@@ -369,9 +355,7 @@ def _read_table(cur: _Cursor, n_tensors: int) -> dict[str, tuple[list[int], int,
     return entries
 
 
-def _tensor_info(
-    where: str, name: str, entry: tuple[list[int], int, int], layout: tuple[int, int, int]
-) -> GGUFTensorInfo:
+def _tensor_info(where: str, name: str, entry: _Entry, layout: tuple[int, int, int]) -> GGUFTensorInfo:
     """One table entry checked: a known ggml type, whole blocks, aligned data inside the file."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -392,15 +376,14 @@ def _tensor_info(
         )
     nbytes = math.prod(dims) // block * block_bytes  # at most 4 factors below 2^64
     begin = data_start + offset
-    if offset % alignment or begin + nbytes > size:
-        problem = (
-            f"data offset {offset} is not a multiple of the alignment {alignment}"
-            if offset % alignment
-            else f"its {nbytes} bytes at data offset {offset} (file offset {begin}: the tensor table counts "
+    if offset % alignment:
+        raise QKEnergyError(f"{what}: data offset {offset} is not a multiple of the alignment {alignment}")
+    if begin + nbytes > size:
+        raise QKEnergyError(
+            f"{what}: its {nbytes} bytes at data offset {offset} (file offset {begin}: the tensor table counts "
             f"from the data section, which starts at byte {data_start}) run past the end of the "
             f"{size}-byte file, which would need {begin + nbytes} bytes; truncated"
         )
-        raise QKEnergyError(f"{what}: {problem}")
     shape = tuple(int(d) for d in reversed(dims))
     return GGUFTensorInfo(name, name, qtype.name, int(code), shape, begin, begin + nbytes)
 
@@ -429,22 +412,21 @@ def read_header(path: Path, fetch: Fetch | None = None) -> GGUFHeader:
     where = show_path(path)
     try:
         with open_regular(path, where) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            cur = _Cursor(fh, size, where, fetch)
+            cur = _Cursor(fh, where, fetch)
             version, n_tensors, n_keys = _preamble(cur)
             fields, alignment = _read_fields(cur, n_keys)
             entries = _read_table(cur, n_tensors)
     except OSError as exc:
         raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
     data_start = -(-cur.pos // alignment) * alignment
-    tensors = [_tensor_info(where, name, e, (data_start, alignment, size)) for name, e in entries.items()]
-    spans = sorted((i for i in tensors if i.end > i.begin), key=lambda i: i.begin)
-    for a, b in itertools.pairwise(spans):
+    layout = (data_start, alignment, cur.size)
+    tensors = [_tensor_info(where, name, entry, layout) for name, entry in entries.items()]
+    for a, b in itertools.pairwise(sorted((i for i in tensors if i.end > i.begin), key=lambda i: i.begin)):
         if b.begin < a.end:
             raise QKEnergyError(
                 f"{where}: tensors {show_name(a.gguf_name)} and {show_name(b.gguf_name)} overlap in the data section"
             )
-    return GGUFHeader(int(version), fields, tensors, data_start, size)
+    return GGUFHeader(int(version), fields, tensors, data_start, cur.size)
 
 
 class GGUFFile(SafetensorsFile):
@@ -514,10 +496,7 @@ class GGUFFile(SafetensorsFile):
         raw = np.empty(info.end - info.begin, np.uint8)
         if info.end > info.begin:
             self._read_into(raw, info.begin, info.gguf_name)
-        if not info.quantized:
-            out = raw.view(info.np_dtype).reshape(info.shape)
-        else:
-            out = _dequantize(raw, info, where)
+        out = _dequantize(raw, info, where) if info.quantized else raw.view(info.np_dtype).reshape(info.shape)
         out.flags.writeable = False
         return out
 
