@@ -106,11 +106,12 @@ def _falcon_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return dataclasses.replace(layout, storage="interleaved", positional=positional)
 
 
-def _with_qk_layernorm(qk: QKNorm) -> Callable[[Mapping[str, Any], Layout], Layout]:
-    """The layout with ``qk`` when the config sets qk_layernorm (phi, stablelm)."""
+def _with_qk_norm(qk: QKNorm, flag: str) -> Callable[[Mapping[str, Any], Layout], Layout]:
+    """The layout with ``qk`` when the config sets ``flag`` (phi's and stablelm's qk_layernorm, glm4_moe's
+    use_qk_norm, cohere's)."""
 
     def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-        return dataclasses.replace(layout, qk_norm=qk) if config.get("qk_layernorm") else layout
+        return dataclasses.replace(layout, qk_norm=qk) if config.get(flag) else layout
 
     return adjust
 
@@ -232,22 +233,16 @@ def _vit_like(norm: str) -> Layout:
 # ----------------------------------------------------------------------------- families of 2025-2026
 
 
-def _with_qk_norm(qk: QKNorm, flag: str) -> Callable[[Mapping[str, Any], Layout], Layout]:
-    """The layout with ``qk`` when the config sets ``flag`` (glm4_moe's use_qk_norm, cohere's)."""
-
-    def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-        return dataclasses.replace(layout, qk_norm=qk) if config.get(flag) else layout
-
-    return adjust
+# Layers with softmax attention in hybrid models (and the sliding-window ones), by their config's layer types.
+_FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
+_SLIDING_ATTENTION = LayerPattern("layer_types", members=("sliding_attention",))
 
 
 def _exaone4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     """With a sliding window only the sliding layers rotate; the global layers are NoPE."""
     if config.get("sliding_window") is None:
         return layout
-    return dataclasses.replace(
-        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
-    )
+    return dataclasses.replace(layout, rope_layers=(_SLIDING_ATTENTION,))
 
 
 def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -257,8 +252,6 @@ def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return dataclasses.replace(layout, positional="none")
 
 
-# Layers with softmax attention in hybrid models, by their config's layer types.
-_FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
 _MLA_LATENT = LatentAttention(
     query_norm="layers.{i}.self_attn.q_a_layernorm.weight",
     query_up="layers.{i}.self_attn.q_b_proj.weight",
@@ -478,9 +471,7 @@ def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     """Only the sliding-window layers rotate (flint); without a sliding window no layer does."""
     if config.get("sliding_window") is None:
         return dataclasses.replace(layout, positional="none")
-    return dataclasses.replace(
-        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
-    )
+    return dataclasses.replace(layout, rope_layers=(_SLIDING_ATTENTION,))
 
 
 def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -607,8 +598,8 @@ FAMILIES: dict[str, Family] = {
     "starcoder2": _family(_llama_like(), "Starcoder2ForCausalLM", "StarCoder2"),
     "stablelm": _family(
         _llama_like(
-            adjust=_with_qk_layernorm(
-                _qk_norm(q="q_layernorm.norms.{h}", k="k_layernorm.norms.{h}", centred=True)
+            adjust=_with_qk_norm(
+                _qk_norm(q="q_layernorm.norms.{h}", k="k_layernorm.norms.{h}", centred=True), "qk_layernorm"
             )
         ),
         "StableLmForCausalLM",
@@ -616,7 +607,9 @@ FAMILIES: dict[str, Family] = {
         variants="qk-norm (a LayerNorm per head) with qk_layernorm",
     ),
     "phi": _family(
-        _llama_like(adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True))),
+        _llama_like(
+            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm")
+        ),
         "PhiForCausalLM",
         "Phi-1, Phi-1.5, Phi-2",
         variants="qk-norm (LayerNorm) with qk_layernorm",
@@ -749,7 +742,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2": _family(
         _llama_like(
             rope_pairs="interleaved",
-            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            rope_layers=(_SLIDING_ATTENTION,),
         ),
         "Cohere2ForCausalLM",
         "Command R7B, Command A",
@@ -1238,7 +1231,7 @@ FAMILIES: dict[str, Family] = {
             storage="interleaved",
             norm="layers.{i}.input_layernorm.weight",
             positional="rope",
-            adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True)),
+            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm"),
         ),
         "PersimmonForCausalLM",
         "Persimmon, Fuyu's decoder",
@@ -1299,7 +1292,7 @@ FAMILIES: dict[str, Family] = {
         _wrapper(
             _llama_like(
                 rope_pairs="interleaved",
-                rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+                rope_layers=(_SLIDING_ATTENTION,),
             ),
             _tower_alone("vision"),
             "language_model",
@@ -1538,7 +1531,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2_moe": _family(
         _llama_like(
             rope_pairs="interleaved",
-            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            rope_layers=(_SLIDING_ATTENTION,),
             adjust=_cohere2_moe_adjust,
         ),
         "Cohere2MoeModel",
@@ -1787,11 +1780,7 @@ FAMILIES.update(
         ),
         "mimo_v2_flash": _family(
             _llama_like(
-                layer_shapes=(
-                    LayerShape(
-                        LayerPattern("layer_types", members=("sliding_attention",)), kv_heads_factor=2
-                    ),
-                ),
+                layer_shapes=(LayerShape(_SLIDING_ATTENTION, kv_heads_factor=2),),
             ),
             "MiMoV2FlashForCausalLM",
             "MiMo-V2-Flash",
