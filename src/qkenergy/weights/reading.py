@@ -160,6 +160,19 @@ def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, pref
     return [prefix + r for r in relative if prefix + r in names]
 
 
+def _check_layer(arch: Architecture, layer: int) -> None:
+    """One line unless ``layer`` is in range and has softmax attention."""
+    if not 0 <= layer < arch.n_layers:
+        raise QKEnergyError(
+            f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
+        )
+    if not arch.has_layer(layer):
+        raise QKEnergyError(
+            f"layer {layer} of this {arch.model_type} model has no softmax attention; the layers with "
+            f"attention are {', '.join(map(str, arch.attention_layers))}"
+        )
+
+
 def read_layer(
     tensors: TensorReader,
     arch: Architecture,
@@ -201,15 +214,7 @@ def read_layer(
         A layer out of range or without attention, a tensor missing, or one whose shape does
         not fit the architecture.
     """
-    if not 0 <= layer < arch.n_layers:
-        raise QKEnergyError(
-            f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
-        )
-    if not arch.has_layer(layer):
-        raise QKEnergyError(
-            f"layer {layer} of this {arch.model_type} model has no softmax attention; the layers with "
-            f"attention are {', '.join(map(str, arch.attention_layers))}"
-        )
+    _check_layer(arch, layer)
     if prefix is None:
         prefix = find_prefix(tensors, arch)
     lay = arch.layout
