@@ -253,12 +253,6 @@ def _statistics_from_spectra(
     )
 
     trace_ratio = divide_or_nan(np.abs(trace_l), np.sqrt(norm_l_sq))
-    h_sq = np.full((len(reason), 1), np.nan) if h is None else h * h
-    sum_h_sq = np.sum(h_sq, axis=-1)
-    leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
-    participation_ratio = divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
-    stable_rank = divide_or_nan(sum_h_sq, leading_sq)
-    leading_share = divide_or_nan(leading_sq, sum_h_sq)
 
     head_type = head_types(
         c, d, c_sym, d_sym, type_rule=type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut
@@ -287,15 +281,37 @@ def _statistics_from_spectra(
         "pairing_gap": pairing_gap,
         "lobe_departure": lobe_departure,
         "trace_ratio": trace_ratio,
-        "participation_ratio": participation_ratio,
-        "stable_rank": stable_rank,
-        "leading_share": leading_share,
+        **_singular_value_statistics(h, len(reason)),
         "limit_b_sym": limit_b_sym,
         "limit_c_sym": limit_c_sym,
         "limit_d_sym": limit_d_sym,
         "limit_distance": limit_distance,
         **spectrum_shape,
     }
+    return _mask_failed(values, head_type, reason, alpha, beta, norm_l_sq)
+
+
+def _singular_value_statistics(h: np.ndarray | None, heads: int) -> dict[str, np.ndarray]:
+    """participation_ratio, stable_rank, leading_share from the singular values h of L (None: NaN)."""
+    h_sq = np.full((heads, 1), np.nan) if h is None else h * h
+    sum_h_sq = np.sum(h_sq, axis=-1)
+    leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
+    return {
+        "participation_ratio": divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1)),
+        "stable_rank": divide_or_nan(sum_h_sq, leading_sq),
+        "leading_share": divide_or_nan(leading_sq, sum_h_sq),
+    }
+
+
+def _mask_failed(
+    values: dict[str, np.ndarray],
+    head_type: np.ndarray,
+    reason: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+    norm_l_sq: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """NaN statistics and no type for failed heads; the head type, reason and lobes added."""
     failed = reason != ""
     for name in STATISTICS:
         values[name] = np.where(failed, np.nan, values[name])
