@@ -978,6 +978,19 @@ def figure(
     return _lobes(df, layer, h, ax)
 
 
+def _check_one_model(df: pd.DataFrame) -> None:
+    """The head table :func:`plot_results` draws: its columns, some heads, one model of one width N."""
+    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
+    if len(df) == 0:
+        raise QKEnergyError("cannot plot an empty head table")
+    if "model" in df.columns and df["model"].nunique() > 1:
+        raise QKEnergyError(
+            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
+        )
+    if df["N"].nunique() > 1:
+        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+
+
 def plot_results(
     df: pd.DataFrame,
     outdir: str | os.PathLike[str],
@@ -1035,15 +1048,7 @@ def plot_results(
         An unsupported format, a missing column, an empty table or a table of several models.
     """
     formats = _check_formats(formats)
-    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
-    if len(df) == 0:
-        raise QKEnergyError("cannot plot an empty head table")
-    if "model" in df.columns and df["model"].nunique() > 1:
-        raise QKEnergyError(
-            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
-        )
-    if df["N"].nunique() > 1:
-        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+    _check_one_model(df)
     every_offset = df
     if "offset" in df.columns:  # RoPE offsets: the per-head figures show the smallest offset
         df = df[df["offset"] == df["offset"].min()]
