@@ -244,14 +244,6 @@ def _statistics_from_spectra(
         both_lobes, divide_or_nan(_norm(beta - finite_rho[:, None] * alpha), norm_beta), np.nan
     )
 
-    # Accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2).
-    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
-    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
-    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
-    limit_distance = np.sqrt(
-        (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
-    )
-
     trace_ratio = divide_or_nan(np.abs(trace_l), np.sqrt(norm_l_sq))
 
     head_type = head_types(
@@ -282,13 +274,32 @@ def _statistics_from_spectra(
         "lobe_departure": lobe_departure,
         "trace_ratio": trace_ratio,
         **_singular_value_statistics(h, len(reason)),
-        "limit_b_sym": limit_b_sym,
-        "limit_c_sym": limit_c_sym,
-        "limit_d_sym": limit_d_sym,
-        "limit_distance": limit_distance,
+        **_accumulation_limit(norm_alpha, norm_beta, lobes_sq, b_sym, c_sym, d_sym),
         **spectrum_shape,
     }
     return _mask_failed(values, head_type, reason, alpha, beta, norm_l_sq)
+
+
+def _accumulation_limit(
+    norm_alpha: np.ndarray,
+    norm_beta: np.ndarray,
+    lobes_sq: np.ndarray,
+    b_sym: np.ndarray,
+    c_sym: np.ndarray,
+    d_sym: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2) and the profile's distance to it."""
+    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
+    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
+    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
+    return {
+        "limit_b_sym": limit_b_sym,
+        "limit_c_sym": limit_c_sym,
+        "limit_d_sym": limit_d_sym,
+        "limit_distance": np.sqrt(
+            (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
+        ),
+    }
 
 
 def _singular_value_statistics(h: np.ndarray | None, heads: int) -> dict[str, np.ndarray]:
