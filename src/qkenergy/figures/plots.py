@@ -978,6 +978,19 @@ def figure(
     return _lobes(df, layer, h, ax)
 
 
+def _check_one_model(df: pd.DataFrame) -> None:
+    """The head table :func:`plot_results` draws: its columns, some heads, one model of one width N."""
+    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
+    if len(df) == 0:
+        raise QKEnergyError("cannot plot an empty head table")
+    if "model" in df.columns and df["model"].nunique() > 1:
+        raise QKEnergyError(
+            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
+        )
+    if df["N"].nunique() > 1:
+        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+
+
 def plot_results(
     df: pd.DataFrame,
     outdir: str | os.PathLike[str],
@@ -992,16 +1005,10 @@ def plot_results(
 ) -> list[Path]:
     """Write the figures for one model's head table into ``outdir``; returns the files.
 
-    The lobe figure is drawn for the most extreme head (largest
-    |symmetric_energy_z|) and, when ``head`` = (layer, head) names another
-    one, for that head too. ``null_samples``, ``seed``, ``cache_dir``: the null
-    laws drawn for the histogram and the O-E cloud (null_cache.null_law). The lobe figures are
-    skipped, with a warning, when the table has no alpha/beta columns.
-    ``settings`` (default: ``df.attrs["settings"]``) name the heads in the
-    legends (:func:`provenance.population_label`) and are stored in each file
-    (PNG text chunk ``qkenergy``, SVG description, PDF subject).
-    ``transaction``: stage the files in the caller's transaction (see
-    :mod:`qkenergy.base.atomic`); by default they are committed together here.
+    The lobe figure is drawn for the most extreme head (largest |symmetric_energy_z|) and for
+    ``head``; the lobe figures are skipped, with a warning, when the table has no alpha/beta columns.
+    The settings name the heads in the legends (:func:`provenance.population_label`) and are
+    stored in each file (PNG text chunk ``qkenergy``, SVG description, PDF subject).
 
     Parameters
     ----------
@@ -1012,7 +1019,7 @@ def plot_results(
     head : (layer, head), str or None, optional
         Another head to draw the lobe figure of.
     null_samples : int, optional
-        Samples of each null law drawn.
+        Samples of each null law drawn for the histogram and the O-E cloud (null_cache.null_law).
     seed : int, optional
         Seed of the null draws.
     cache_dir : str or path-like or None, optional
@@ -1020,9 +1027,10 @@ def plot_results(
     formats : sequence of str, optional
         The file formats (png, svg, pdf).
     settings : dict or None, optional
-        The run's settings.
+        The run's settings (default: ``df.attrs["settings"]``).
     transaction : OutputTransaction or None, optional
-        The caller's transaction to stage the files in.
+        The caller's transaction to stage the files in (:mod:`qkenergy.base.atomic`); by default
+        they are committed together here.
 
     Returns
     -------
@@ -1035,15 +1043,7 @@ def plot_results(
         An unsupported format, a missing column, an empty table or a table of several models.
     """
     formats = _check_formats(formats)
-    _need(df, ("layer", "head", "n", "N", "symmetric_energy"), "the head table")
-    if len(df) == 0:
-        raise QKEnergyError("cannot plot an empty head table")
-    if "model" in df.columns and df["model"].nunique() > 1:
-        raise QKEnergyError(
-            f"cannot plot several models at once ({', '.join(map(str, df['model'].unique()))}); split the table"
-        )
-    if df["N"].nunique() > 1:
-        raise QKEnergyError("cannot plot heads of several model widths N at once; split the table")
+    _check_one_model(df)
     every_offset = df
     if "offset" in df.columns:  # RoPE offsets: the per-head figures show the smallest offset
         df = df[df["offset"] == df["offset"].min()]

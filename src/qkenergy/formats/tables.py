@@ -58,9 +58,6 @@ FORMATS: dict[str, TableFormat] = {
 }
 """File extension (lower case) -> the module that writes and reads that format."""
 
-# How CSV cells hold the list columns (recorded in the sidecar and in docs/columns.md).
-CSV_LIST_ENCODING = csv_table.LIST_ENCODING
-
 
 def table_format(path: str | os.PathLike[str]) -> TableFormat:
     """The format module of ``path``'s extension; one line naming the accepted ones otherwise.

@@ -46,7 +46,6 @@ identity: the offset rows include it, the plain form L (read without
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -374,11 +373,3 @@ def log_offsets(context: int) -> list[int]:
     if context - 1 not in offsets:
         offsets.append(context - 1)
     return offsets
-
-
-def check_offsets(offsets: Sequence[int]) -> list[int]:
-    """Sorted distinct non-negative integer offsets."""
-    out = sorted({int(d) for d in offsets})
-    if not out or out[0] < 0:
-        raise ValueError(f"offsets must be non-negative integers, got {list(offsets)}")
-    return out

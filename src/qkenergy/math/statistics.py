@@ -244,21 +244,7 @@ def _statistics_from_spectra(
         both_lobes, divide_or_nan(_norm(beta - finite_rho[:, None] * alpha), norm_beta), np.nan
     )
 
-    # Accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2).
-    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
-    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
-    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
-    limit_distance = np.sqrt(
-        (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
-    )
-
     trace_ratio = divide_or_nan(np.abs(trace_l), np.sqrt(norm_l_sq))
-    h_sq = np.full((len(reason), 1), np.nan) if h is None else h * h
-    sum_h_sq = np.sum(h_sq, axis=-1)
-    leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
-    participation_ratio = divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1))
-    stable_rank = divide_or_nan(sum_h_sq, leading_sq)
-    leading_share = divide_or_nan(leading_sq, sum_h_sq)
 
     head_type = head_types(
         c, d, c_sym, d_sym, type_rule=type_rule, radius=radius, imbalance_cut=imbalance_cut, edge_cut=edge_cut
@@ -287,15 +273,56 @@ def _statistics_from_spectra(
         "pairing_gap": pairing_gap,
         "lobe_departure": lobe_departure,
         "trace_ratio": trace_ratio,
-        "participation_ratio": participation_ratio,
-        "stable_rank": stable_rank,
-        "leading_share": leading_share,
+        **_singular_value_statistics(h, len(reason)),
+        **_accumulation_limit(norm_alpha, norm_beta, lobes_sq, b_sym, c_sym, d_sym),
+        **spectrum_shape,
+    }
+    return _mask_failed(values, head_type, reason, alpha, beta, norm_l_sq)
+
+
+def _accumulation_limit(
+    norm_alpha: np.ndarray,
+    norm_beta: np.ndarray,
+    lobes_sq: np.ndarray,
+    b_sym: np.ndarray,
+    c_sym: np.ndarray,
+    d_sym: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2) and the profile's distance to it."""
+    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
+    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
+    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
+    return {
         "limit_b_sym": limit_b_sym,
         "limit_c_sym": limit_c_sym,
         "limit_d_sym": limit_d_sym,
-        "limit_distance": limit_distance,
-        **spectrum_shape,
+        "limit_distance": np.sqrt(
+            (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
+        ),
     }
+
+
+def _singular_value_statistics(h: np.ndarray | None, heads: int) -> dict[str, np.ndarray]:
+    """participation_ratio, stable_rank, leading_share from the singular values h of L (None: NaN)."""
+    h_sq = np.full((heads, 1), np.nan) if h is None else h * h
+    sum_h_sq = np.sum(h_sq, axis=-1)
+    leading_sq = h_sq[:, 0] if h_sq.shape[-1] else np.zeros(h_sq.shape[0])
+    return {
+        "participation_ratio": divide_or_nan(sum_h_sq**2, np.sum(h_sq * h_sq, axis=-1)),
+        "stable_rank": divide_or_nan(sum_h_sq, leading_sq),
+        "leading_share": divide_or_nan(leading_sq, sum_h_sq),
+    }
+
+
+def _mask_failed(
+    values: dict[str, np.ndarray],
+    head_type: np.ndarray,
+    reason: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+    norm_l_sq: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """NaN statistics and no type for failed heads; the head type, reason and lobes added."""
     failed = reason != ""
     for name in STATISTICS:
         values[name] = np.where(failed, np.nan, values[name])

@@ -41,7 +41,7 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from scipy import stats
@@ -73,6 +73,9 @@ KS_ALPHA = 1e-3
 
 LEMMA5_TOLERANCE = 1e-10
 """Largest relative error allowed in the identities of Lemma 5 (float64)."""
+
+SPECTRUM_TOLERANCE = 1e-10
+"""Largest error allowed in the identities of Lemmas 7 to 10 (relative where the row says so)."""
 
 MIN_DEPARTURE_SAMPLES = 100_000
 """Floor on the draws of the skewed-law rows: below it the expected departure may not reach 5 SE."""
@@ -126,12 +129,42 @@ class Check:
 
 
 CheckFunction = Callable[[int, int], list[Check]]
+_Check = TypeVar("_Check", bound=CheckFunction)
+
+
+_SHARED_SECTIONS = """
+    Parameters
+    ----------
+    samples : int
+        Monte Carlo draws per row (rows without draws ignore it).
+    seed : int
+        The run's seed; each row derives its own from it and its name.
+
+    Returns
+    -------
+    list of Check
+        One row per setting.
+    """
+
+
+def _shared_sections(check: _Check) -> _Check:
+    """Give a check the Parameters and Returns sections every check shares."""
+    check.__doc__ = f"{(check.__doc__ or '').rstrip()}\n{_SHARED_SECTIONS}"
+    return check
 
 
 def _subseed(seed: int, name: str) -> int:
     """A non-negative seed for one row, from (seed, row name): rows are independent of order."""
     state = np.random.SeedSequence([seed, zlib.crc32(name.encode())]).generate_state(2, dtype=np.uint32)
     return int(state[0]) << 31 | int(state[1]) >> 1
+
+
+def _exact_row(
+    claim: str, setting: str, worst: float, what: str, tolerance: float = SPECTRUM_TOLERANCE
+) -> Check:
+    """An exact row: passes when the worst error (inf where not finite) is at most ``tolerance``."""
+    worst = worst if math.isfinite(worst) else math.inf
+    return Check(claim, setting, 0.0, worst, None, worst <= tolerance, f"{what}; pass below {tolerance:g}")
 
 
 def _within(claim: str, setting: str, theory: float, estimate: montecarlo.Estimate, note: str = "") -> Check:
@@ -214,22 +247,11 @@ def _lemma5_families(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np
     return families
 
 
+@_shared_sections
 def check_lemma5(samples: int, seed: int) -> list[Check]:
     """Lemma 5: ||L||^2 = ||S||^2 + ||T||^2, ||S||^2, ||T||^2 = (||L||^2 +- tr L^2)/2, exactly.
 
     The claim: docs/mathematics.md §2.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma5"))
     rows = []
@@ -267,15 +289,12 @@ def _lemma5_extreme_float64(rng: np.random.Generator) -> Check:
             float(np.max(np.abs(e.symmetric_ratio - reference.symmetric_ratio))),
             float(np.max(np.abs(e.symmetric_ratio + e.skew_ratio - 1))),
         )
-    worst = worst if math.isfinite(worst) else math.inf
-    return Check(
+    return _exact_row(
         "Lemma 5",
         "ratios at float64 scales 1e-200 and 1e200 (||L||^2 under/overflows)",
-        0.0,
         worst,
-        None,
-        worst <= LEMMA5_TOLERANCE,
-        f"s + t = 1 and s equal to the unscaled s; pass below {LEMMA5_TOLERANCE:g}",
+        "s + t = 1 and s equal to the unscaled s",
+        LEMMA5_TOLERANCE,
     )
 
 
@@ -306,15 +325,12 @@ def _lemma5_gram_route(rng: np.random.Generator) -> Check:
                 )
             ),
         )
-    worst = worst if math.isfinite(worst) else math.inf
-    return Check(
+    return _exact_row(
         "Lemma 5",
         "Gram route vs dense L = W_K^T W_Q, (n, N) up to (16, 64), float32 at 1e+-30",
-        0.0,
         worst,
-        None,
-        worst <= LEMMA5_TOLERANCE,
-        f"largest error of s and tr(L^2)/||L||^2 (gram.py vs energies.py); pass below {LEMMA5_TOLERANCE:g}",
+        "largest error of s and tr(L^2)/||L||^2 (gram.py vs energies.py)",
+        LEMMA5_TOLERANCE,
     )
 
 
@@ -359,22 +375,11 @@ def _energy_rows(claim: str, setting: str, result: montecarlo.EnergyEstimates) -
     ]
 
 
+@_shared_sections
 def check_corollary1(samples: int, seed: int) -> list[Check]:
     """Corollary 1: iid square L, E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2.
 
     The claim: docs/mathematics.md §5.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rows: list[Check] = []
     for N, law, sigma2 in COROLLARY1_SETTINGS:
@@ -413,22 +418,11 @@ def check_corollary1(samples: int, seed: int) -> list[Check]:
     return rows
 
 
+@_shared_sections
 def check_corollary2(samples: int, seed: int) -> list[Check]:
     """Corollary 2: L = W_K^T W_Q, E||L||^2 = n N^2 sK2 sQ2, E||S||^2 = n N(N+1)/2 sK2 sQ2, ...
 
     The claim: docs/mathematics.md §5.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rows: list[Check] = []
     for n, N, law, var_k, var_q in COROLLARY2_SETTINGS:
@@ -459,22 +453,11 @@ def _gram_symmetric_energy(G: np.ndarray) -> np.ndarray:
     return gram.gram_energies(G).symmetric_ratio[:, None]
 
 
+@_shared_sections
 def check_proposition6(samples: int, seed: int) -> list[Check]:
     """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N) for Gaussian heads, independently of 1 <= n <= N.
 
     The claim: docs/mathematics.md §5.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     N = PROPOSITION6_N
     theory = baselines.gaussian_head_ratio_expectations(1, N).symmetric
@@ -535,22 +518,11 @@ def _decreases_to_zero(mean: np.ndarray) -> bool:
     return bool(np.all(np.diff(mean) < 0) and mean[-1] <= mean[0] / 10)
 
 
+@_shared_sections
 def check_lemma6(samples: int, seed: int) -> list[Check]:
     """Lemma 6: D_n = ||beta_n - rho alpha_n||/||alpha_n|| -> 0 iff (here) the second moment is finite.
 
     The claim: docs/mathematics.md §3.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rows = []
     for law, rho in LEMMA6_SETTINGS:
@@ -601,22 +573,11 @@ DEPARTURE_SETTINGS: tuple[tuple[str, bool], ...] = (
 DEPARTURE_N = 2
 
 
+@_shared_sections
 def check_departures(samples: int, seed: int) -> list[Check]:
     """Skewed entries: E[s] != E||S||^2/E||L||^2 = (N+1)/(2N) (the Gaussian-symmetry hypothesis fails).
 
     The claim: docs/mathematics.md §5.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     samples = max(samples, MIN_DEPARTURE_SAMPLES)
     N = DEPARTURE_N
@@ -681,21 +642,9 @@ def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
     return head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
 
 
+@_shared_sections
 def check_samplers(samples: int, seed: int) -> list[Check]:
-    """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS).
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
-    """
+    """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS)."""
     size = max(200, samples // 4)
     rows = []
     for n, N in KS_SHAPES:
@@ -772,22 +721,11 @@ def _haar_symmetric_energy(L: np.ndarray, rng: np.random.Generator, size: int) -
     return 0.5 + 0.5 * np.einsum("bij,bji->b", LU, LU) / np.sum(L * L)
 
 
+@_shared_sections
 def check_rotation(samples: int, seed: int) -> list[Check]:
     """E[s(L U)] = (N+1)/(2N) for ANY fixed L, U Haar; the exact block sampler against direct Haar.
 
     The claim: docs/mathematics.md §6.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     N = ROTATION_N
     rows: list[Check] = []
@@ -851,22 +789,11 @@ def _direct_layer(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.stack([energies.energies(L).symmetric_ratio, directionality(rows, cols)], axis=1)
 
 
+@_shared_sections
 def check_layer_null(samples: int, seed: int) -> list[Check]:
     """A whole Gaussian layer: exact mean of s, and the summed-query-groups reduction against direct sampling.
 
     The claim: docs/mathematics.md §8.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     H, H_kv, d, N = LAYER_SHAPE
     setting = f"H = {H} query heads, {H_kv} key heads, head dim {d}, N = {N}"
@@ -897,22 +824,11 @@ TAIL_SHAPE = (16, 128)
 TAIL_LEVELS: tuple[float, ...] = (0.01, 0.001)
 
 
+@_shared_sections
 def check_tails(samples: int, seed: int) -> list[Check]:
     """The Beta law matched to the null's mean and variance: exact for iid square L, close for heads.
 
     The claim: docs/mathematics.md §7.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rows: list[Check] = []
     N = 10
@@ -959,9 +875,6 @@ def check_tails(samples: int, seed: int) -> list[Check]:
 
 # ---------------------------------------------------------------------------
 # The normalised spectrum: Lemmas 7 to 10 and Theorem 4
-
-SPECTRUM_TOLERANCE = 1e-10
-"""Largest error allowed in the identities of Lemmas 7 to 10 (relative where the row says so)."""
 
 FACE_TOLERANCE = 1e-12
 """A profile coordinate counts as on a face of the simplex at or below this (to rounding)."""
@@ -1014,29 +927,11 @@ def _lobes_of(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return positive, negative
 
 
-def _spectrum_row(
-    claim: str, setting: str, worst: float, what: str, tolerance: float = SPECTRUM_TOLERANCE
-) -> Check:
-    worst = worst if math.isfinite(worst) else math.inf
-    return Check(claim, setting, 0.0, worst, None, worst <= tolerance, f"{what}; pass below {tolerance:g}")
-
-
+@_shared_sections
 def check_lemma7(samples: int, seed: int) -> list[Check]:
     """Lemma 7: ||lambda_+||^2 = (1 + I)/2, ||lambda_-||^2 = (1 - I)/2, ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C).
 
     The claim: docs/mathematics.md §9.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma7"))
     rows = []
@@ -1054,7 +949,7 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
         ]
         worst = float(np.max(np.abs(errors)))
         rows.append(
-            _spectrum_row(
+            _exact_row(
                 "Lemma 7",
                 setting,
                 worst,
@@ -1065,22 +960,11 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
     return rows
 
 
+@_shared_sections
 def check_lemma8(samples: int, seed: int) -> list[Check]:
     """Lemma 8: iota is an orthogonal involution, I o iota = -I, C and P invariant, P = 1 - ||lambda - iota lambda||/sqrt 2.
 
     The claim: docs/mathematics.md §9.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma8"))
     rows = []
@@ -1116,7 +1000,7 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
             negated.pairing - mine.pairing,
         ]
         rows.append(
-            _spectrum_row(
+            _exact_row(
                 "Lemma 8",
                 setting,
                 float(np.max(np.abs(errors))),
@@ -1127,22 +1011,11 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
     return rows
 
 
+@_shared_sections
 def check_lemma9(samples: int, seed: int) -> list[Check]:
     """Lemma 9: O = (R - R o iota)/2, k + E = (R + R o iota)/2, and the power series of O, E, R.
 
     The claim: docs/mathematics.md §9.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma9"))
     rows = []
@@ -1169,7 +1042,7 @@ def check_lemma9(samples: int, seed: int) -> list[Check]:
             (R - k - np.sum(p, axis=0)) / scale,
         ]
         rows.append(
-            _spectrum_row(
+            _exact_row(
                 "Lemma 9",
                 setting,
                 float(np.max(np.abs(errors))),
@@ -1180,22 +1053,11 @@ def check_lemma9(samples: int, seed: int) -> list[Check]:
     return rows
 
 
+@_shared_sections
 def check_lemma10(samples: int, seed: int) -> list[Check]:
     """Lemma 10: S = M^T J M/2, tr(S^j) = tr((JG/2)^j), ||S||^2 = tr((JG)^2)/4, O, E, R as traces of H = JG/(2||S||).
 
     The claim: docs/mathematics.md §9.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma10"))
     rows = []
@@ -1224,7 +1086,7 @@ def check_lemma10(samples: int, seed: int) -> list[Check]:
             column = getattr(mine, name)
             errors.append(np.abs(column - traced[name]) / (1 + np.abs(traced[name])))
         rows.append(
-            _spectrum_row(
+            _exact_row(
                 "Lemma 10",
                 setting,
                 float(np.max(errors)),
@@ -1263,6 +1125,24 @@ def _symmetric_head(rng: np.random.Generator, spectrum: np.ndarray, N: int) -> t
     return (O * spectrum) @ O.T @ w_key, w_key
 
 
+def _face_row(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool) -> Check:
+    """Theorem 4's row: the heads ``on`` the face give at most the limit, those ``off`` it more."""
+    limit = 0.0 if exact else FACE_TOLERANCE
+    worst, nearest = float(np.max(on)), float(np.min(off))
+    bound = "exactly 0" if exact else f"at most {limit:g}"
+    return Check(
+        "Theorem 4",
+        setting,
+        0.0,
+        worst if math.isfinite(worst) else math.inf,
+        None,
+        bool(worst <= limit < nearest),
+        f"{condition}; pass when the heads on the face give {bound} and those off it more "
+        f"(smallest off the face: {nearest:.3g}); tolerance 1e-12",
+    )
+
+
+@_shared_sections
 def check_theorem4(samples: int, seed: int) -> list[Check]:
     """Theorem 4: which heads the profile (a, b, c, d) sends to each face of its simplex.
 
@@ -1272,18 +1152,6 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     equality) and the second do not.
 
     The claim: docs/mathematics.md §9.
-
-    Parameters
-    ----------
-    samples : int
-        Monte Carlo draws per row (rows without draws ignore it).
-    seed : int
-        The run's seed; each row derives its own from it and its name.
-
-    Returns
-    -------
-    list of Check
-        One row per setting.
     """
     rng = np.random.default_rng(_subseed(seed, "theorem4"))
     n, N, count = 4, 24, 12
@@ -1297,22 +1165,7 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
         return np.sort(scale * rng.uniform(0.2, 1.0, n))[::-1]
 
     def face(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool = False) -> None:
-        limit = 0.0 if exact else FACE_TOLERANCE
-        worst, nearest = float(np.max(on)), float(np.min(off))
-        passed = bool(worst <= limit < nearest)
-        bound = "exactly 0" if exact else f"at most {limit:g}"
-        rows.append(
-            Check(
-                "Theorem 4",
-                setting,
-                0.0,
-                worst if math.isfinite(worst) else math.inf,
-                None,
-                passed,
-                f"{condition}; pass when the heads on the face give {bound} and those off it more "
-                f"(smallest off the face: {nearest:.3g}); tolerance 1e-12",
-            )
-        )
+        rows.append(_face_row(setting, on, off, condition, exact))
 
     def dominated(first: float) -> tuple[np.ndarray, np.ndarray]:
         # alpha_i < beta_i for every i; first > 1 makes alpha_1 > beta_1 (the condition fails)
