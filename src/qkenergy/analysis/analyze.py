@@ -242,10 +242,10 @@ def analyze_model(
     revision : str, optional
         The snapshot of a hub id or Hugging Face cache folder (as open_model).
     null_spec : NullSpec, optional
-        When given, sets samples, seed, null_kind, radius and rotation_samples together
+        When given, sets samples, seed, null_kind and rotation_samples together
         (:class:`~qkenergy.analysis.nullspec.NullSpec`).
     types : TypeRule, optional
-        The head-type rule as one object (type_rule, imbalance_cut, edge_cut together;
+        The head-type rule as one object (type_rule, imbalance_cut, edge_cut, radius together;
         :class:`~qkenergy.analysis.type_rule.TypeRule`).
     skip_nonfinite : bool
         Heads whose forms are not finite are left out of the table instead of stopping the
@@ -305,11 +305,11 @@ def analyze_model(
     if name is not None:
         name = _model_name(name)
     if null_spec is None:
-        null_spec = _loose_spec(null, samples, seed, null_kind, radius, rotation_samples)
+        null_spec = _loose_spec(null, samples, seed, null_kind, rotation_samples)
     spec = null_spec
     gaussian, rotation = null and spec.gaussian, null and spec.rotation
-    rule = types or TypeRule(type_rule, imbalance_cut, edge_cut)
-    keywords: dict[str, Any] = rule.keywords(spec.radius)
+    rule = types or TypeRule(type_rule, imbalance_cut, edge_cut, radius)
+    keywords: dict[str, Any] = rule.keywords()
 
     layout_file = None if layout is None or isinstance(layout, Layout) else str(layout)
     given = layout if isinstance(layout, Layout) else None
@@ -473,7 +473,7 @@ def analyze_model(
         "rotation_samples": spec.rotation_samples if rotation else 0,
         "seed": spec.seed,
         **rule.settings(),
-        "radius": spec.radius,
+        "radius": rule.radius,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "directionality_gamma": DIRECTIONALITY_GAMMA if per_layer else None,
         "threads": threads,
@@ -531,9 +531,7 @@ def _nothing_left(skipped: Sequence[Mapping[str, Any]]) -> QKEnergyError:
     )
 
 
-def _loose_spec(
-    null: bool, samples: Any, seed: Any, kind: Any, radius: Any, rotation_samples: Any
-) -> NullSpec:
+def _loose_spec(null: bool, samples: Any, seed: Any, kind: Any, rotation_samples: Any) -> NullSpec:
     """The NullSpec of analyze_model's separate null parameters; those not used are not checked."""
     if kind not in NULL_KINDS:
         raise QKEnergyError(
@@ -544,7 +542,6 @@ def _loose_spec(
         samples=samples if null else drawn.samples,
         seed=seed,
         kind=kind,
-        radius=radius,
         rotation_samples=rotation_samples if null and drawn.rotation else drawn.rotation_samples,
     )
 
@@ -826,9 +823,7 @@ def _head_columns(
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     table = broadcast(values, len(sel))
-    table.update(
-        _rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, types["radius"], threads)
-    )
+    table.update(_rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, threads))
     table["alpha"] = list_column(_trimmed(stats.alpha.reshape(len(sel), -1)))
     table["beta"] = list_column(_trimmed(stats.beta.reshape(len(sel), -1)))
     return table
@@ -869,7 +864,6 @@ def _rotation_rows(
     layer: int,
     samples: int,
     seed: int,
-    radius: float,
     threads: int = 1,
 ) -> dict[str, np.ndarray]:
     """Rotation-null columns of one layer's heads (NaN when ``samples`` is 0), and private floor flags."""
@@ -888,9 +882,7 @@ def _rotation_rows(
 
     def draw(i: int) -> NullLaw:
         head_seed = rotation_seed(seed, layer, int(heads_ids[i]))
-        return rotation_law(
-            grams[i], N, samples=samples, seed=head_seed, radius=radius, names=NULL_STATISTICS
-        )
+        return rotation_law(grams[i], N, samples=samples, seed=head_seed, names=NULL_STATISTICS)
 
     for i, law in zip(todo, thread_map(draw, todo, threads), strict=True):
         for x in NULL_STATISTICS:

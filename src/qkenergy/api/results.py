@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.analysis.analyze import Analysis as Result
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import plain_text
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
@@ -125,7 +126,7 @@ class Analysis:
         """The Gaussian null law of each head shape (n, N) the heads were judged against.
 
         An analysis read from a file draws them again from its settings (same samples,
-        seed and radius: the same draws, bitwise).
+        and seed: the same draws, bitwise).
         """
         spec = self.null
         if spec is not None and spec.gaussian:
@@ -165,7 +166,7 @@ class Analysis:
             stack=stack,
             offset=offset,
             fold_norm=bool(self.settings.get("fold_norm", False)),
-            radius=float(self.settings.get("radius", 0.02)),
+            radius=TypeRule.from_settings(self.settings).radius,
         )
 
     def top(self, k: int = 5) -> pd.DataFrame:

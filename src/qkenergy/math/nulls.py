@@ -336,9 +336,7 @@ def _statistic_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
     return names
 
 
-def null_statistics_sampler(
-    n: int, N: int, names: Sequence[str], *, radius: float = 0.02
-) -> montecarlo.Sampler:
+def null_statistics_sampler(n: int, N: int, names: Sequence[str]) -> montecarlo.Sampler:
     """A montecarlo sampler of the statistics ``names`` of Gaussian heads (n, N): rows (size, len(names)).
 
     For N >= 2n the Bartlett factors are read in place (:func:`bartlett_spectra`:
@@ -352,9 +350,7 @@ def null_statistics_sampler(
     n, N : int
         The head shape.
     names : sequence of str
-        The statistics drawn.
-    radius : float
-        The radius rule's tolerance.
+        The statistics drawn (numbers: the Type II radius, which only names head types, plays no part).
 
     Returns
     -------
@@ -367,9 +363,9 @@ def null_statistics_sampler(
 
     def sample(rng: np.random.Generator, size: int) -> np.ndarray:
         if 2 * n > N:
-            return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names, radius=radius)
+            return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names)
         spectra = bartlett_spectra(rng, n, N, size, with_h=with_h)
-        return statistics.spectra_statistic_columns(spectra, N, names, radius=radius)
+        return statistics.spectra_statistic_columns(spectra, N, names)
 
     return sample
 
@@ -611,7 +607,6 @@ def null_law(
     samples: int = 2000,
     seed: int = 0,
     progress: bool = False,
-    radius: float = 0.02,
     chunk_size: int | None = None,
     names: Sequence[str] | None = None,
     threads: int | None = 1,
@@ -639,8 +634,6 @@ def null_law(
         Seed of the draws.
     progress : bool
         Show a progress bar on stderr.
-    radius : float
-        The radius rule's tolerance (the head types of the draws).
     chunk_size : int, optional
         As :func:`montecarlo.draw`'s; the values do not depend on it.
     names : sequence of str, optional
@@ -670,7 +663,7 @@ def null_law(
     from qkenergy.math import montecarlo
 
     values = montecarlo.draw(
-        null_statistics_sampler(n, N, names, radius=radius),
+        null_statistics_sampler(n, N, names),
         samples,
         seed=seed,
         chunk_size=montecarlo.BLOCK_SIZE if chunk_size is None else chunk_size,
@@ -690,7 +683,6 @@ def null_law_blocks(
     *,
     samples: int = 2000,
     seed: int = 0,
-    radius: float = 0.02,
     names: Sequence[str] | None = None,
 ) -> np.ndarray:
     """Rows of seeded blocks ``first`` to ``last - 1`` of :func:`null_law`'s values, bitwise.
@@ -710,8 +702,6 @@ def null_law_blocks(
         The whole law's draws.
     seed : int
         The whole law's seed.
-    radius : float
-        As :func:`null_law`'s.
     names : sequence of str, optional
         The statistics drawn.
 
@@ -724,7 +714,7 @@ def null_law_blocks(
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
     check_null_memory(n, N, samples)
-    sampler = null_statistics_sampler(n, N, _statistic_names(names), radius=radius)
+    sampler = null_statistics_sampler(n, N, _statistic_names(names))
     from qkenergy.math import montecarlo
 
     return montecarlo.draw_blocks(sampler, samples, first, last, seed=seed)

@@ -310,7 +310,12 @@ class SurveySettings:
     @classmethod
     def of(cls, spec: NullSpec, types: TypeRule, *, null: bool, per_layer: bool) -> SurveySettings:
         """The settings survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer."""
-        settings = {**spec.settings(null=null), **types.settings(), "per_layer": bool(per_layer)}
+        settings = {
+            **spec.settings(null=null),
+            "radius": types.radius,
+            **types.settings(),
+            "per_layer": bool(per_layer),
+        }
         return cls(settings, spec, types)
 
     @property

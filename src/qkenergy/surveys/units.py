@@ -218,9 +218,7 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
     from qkenergy.math.nulls import NULL_STATISTICS, null_law_blocks
 
     with single_threaded_blas():
-        return null_law_blocks(
-            n, N, first, last, samples=spec.samples, seed=spec.seed, radius=spec.radius, names=NULL_STATISTICS
-        )
+        return null_law_blocks(n, N, first, last, samples=spec.samples, seed=spec.seed, names=NULL_STATISTICS)
 
 
 def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) -> UnitResult:

@@ -197,7 +197,7 @@ class Tracker:
         from qkenergy.math.nulls import NULL_STATISTICS
 
         shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
-        spec = NullSpec(samples=self.samples, seed=self.seed, radius=self.radius)
+        spec = NullSpec(samples=self.samples, seed=self.seed)
         for n, N in shapes.itertuples(index=False):
             self.laws[(int(n), int(N))] = spec.null_law(
                 int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.threads
