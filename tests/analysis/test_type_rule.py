@@ -34,6 +34,6 @@ def test_bad_values_name_the_parameter(args: tuple, parameter: str) -> None:
 
 def test_analyze_takes_the_rule_as_one_object() -> None:
     loose = analyze_model(layers=[0], null=False, type_rule="radius", imbalance_cut=0.3)
-    bundled = analyze_model(layers=[0], null=False, types=TypeRule("radius", 0.3))
+    bundled = analyze_model(layers=[0], null=False, type_rule=TypeRule("radius", 0.3))
     assert list(loose.heads["head_type"]) == list(bundled.heads["head_type"])
     assert {k: bundled.settings[k] for k in TypeRule().settings()} == TypeRule("radius", 0.3).settings()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
     from rich.table import Table
 
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
 
 
 __all__ = [
@@ -506,7 +506,7 @@ def _print_rope(
     )
 
 
-def print_summary(analysis: Analysis, console: Console | None = None, *, top: int = 5) -> None:
+def print_summary(analysis: AnalysisResult, console: Console | None = None, *, top: int = 5) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), the ``top`` most
     symmetric and most skew heads (none when ``top`` is 0), one-sentence verdict.
 
@@ -515,7 +515,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
 
     Parameters
     ----------
-    analysis : Analysis
+    analysis : AnalysisResult
         The analysis to print.
     console : Console or None, optional
         Where to print (None: a new rich Console on standard output).

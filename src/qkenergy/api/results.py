@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.analysis.analyze import Analysis as Result
+from qkenergy.analysis.analyze import AnalysisResult as Result
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
@@ -38,7 +38,7 @@ class Analysis:
 
     Parameters
     ----------
-    result : analysis.analyze.Analysis
+    result : analysis.analyze.AnalysisResult
         The run's tables, settings and null laws.
     model : Model, optional
         The opened model it analysed (heads are read from it).

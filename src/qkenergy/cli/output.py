@@ -39,6 +39,7 @@ FLAGS = {
     "baseline": "--baseline",
     "static": "--static",
     "model_type": "--model-type",
+    "revision": "--revision",
     "layout": "--layout",
     "skip_nonfinite": "--skip-nonfinite",
 }

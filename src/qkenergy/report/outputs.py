@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.formats.transaction import OutputTransaction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
 
 __all__ = ["write_outputs"]
 
 
 def write_outputs(
-    analysis: Analysis,
+    analysis: AnalysisResult,
     *,
     output: str | os.PathLike[str] | None = None,
     plot_dir: str | os.PathLike[str] | None = None,
@@ -30,7 +30,7 @@ def write_outputs(
 
     Parameters
     ----------
-    analysis : Analysis
+    analysis : AnalysisResult
         The analysis whose tables and figures are written.
     output : str or path-like or None, optional
         The head table's file (csv, parquet or json); None for no table.

@@ -310,12 +310,9 @@ class SurveySettings:
     @classmethod
     def of(cls, spec: NullSpec, types: TypeRule, *, null: bool, per_layer: bool) -> SurveySettings:
         """The settings survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer."""
-        settings = {
-            **spec.settings(null=null),
-            "radius": types.radius,
-            **types.settings(),
-            "per_layer": bool(per_layer),
-        }
+        from qkenergy.analysis.record import survey_settings
+
+        settings = survey_settings(spec, types, null=null, per_layer=per_layer)
         return cls(settings, spec, types)
 
     @property

@@ -222,7 +222,7 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
 
 
 def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) -> UnitResult:
-    """Analyse one layer of one model (analyze_model on that layer, one BLAS thread).
+    """Analyse one layer of one model (analyze_run on that layer, one BLAS thread).
 
     ``laws``: the survey's shared null laws by (n, N). With
     ``spec.expected_fingerprint`` equal to the tensors' fingerprint the layer
@@ -242,7 +242,8 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
     """
     from threadpoolctl import threadpool_limits
 
-    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.analysis.analyze import analyze_run
+    from qkenergy.analysis.run_config import Reading, RunConfig, Selection
 
     started = time.time()
     with threadpool_limits(limits=1):
@@ -254,18 +255,17 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
                 return UnitResult(
                     spec, fingerprint, None, None, None, _worker_name(), started, time.time(), True
                 )
-        analysis = analyze_model(
-            spec.path,
-            layers=[spec.layer],
-            per_layer=spec.per_layer,
-            fold_norm=spec.fold_norm,
+        config = RunConfig(
+            selection=Selection(layers=[spec.layer]),
+            reading=Reading(fold_norm=spec.fold_norm),
             null=spec.null,
-            null_spec=spec.null_spec,
+            spec=spec.null_spec,
             types=spec.types,
-            null_laws=laws,
+            per_layer=spec.per_layer,
             cache_dir=spec.cache_dir,
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
+        analysis = analyze_run(spec.path, config, null_laws=laws)
     # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
     fingerprint = files_fingerprint(analysis.settings["model_source"]["files"])
     return UnitResult(

@@ -43,7 +43,7 @@ from qkenergy.base.errors import QKEnergyError, check_integer
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
     from qkenergy.math.nulls import NullLaw
 
 __all__ = ["PREFIX", "Tracker", "layer_scalars", "part_path", "read_tracking", "step_scalars"]
@@ -177,7 +177,7 @@ class Tracker:
         state = getattr(self.model, "state_dict", None)
         return state() if callable(state) else self.model
 
-    def _analyze(self, **options: Any) -> Analysis:
+    def _analyze(self, **options: Any) -> AnalysisResult:
         from qkenergy.analysis.analyze import analyze_model
 
         return analyze_model(
