@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.analysis.analyze import AnalysisResult as Result
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import plain_text
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Analysis"]
 
 
-class Analysis:
+class Analysis(Shown):
     """The per-head analysis of one model: tables, settings, null laws; summary, figures, files.
 
     Made by :func:`analyze`, :meth:`qkenergy.Model.analyze` and :func:`read`.
@@ -199,31 +199,19 @@ class Analysis:
         return table
 
     # ---------------------------------------------------------------- text
-    def summary(self, *, top: int = 5, width: int = 80) -> str:
-        """The terminal summary ``qkenergy analyze`` prints (plain text, ``width`` columns).
+    def print_to(self, console: Any, *, top: int = 5, **options: Any) -> None:
+        """Print the terminal summary ``qkenergy analyze`` prints: tables on a terminal, plain off it.
+
+        ``summary(top=..., width=...)`` and ``print_summary(console, top=...)`` print it too.
 
         Parameters
         ----------
+        console : rich.console.Console
+            Where to print.
         top : int
             Heads worth a look of each kind (:meth:`top`).
-        width : int
-            Console width.
-
-        Returns
-        -------
-        str
-        """
-        return plain_text(lambda console: self.print_summary(console, top=top), width)
-
-    def print_summary(self, console: Any = None, *, top: int = 5) -> None:
-        """Print the summary on a rich Console: tables drawn on a terminal, plain off it.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Where to print (default: stdout).
-        top : int
-            Heads worth a look of each kind.
+        **options
+            None.
         """
         from qkenergy.analysis.summary import print_summary
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import plain_text
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
 
@@ -34,7 +34,7 @@ __all__ = ["Survey", "open_survey", "survey", "write_report"]
 P = ParamSpec("P")
 
 
-class Survey:
+class Survey(Shown):
     """A survey's results in OUT: dataset, settings, summary, figures and report.
 
     Parameters
@@ -147,30 +147,16 @@ class Survey:
             elapsed=float(elapsed) if isinstance(elapsed, int | float) else 0.0,
         )
 
-    def summary(self, *, width: int = 80) -> str:
-        """The text ``qkenergy survey`` prints at the end: one row per model, the counts, failures.
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print what ``qkenergy survey`` prints at the end: one row per model, the counts, failures.
 
         Parameters
         ----------
-        width : int
-            Console width.
-
-        Returns
-        -------
-        str
+        console : rich.console.Console
+            Where to print.
+        **options
+            None.
         """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the summary on a rich Console (default: stdout).
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Where to print (default: stdout).
-        """
-        from rich.console import Console
-
         from qkenergy.surveys.dataset import load_survey
         from qkenergy.surveys.summary import print_survey
 
@@ -179,7 +165,7 @@ class Survey:
             heads: pd.DataFrame | None = self._inputs.heads
         else:  # the head table only (not the report's other inputs), and none when no unit is done
             heads = load_survey(self.out)[0] if run.units > len(run.failed) else None
-        print_survey(run, heads, console if console is not None else Console())
+        print_survey(run, heads, console)
 
     def _repr_html_(self) -> str:
         import html
