@@ -10,8 +10,8 @@ is drawn. Reported, each measured in this one run:
   figures (comparison + survey_figures);
 - page: build_report(static=False), the HTML page and CSVs, and its size;
 - static: build_report() (its default), the page plus PNG and SVG of every
-  figure (through kaleido in headless Chromium where one is found, else drawn
-  with matplotlib: Report.renderer says which), and the files' sizes;
+  figure (through kaleido in headless Chromium; without one none, and
+  Report.renderer is None), and the files' sizes;
 - the ratio static / page (what the paper figures cost on top of the page).
 
 No assertions on time.

@@ -40,7 +40,9 @@ model = qk.open()  # None: the embedded all-MiniLM-L6-v2; or a path, hub id, tra
 head = model.head(2, 3)  # weights, Gram matrix, spectra; the table's statistics by column name
 print(head, head.symmetric_energy, head.head_type, head.singular_values[:2])
 s_law = head.null(samples=500)  # the head's null law of s, a frozen distribution
-print(s_law.mean(), s_law.ppf([0.05, 0.95]), s_law.pvalue(head.symmetric_energy))
+# pvalue: the table's p (the empirical p, or the Beta tail p_tail beyond its floor 2/(K+1))
+print(s_law.mean(), s_law.ppf([0.05, 0.95]), s_law.pvalue(head.symmetric_energy, tail="empirical"))
+print(s_law.p_tail(head.symmetric_energy) == s_law.pvalue(head.symmetric_energy) < 1e-300)
 analysis = model.analyze(layers=[2], samples=500)  # the same run as result above, as one object
 print(analysis.top(1)[["layer", "head", "symmetric_energy", "head_type"]])
 fig = analysis.figure("symmetric_profiles")  # a matplotlib Figure; analysis.write("x.parquet"), qk.read

@@ -80,7 +80,7 @@ def figure(tables: list[pd.DataFrame]) -> Any:
         jitter = (table["head"].to_numpy(np.float64) / max(1.0, table["head"].max()) - 0.5) * 0.6
         depth = depth + jitter / max(1.0, layer.max() + 1)
         z = table["symmetric_energy_z"].to_numpy(np.float64)
-        left.scatter(depth, z, s=12, alpha=0.7, color=colour, linewidths=0)
+        left.scatter(depth, z, s=12, alpha=0.7, color=colour, linewidths=0, label=name)
         N = table["N"].to_numpy(np.float64)
         shift = table["symmetric_energy"].to_numpy(np.float64) - (N + 1) / (2 * N)
         share = np.full(shift.size, 1 / shift.size)  # shares: the models have different head counts
@@ -89,11 +89,14 @@ def figure(tables: list[pd.DataFrame]) -> Any:
         )
     left.axhline(0.0, color="black", lw=0.8)
     for bound in (-1.96, 1.96):
-        left.axhline(bound, color="grey", lw=0.6, ls="--")
+        label = "|z| = 1.96 (p = 0.05 two-sided, before the BH adjustment)" if bound > 0 else None
+        left.axhline(bound, color="grey", lw=0.6, ls="--", label=label)
     left.set_yscale("symlog", linthresh=2.0)
     left.set_xlabel("relative depth (layer / last layer)")
     left.set_ylabel("z of s against the null law (symlog)")
     left.set_title("each head against a random head of its shape")
+    # under the axes: the heads fill the panel
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False, fontsize=8)
     right.axvline(0.0, color="black", lw=0.8)
     right.set_xlabel("s - (N + 1)/(2N)")
     right.set_ylabel("share of the model's heads")
@@ -106,7 +109,7 @@ def figure(tables: list[pd.DataFrame]) -> Any:
 def write_figure(fig: Any, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from qkenergy.formats.tables import atomic_path
+    from qkenergy.base.atomic import atomic_path
 
     FigureCanvasAgg(fig)
     with atomic_path(path) as staged:

@@ -72,7 +72,7 @@ class Workspace:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
         env["COLUMNS"] = str(COLUMNS)
         env["XDG_CACHE_HOME"] = str(self.root / "cache")
-        # No browser: the report's figures come from matplotlib on every machine, the same files.
+        # No browser: the report writes the same files on every machine (its PNG / SVG need one).
         env["BROWSER_PATH"] = str(self.root / "no-browser")
         env["NO_COLOR"] = "1"
         for name in ("QKENERGY_DEBUG", "FORCE_COLOR"):
@@ -242,7 +242,8 @@ def example_survey(ws: Workspace) -> dict[str, str]:
         'print(heads.groupby("model", observed=True)["symmetric_energy"].median())\n'
     )
     medians = heads.groupby("model", observed=True)["symmetric_energy"].median()
-    report = ["report", "results/survey", "-o", "results/survey/report.html"]
+    # --no-static: the PNG / SVG figures need a browser, which the examples do without (see env)
+    report = ["report", "results/survey", "-o", "results/survey/report.html", "--no-static"]
     return {
         "survey": fenced(session((shlex.join(["qkenergy", *SURVEY]), printed.getvalue()))),
         "load_survey": fenced(code, "python")

@@ -29,12 +29,12 @@ import atheris
 
 with atheris.instrument_imports(include=["qkenergy"]):
     from qkenergy.base.errors import QKEnergyError
+    from qkenergy.base.json_input import parse_object
     from qkenergy.formats.tables import read_table
     from qkenergy.surveys.ledger import Ledger, done_files
     from qkenergy.surveys.manifest import read_manifest
     from qkenergy.weights.architecture import architecture
     from qkenergy.weights.checkpoint import _cached_snapshot
-    from qkenergy.weights.json_input import parse_object
     from qkenergy.weights.layout_toml import load_layout
     from qkenergy.weights.quantization import parse_quantization
     from qkenergy.weights.safetensors_io import SafetensorsFile

@@ -110,7 +110,11 @@ What huggingface_hub 2.4.0 does against it (each checked in tests/weights/test_l
 Fault injection: ``hub.cut(repo, path, after_bytes, times=1)`` sends the headers of the next
 ``times`` GETs of that file and ``after_bytes`` bytes of their body, then drops the connection;
 ``hub.fail(repo, status, times=1)`` answers the next ``times`` requests naming that repo (API,
-resolve and CDN) with ``status``.
+resolve and CDN) with ``status``; ``hub.inject(repo, kind, path=..., times=1, **options)`` answers
+as a lying, broken or stalled server would (a file list that is HTML or garbage, a Content-Range
+that is not the range asked, multipart and falsely encoded bodies, another ETag, redirect loops,
+429 with Retry-After, stalls, trickles, short pieces: see :meth:`LoopbackHub.inject`). A stalled
+answer ends when the hub stops.
 
 Accounting (all under a lock, readable from the test thread): ``hub.bytes_served`` (body bytes of
 file GETs, resolve and CDN), ``hub.served[(repo, path)]`` (the same per file),
@@ -132,6 +136,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -185,6 +190,21 @@ class _Repo:
     commits: dict[str, dict[str, _File]] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Fault:
+    repo_id: str
+    path: str | None
+    kind: str
+    left: list[int]  # answers still to spoil
+    options: dict[str, Any]  # the kind's options; "after": matching requests let through first
+
+
+# the faults of each step: the file list, the hub's resolve answer, the answer that sends a file's bytes
+_LISTING_FAULTS = ("listing", "status", "stall")
+_RESOLVE_FAULTS = ("etag", "redirect", "status", "stall")
+_BODY_FAULTS = ("shift", "from_zero", "multipart", "gzip", "total", "short", "trickle", "hang")
 
 
 class _HubError(Exception):
@@ -272,6 +292,8 @@ class LoopbackHub:
         self.lock = threading.Lock()
         self._cuts: dict[tuple[str, str], list[int]] = {}
         self._fails: dict[str, list[int]] = {}
+        self._faults: list[_Fault] = []
+        self.stopping = threading.Event()  # set by stop(): stalled answers end at once
         self.foreign_connections: list[Any] = []
         self.reset_counts()
         self._servers: list[_Server] = []
@@ -282,6 +304,7 @@ class LoopbackHub:
 
     def start(self) -> LoopbackHub:
         """Listen on two ports of 127.0.0.1 (the hub and its CDN), each served by a background thread."""
+        self.stopping.clear()
         for listener in ("hub", "cdn"):
             server = _Server(("127.0.0.1", 0), _Handler)
             server.hub, server.listener = self, listener
@@ -298,6 +321,7 @@ class LoopbackHub:
 
     def stop(self) -> None:
         """Stop listening and drop the open connections."""
+        self.stopping.set()
         for server in self._servers:
             server.shutdown()
             server.drop_connections()
@@ -382,6 +406,53 @@ class LoopbackHub:
         with self.lock:
             self._fails[repo_id] = [status, times]
 
+    def inject(
+        self, repo_id: str, kind: str, *, path: str | None = None, times: int = 1, **options: Any
+    ) -> None:
+        """Answer the next ``times`` matching requests of ``repo_id`` as a lying or broken server would.
+
+        ``path`` None: the file list (``model_info``); else the requests for that file. Kinds (and
+        their options), each at the step where a real server would do it:
+
+        =================  =========================================================================
+        kind               what the answer does
+        =================  =========================================================================
+        listing            the file list's body is ``body`` (bytes, str, or a value sent as JSON),
+                           with ``content_type`` (default JSON)
+        status             the status ``status`` with the headers ``headers`` (``Retry-After``...)
+        stall              nothing sent for ``seconds`` (default 60, ended by stop()), then closed
+        etag               the resolve answer's ETag and X-Linked-Etag are ``etag``
+        redirect           302 to ``location`` (default: the same URL again, a loop)
+        shift              206 with the honest Content-Range of the bytes ``by`` further on
+        from_zero          206 of the bytes from 0, its Content-Range saying so
+        multipart          206 with ``Content-Type: multipart/byteranges``
+        gzip               ``Content-Encoding: gzip`` on a body that is not gzip
+        total              the Content-Range's total is ``total``
+        short              an honest 206 of at most ``piece`` bytes (a server that serves pieces)
+        trickle            the body sent one byte every ``delay`` seconds (default 0.2)
+        hang               ``sent`` bytes of the body (default half), then silence, the connection open
+        =================  =========================================================================
+
+        Every kind takes ``after=N``: the first N matching requests are answered honestly. The
+        file faults from ``etag`` on apply to the leg that sends the body (``etag``, ``redirect``
+        and ``status`` to the hub's resolve answer, before any redirect to the CDN).
+        """
+        with self.lock:
+            self._faults.append(_Fault(repo_id, path, kind, [times], options))
+
+    def _take_fault(self, repo_id: str, path: str | None, kinds: tuple[str, ...]) -> _Fault | None:
+        with self.lock:
+            for fault in self._faults:
+                if fault.repo_id == repo_id and fault.path == path and fault.kind in kinds:
+                    if fault.options.get("after", 0) > 0:
+                        fault.options["after"] -= 1
+                        return None
+                    fault.left[0] -= 1
+                    if fault.left[0] <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
+
     def reset_counts(self) -> None:
         """Zero bytes_served, served, file_gets and the log."""
         with self.lock:
@@ -462,6 +533,12 @@ class _Server(ThreadingHTTPServer):
             self.connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that closed a connection (an answer refused before its body was read) is no error
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
     def drop_connections(self) -> None:
         with self.connections_lock:
             for sock in list(self.connections):
@@ -498,7 +575,8 @@ class _Handler(BaseHTTPRequestHandler):
         if auth is None:
             return None
         scheme, _, token = auth.partition(" ")
-        return token.strip() if scheme.lower() == "bearer" else auth
+        # a user and password in the endpoint's URL (a private mirror) come as Basic: no Hub token
+        return token.strip() if scheme.lower() == "bearer" else None if scheme.lower() == "basic" else auth
 
     def _record(self, status: int) -> None:
         with self.hub.lock:
@@ -526,6 +604,38 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, payload: Any, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(payload).encode()
         self._send(200, {"Content-Type": "application/json; charset=utf-8", **(headers or {})}, body)
+
+    def _fault(self, repo_id: str, path: str | None, kinds: tuple[str, ...]) -> bool:
+        """Answer with an injected fault of these kinds, if one is due; whether one was."""
+        fault = self.hub._take_fault(repo_id, path, kinds)
+        if fault is None:
+            return False
+        self._faulty(fault)
+        return True
+
+    def _faulty(self, fault: _Fault) -> None:
+        """The answers of the listing and resolve faults (see LoopbackHub.inject)."""
+        options = fault.options
+        if fault.kind == "listing":
+            body = options["body"]
+            raw = (
+                body
+                if isinstance(body, bytes)
+                else body.encode()
+                if isinstance(body, str)
+                else json.dumps(body).encode()
+            )
+            self._send(200, {"Content-Type": options.get("content_type", "application/json")}, raw)
+        elif fault.kind == "status":
+            self._send(options["status"], dict(options.get("headers", {})), b"loopback hub: injected status")
+        elif fault.kind == "redirect":
+            self._send(302, {"Location": options.get("location", self.hub.url + self.path)})
+        elif fault.kind == "stall":
+            self._record(0)
+            self.hub.stopping.wait(options.get("seconds", 60))
+            self.close_connection = True
+        else:  # pragma: no cover - a kind of another step
+            raise ValueError(fault.kind)
 
     def _error(self, error: _HubError) -> None:
         headers = {"Content-Type": "application/json; charset=utf-8", "X-Error-Message": error.message}
@@ -572,6 +682,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _api(self, repo_id: str, rest: list[str], query: dict[str, list[str]], body: bytes) -> None:
         repo = self.hub._repo(repo_id, self._token(), files=False)
+        if (not rest or rest[0] == "revision") and self._fault(repo_id, None, _LISTING_FAULTS):
+            return
         if not rest or rest[0] == "revision":
             revision = unquote(rest[1]) if len(rest) > 1 else "main"
             self._model_info(repo, self.hub._commit(repo, revision), query)
@@ -700,13 +812,18 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             raise _HubError(404, "Entry not found", "EntryNotFound", commit)
         headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
+        fault = self.hub._take_fault(repo_id, path, _RESOLVE_FAULTS)
+        if fault is not None and fault.kind != "etag":
+            self._faulty(fault)
+            return
+        lie = f'"{fault.options["etag"]}"' if fault is not None else None  # another file under its name
         if f.sha256 is not None and self.hub.redirect_lfs:
             location = f"{self.hub.cdn_url}/lfs/{quote(repo_id)}/{commit}/{quote(path)}"
             headers.update(
                 {
                     "Location": location,
-                    "ETag": f'"{f.blob_id}"',
-                    "X-Linked-Etag": f'"{f.sha256}"',
+                    "ETag": lie or f'"{f.blob_id}"',
+                    "X-Linked-Etag": lie or f'"{f.sha256}"',
                     "X-Linked-Size": str(f.size),
                     "Content-Type": "text/plain; charset=utf-8",
                 }
@@ -715,8 +832,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if f.sha256 is not None:
             headers["X-Linked-Size"] = str(f.size)
-            headers["X-Linked-Etag"] = f'"{f.sha256}"'
-        headers["ETag"] = f'"{f.etag}"'
+            headers["X-Linked-Etag"] = lie or f'"{f.sha256}"'
+        headers["ETag"] = lie or f'"{f.etag}"'
         self._file(repo_id, f, headers)
 
     def _cdn(self, parts: list[str]) -> None:
@@ -743,9 +860,31 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             start, stop = span
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{f.size}"
         headers.setdefault("Content-Type", "application/octet-stream")
         key = (repo_id, f.path)
+        fault = self.hub._take_fault(repo_id, f.path, _BODY_FAULTS) if self.command == "GET" else None
+        total, hang, delay = f.size, None, 0.0
+        if fault is not None:
+            options = fault.options
+            if fault.kind == "shift":
+                start, stop = min(start + options["by"], f.size - 1), min(stop + options["by"], f.size)
+            elif fault.kind == "from_zero":
+                start, stop = 0, stop - start
+            elif fault.kind == "multipart":
+                headers["Content-Type"] = "multipart/byteranges; boundary=LOOPBACK"
+            elif fault.kind == "gzip":
+                headers["Content-Encoding"] = "gzip"
+            elif fault.kind == "total":
+                total = options["total"]
+            elif fault.kind == "short":
+                stop = min(stop, start + options["piece"])
+            elif fault.kind == "trickle":
+                delay = options.get("delay", 0.2)
+            elif fault.kind == "hang":
+                hang = options.get("sent", (stop - start) // 2)
+            status = 206 if fault.kind != "multipart" or status == 206 else status
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{total}"
         cut = None
         self._record(status)
         if self.command == "GET":
@@ -760,11 +899,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         limit = stop if cut is None else min(stop, start + cut)
+        limit = limit if hang is None else min(limit, start + hang)
+        step = 1 if delay else CHUNK
         fd = os.open(f.local, os.O_RDONLY)
         try:
             at = start
             while at < limit:
-                block = os.pread(fd, min(CHUNK, limit - at), at)
+                block = os.pread(fd, min(step, limit - at), at)
                 if not block:
                     break
                 # counted before it is sent, so a client that has the bytes finds them counted
@@ -773,9 +914,17 @@ class _Handler(BaseHTTPRequestHandler):
                     self.hub.served[key] += len(block)
                 self.wfile.write(block)
                 at += len(block)
+                if delay:
+                    self.wfile.flush()
+                    if self.hub.stopping.wait(delay):
+                        break
         finally:
             os.close(fd)
-        if cut is not None and limit < stop:
+        if hang is not None:  # less sent than promised: the connection held open, silent
+            self.wfile.flush()
+            self.hub.stopping.wait(60)
+            self.close_connection = True
+        if (cut is not None and limit < stop) or delay:
             self.wfile.flush()
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)

@@ -8,6 +8,7 @@
     result = qk.analyze(model)         # every head against its null laws
     print(result.summary())            # the terminal summary; result.figure("symmetric_profiles")
     result.write("minilm.parquet")     # and qk.read("minilm.parquet") gives it back
+    print(qk.explain("columns"))       # the documentation by topic; qk.explain() lists the topics
 
 Everything loads on first use, so that ``import qkenergy`` stays cheap.
 """
@@ -35,6 +36,7 @@ _LAZY = {
     "layouts": "qkenergy.api.layouts",
     "Layouts": "qkenergy.api.layouts",
     "coverage": "qkenergy.api.layouts",
+    "explain": "qkenergy.api.explain",
     "Coverage": "qkenergy.api.layouts",
     "Law": "qkenergy.math.laws",
     "NullLaw": "qkenergy.math.nulls",

@@ -60,7 +60,17 @@ def test_gaussian_null_gives_the_tables_p_and_moments(minilm, layer2) -> None:
         head, row = minilm.head(2, h), _row(layer2, 2, h)
         law = head.null(samples=SAMPLES)
         assert law.mean() == 385 / 768  # (N + 1) / (2N), Proposition 6
-        assert law.pvalue(head.symmetric_energy) == row["symmetric_energy_p"]
+        # each p of the table by name, and by default the one its BH takes (the tail at the floor)
+        assert law.pvalue(head.symmetric_energy, tail="empirical") == row["symmetric_energy_p"]
+        assert law.pvalue(head.symmetric_energy, tail="beta") == law.p_tail(head.symmetric_energy)
+        assert law.p_tail(head.symmetric_energy) == row["symmetric_energy_p_tail"]
+        expected = (
+            row["symmetric_energy_p_tail"]
+            if row["symmetric_energy_p"] <= 2 / (SAMPLES + 1)
+            else row["symmetric_energy_p"]
+        )
+        assert law.pvalue(head.symmetric_energy) == expected == head.pvalue(samples=SAMPLES)
+        assert head.pvalue(samples=SAMPLES, tail="empirical") == row["symmetric_energy_p"]
         assert law.std() == pytest.approx(row["symmetric_energy_null_sd"], rel=1e-12)
         pairing = head.null(samples=SAMPLES, statistic="pairing")
         assert pairing.mean() == pytest.approx(row["pairing_null_mean"], rel=1e-12)
@@ -74,7 +84,9 @@ def test_rotation_null_gives_the_tables_rotation_columns(minilm, layer2) -> None
     head, row = minilm.head(2, 5), _row(layer2, 2, 5)
     law = head.null(samples=50, kind="rotation")
     assert not law.drawable
-    assert law.pvalue(head.symmetric_energy) == row["symmetric_energy_rotation_p"]
+    assert law.pvalue(head.symmetric_energy, tail="empirical") == row["symmetric_energy_rotation_p"]
+    assert law.p_tail(head.symmetric_energy) == row["symmetric_energy_rotation_p_tail"]
+    assert head.pvalue(samples=50, kind="rotation") == law.pvalue(head.symmetric_energy)
     assert law.std() == pytest.approx(row["symmetric_energy_rotation_null_sd"], rel=1e-12)
     with pytest.raises(qk.QKEnergyError, match="cannot be drawn"):
         law.rvs(3)

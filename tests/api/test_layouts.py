@@ -73,3 +73,34 @@ def test_coverage_without_transformers(
     assert err == (
         "qkenergy: error: --coverage lists the model types of the installed transformers: pip install transformers\n"
     )
+
+
+def test_a_name_filters_the_rows(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # `qkenergy layouts llama`: by model_type or model names, ignoring case (issue 39).
+    found = qk.layouts(name="LLaMA")
+    assert {"llama", "llama4", "diffllama"} <= set(found.model_types)
+    assert all("llama" in (r["model_type"] + r["models"]).lower() for r in found)
+    assert "bert" in qk.layouts(name="MiniLM").model_types  # by a model name only
+    assert qk.coverage(["llama", "mamba", "mllama"], name="llama").model_types == ["llama", "mllama"]
+    with pytest.raises(qk.QKEnergyError, match="^no model type matches 'nope'"):
+        qk.layouts(name="nope")
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = _cli(capsys, "llama")
+    assert code == 0 and out == found.summary(width=80)
+    code, out, _ = _cli(capsys, "llama", "--json")
+    assert json.loads(out) == found.records()
+    code, out, err = _cli(capsys, "nope")
+    assert code == 1 and out == "" and err.startswith("qkenergy: error: no model type matches 'nope'")
+
+
+def test_the_text_table_fits_80_columns_without_trailing_spaces() -> None:
+    # Piped `qkenergy layouts` lines were 289 characters (issue 39): five columns, wrapped to fit,
+    # nothing cut; the variants and the proving class stay in --json and --markdown.
+    result = qk.layouts()
+    lines = result.summary(width=80).splitlines()
+    assert max(map(len, lines)) <= 80 and not any(line.endswith(" ") for line in lines)
+    assert lines[1].split() == list(result.shown or ()) and lines[-1] == result.note
+    assert all(line.split()[0] in result.model_types for line in lines[2:-1] if line[:1] != " ")
+    assert {line.split()[0] for line in lines[2:-1] if line[:1] != " "} == set(result.model_types)
+    coverage = qk.coverage(["llama", "mamba"]).summary(width=80).splitlines()
+    assert max(map(len, coverage)) <= 80

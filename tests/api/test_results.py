@@ -38,7 +38,15 @@ def test_tables_settings_and_the_null_laws_used(result) -> None:
     assert set(result.null_laws) == {(32, 384)} and law.size == SAMPLES
     # the laws the heads were judged against: the table's p are theirs
     s = result.heads["symmetric_energy"].to_numpy()
-    np.testing.assert_array_equal(law["symmetric_energy"].pvalue(s), result.heads["symmetric_energy_p"])
+    heads = result.heads
+    np.testing.assert_array_equal(
+        law["symmetric_energy"].pvalue(s, tail="empirical"), heads["symmetric_energy_p"]
+    )
+    np.testing.assert_array_equal(law["symmetric_energy"].p_tail(s), heads["symmetric_energy_p_tail"])
+    # the law's default p, BH-adjusted over the heads, is the table's p_bh (one truth: issue 39)
+    from qkenergy.analysis.significance import bh
+
+    np.testing.assert_array_equal(bh(law["symmetric_energy"].pvalue(s)), heads["symmetric_energy_p_bh"])
     assert set(law.names) == set(NULL_STATISTICS)
 
 
@@ -61,6 +69,21 @@ def test_top_gives_the_most_symmetric_then_the_most_skew(result) -> None:
     # the most symmetric among the heads above the random baseline, the most skew among those below it
     expected = [*s[s > baseline].iloc[::-1][:3], *s[s < baseline][:3]]
     assert top["symmetric_energy"].tolist() == expected
+    # a readable default (113 columns before: issue 39), every column or a choice on request
+    assert list(top.columns) == [
+        "layer",
+        "head",
+        "symmetric_energy",
+        "symmetric_energy_z",
+        "symmetric_energy_p",
+        "symmetric_energy_p_tail",
+        "symmetric_energy_p_bh",
+        "head_type",
+    ]
+    assert list(result.top(3, columns="all").columns) == list(heads.columns)
+    assert list(result.top(1, columns=["head", "layer"]).columns) == ["head", "layer"]
+    with pytest.raises(qk.QKEnergyError, match="^columns: the head table has no column 'nope'"):
+        result.top(1, columns=["layer", "nope"])
     with pytest.raises(qk.QKEnergyError, match="^k must be"):
         result.top(0)
 

@@ -14,14 +14,17 @@ from rich.console import Console
 from qkenergy.base.formatting import (
     MISSING,
     _plain_lines,
-    _print_at_natural_width,
     format_fixed,
     format_number,
     format_p,
     json_safe,
+    output_console,
+    plain_text,
+    plural,
     print_table,
     rich_table,
 )
+from qkenergy.math.tails import resolved_floor
 
 
 def test_numbers_of_every_magnitude() -> None:
@@ -30,11 +33,20 @@ def test_numbers_of_every_magnitude() -> None:
     assert format_number(0.0) == "0" and format_number(None) == MISSING
 
 
-def test_a_p_value_that_underflowed_is_not_printed_as_zero() -> None:
-    # A BH-adjusted tail probability below double precision (a head at z ~ 200) is stored as 0.0.
-    assert format_p(0.0) == "<5e-324"
-    assert format_p(np.float64(3e-12)) == "3.000e-12" and format_p(0.04) == "0.04"
+def test_p_values_have_two_digits_and_a_stated_floor() -> None:
+    # Two significant digits at any depth; below the floor a bound, never digits the Beta
+    # approximation cannot support (the old "2.227e-311") nor an underflow ("<5e-324").
+    assert format_p(0.04) == "0.04" and format_p(0.0271) == "0.027" and format_p(1.0) == "1"
+    assert format_p(np.float64(3.14e-12)) == "3.1e-12" and format_p(0.0009995) == "0.001"
+    assert format_p(2.227e-311) == "<1e-300" and format_p(0.0) == "<1e-300"
+    floor = resolved_floor(2000)
+    assert format_p(1e-31, floor) == "1e-31" and format_p(9.9e-32, floor) == "<1e-31"
+    assert format_p(0.0, floor) == "<1e-31"
     assert format_p(float("nan")) == MISSING
+
+
+def test_plural() -> None:
+    assert (plural(1, "model"), plural(0, "model"), plural(12, "head")) == ("1 model", "0 models", "12 heads")
 
 
 def test_json_safe_has_no_nan() -> None:
@@ -42,9 +54,9 @@ def test_json_safe_has_no_nan() -> None:
     assert value == {"a": [1.0, None], "b": [2.0, None]}
 
 
-def _printed(print_to: Callable[[Console], None]) -> str:
+def _printed(print_to: Callable[[Console], None], width: int = 80) -> str:
     buffer = io.StringIO()
-    print_to(Console(file=buffer, width=80, force_terminal=False, color_system=None))
+    print_to(output_console(buffer, width=width, force_terminal=False, color_system=None))
     return buffer.getvalue()
 
 
@@ -59,11 +71,19 @@ def _table(
     return table
 
 
+def _by_rich(table: Any, width: int) -> str:
+    """What rich itself prints for ``table`` on a plain console, its trailing spaces removed."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
 def test_plain_tables_print_as_rich_lays_them_out() -> None:
-    # Off a terminal, a table of plain text is laid out without rich; the text must be rich's,
-    # byte for byte (trailing spaces included), for any widths, justifications and missing cells.
+    # Off a terminal, a table of plain text that fits is laid out without rich (rich's public
+    # Column.cells read, no private state); the text must be rich's, byte for byte once rich's
+    # trailing spaces are gone, for any widths, justifications and missing cells.
     rng = np.random.default_rng(7)
-    pool = ["0", "12", "0.5636", "-1.1", MISSING, "", "most symmetric", "I+", "<5e-324", "encoder 3", "a·b"]
+    pool = ["0", "12", "0.5636", "-1.1", MISSING, "", "most symmetric", "I+", "<1e-31", "encoder 3", "a·b"]
     laid_out = 0
     for _ in range(300):
         columns: list[str | tuple[str, str]] = [
@@ -73,10 +93,8 @@ def test_plain_tables_print_as_rich_lays_them_out() -> None:
         title = str(rng.choice(["Heads worth a look", "T", "Symmetric energy per layer, a long title here"]))
         rows = [[str(rng.choice(pool)) for _ in columns] for _ in range(int(rng.integers(0, 6)))]
         plain = _printed(functools.partial(print_table, table=_table(title, columns, rows)))
-        by_rich = _printed(
-            functools.partial(_print_at_natural_width, table=_table(title, columns, rows, bare=True))
-        )
-        assert plain == by_rich, (title, columns, rows)
+        assert plain == _by_rich(_table(title, columns, rows, bare=True), 80), (title, columns, rows)
+        assert not any(line.endswith(" ") for line in plain.splitlines())
         laid_out += _plain_lines(_table(title, columns, rows, bare=True)) is not None
     assert laid_out > 150  # most of them took the plain route (long titles and empty columns do not)
 
@@ -87,3 +105,26 @@ def test_tables_rich_must_render_are_left_to_it() -> None:
     captioned = rich_table("t", ["a"], caption="why")
     captioned.add_row("1")
     assert _plain_lines(captioned) is None
+
+
+def test_a_wide_table_is_fitted_to_the_width_off_a_terminal() -> None:
+    # 289-character lines of `qkenergy layouts` in a pipe: now wrapped within 80 (or COLUMNS) columns.
+    rows = [["llama", "Llama 1-3, CodeLlama, TinyLlama " * 3, "transformers LlamaForCausalLM"]]
+    for width in (80, 60):
+        text = plain_text(lambda c: print_table(c, _table("wide", ["a", "b", "c"], rows)), width)
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= width and len(lines) > 3, text
+        assert not any(line.endswith(" ") for line in lines)
+        assert "".join(text.split()).count("TinyLlama") == 3  # wrapped, nothing cut
+
+
+def test_output_console_drops_trailing_spaces_off_a_terminal() -> None:
+    buffer = io.StringIO()
+    console = output_console(buffer, width=30)
+    assert not console.is_terminal
+    console.print("a sentence long enough to be wrapped by rich at thirty columns")
+    console.print("x   ", end="")
+    console.print("y")
+    text = buffer.getvalue()
+    assert text.splitlines()[0] == "a sentence long enough to be" and text.endswith("x   y\n")
+    assert not any(line.endswith(" ") for line in text.splitlines())

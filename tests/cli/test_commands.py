@@ -537,3 +537,12 @@ def test_analyze_name_tells_two_runs_of_one_checkpoint_apart(
     assert models["model"].tolist() == ["minilm", "minilm-folded"]
     code, _, err = run(capsys, "analyze", "--name", " ", "--quiet")
     assert code == 2 and err.startswith("qkenergy: error: --name: expected a non-empty name")
+
+
+def test_help_texts_carry_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    # click prints docstrings as they are: no RST (``x``) or markdown (`x`) quoting in --help (issue 39).
+    from qkenergy.cli.main import cli as group
+
+    for name in ("", *group.commands):
+        code, out, _ = run(capsys, *([name] if name else []), "--help")
+        assert code == 0 and "`" not in out, name

@@ -26,7 +26,13 @@ def test_api_tour_runs(capsys) -> None:
         == row["symmetric_energy"]
         == namespace["result"].heads["symmetric_energy"].iloc[3]
     )
-    assert namespace["s_law"].pvalue(head.symmetric_energy) == row["symmetric_energy_p"] == 2 / 501
+    s_law = namespace["s_law"]
+    assert s_law.pvalue(head.symmetric_energy, tail="empirical") == row["symmetric_energy_p"] == 2 / 501
+    assert (
+        s_law.pvalue(head.symmetric_energy)
+        == s_law.p_tail(head.symmetric_energy)
+        == row["symmetric_energy_p_tail"]
+    )
     assert namespace["fig"].axes
     # the survey's part: a Survey of the MiniLM's first layer, its null spec and a report figure
     survey = namespace["survey"]

@@ -438,8 +438,8 @@ def test_signal_as_a_temporary_file_is_made_leaves_nothing(
     import signal
     import tempfile
 
+    from qkenergy.base import atomic as transaction
     from qkenergy.base.interrupt import Interrupted, signals_raise
-    from qkenergy.formats import transaction
 
     real = tempfile.mkstemp
 

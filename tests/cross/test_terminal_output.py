@@ -25,6 +25,19 @@ def _plain_80(text: str) -> None:
         assert not BOX & set(line), line
 
 
+def _cells(lines: list[str], header: str, column: str, following: str, *, key: str) -> list[str]:
+    """The text of ``column`` in each row of a plain table (a row goes on over the lines where
+    the ``key`` column is blank), its folded and wrapped pieces joined without spaces."""
+    start, end = header.index(column), header.index(following)
+    at = header.index(key)
+    rows: list[str] = []
+    for line in lines:
+        if line[at : at + len(key)].strip():
+            rows.append("")
+        rows[-1] += "".join(line[start:end].split())
+    return rows
+
+
 def test_python_m_qkenergy_piped_at_80_columns(tmp_path: Path) -> None:
     """`python -m qkenergy` runs the CLI; piped output is plain text and no number is cut."""
     env = {**os.environ, "COLUMNS": "80", "XDG_CACHE_HOME": str(tmp_path)}
@@ -68,8 +81,14 @@ def test_layouts_in_a_pipe_is_plain_and_whole(capsys: pytest.CaptureFixture[str]
         cli.main(["layouts"])
     out = capsys.readouterr().out
     assert not BOX & set(out) and "…" not in out
-    for row in describe_families():
-        assert row["proven by"] in out and row["models"] in out
+    _plain_80(out)  # the lines were 289 characters (issue 39): wrapped to fit, nothing cut
+    assert not any(line.endswith(" ") for line in out.splitlines())
+    lines = out.splitlines()
+    rows = describe_families()
+    assert [line.split()[0] for line in lines[2:-1] if line[:1] != " "] == [row["model_type"] for row in rows]
+    assert _cells(lines[2:-1], lines[1], "models", "stacks", key="model_type") == [
+        "".join(row["models"].split()) for row in rows
+    ]
 
 
 def test_survey_summary_in_a_pipe_is_plain_and_whole(tmp_path: Path) -> None:
@@ -97,7 +116,10 @@ def test_survey_summary_in_a_pipe_is_plain_and_whole(tmp_path: Path) -> None:
     print_survey(SurveyRun(out=tmp_path, run=1, units=4, computed=4), heads, Console(file=buffer, width=80))
     out = buffer.getvalue()
     assert not BOX & set(out) and "…" not in out
-    assert all(name in out for name in names)
+    _plain_80(out)
+    lines = out.splitlines()  # a long name broken over lines, not cut
+    end = next(i for i, line in enumerate(lines) if " units: " in line)
+    assert _cells(lines[2:end], lines[1], "model", "layers", key="layers") == names
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +158,10 @@ def test_summary_names_the_most_symmetric_and_most_skew_heads(two_layers) -> Non
 
 
 def test_counts_agree_in_number() -> None:
-    from qkenergy.analysis.summary import _count, _layer_count
+    from qkenergy.analysis.summary import _layer_count
+    from qkenergy.base.formatting import plural
 
-    assert (_count(1, "head"), _count(12, "head")) == ("1 head", "12 heads")
+    assert (plural(1, "head"), plural(12, "head"), plural(1, "model")) == ("1 head", "12 heads", "1 model")
     one = {"layer": np.zeros(12, dtype=np.int64)}
     assert _layer_count(one) == "1 layer"
     stacks = {
@@ -146,3 +169,42 @@ def test_counts_agree_in_number() -> None:
         "stack": np.array(["encoder", "encoder", "decoder"], dtype=object),
     }
     assert _layer_count(stacks) == "3 layers of 2 stacks"
+
+
+def test_analyze_in_a_pipe_has_no_trailing_spaces_and_states_its_p_floor(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 39: piped summaries carried trailing spaces (padded titles and cells, rich's wrapped
+    sentences), and p-values read 2.227e-311 or <5e-324: now two digits above a floor the summary states."""
+    from qkenergy.math.tails import resolved_floor
+
+    cache = tmp_path_factory.getbasetemp() / "qkenergy-null-cache"
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["analyze", "--layers", "2,4", "--samples", "300", "--cache-dir", str(cache)])
+    out = capsys.readouterr().out
+    assert exit_info.value.code in (0, None)
+    _plain_80(out)
+    assert not any(line.endswith(" ") for line in out.splitlines())
+    floor = f"<{resolved_floor(300):.0e}"
+    assert floor == "<1e-12" and f"  {floor}  " in out and f"printed as {floor}" in " ".join(out.split())
+    assert "e-3" not in out.replace(floor, "")  # no digits beyond the floor (no 2.227e-311, no <5e-324)
+
+
+def test_the_survey_line_counts_one_unit_in_the_singular(tmp_path: Path) -> None:
+    import io
+
+    import pandas as pd
+
+    from qkenergy.surveys.engine import SurveyRun
+    from qkenergy.surveys.summary import print_survey
+
+    heads = pd.DataFrame(
+        {"model": ["m"], "layer": [0], "head": [0], "n": 8, "N": 64, "symmetric_energy": [0.5]}
+    )
+    heads["symmetric_energy_z"], heads["symmetric_energy_p_bh"] = 0.1, 0.9
+    buffer = io.StringIO()
+    print_survey(SurveyRun(out=tmp_path, run=1, units=1, computed=1), heads, Console(file=buffer, width=80))
+    assert "1 unit: 1 computed" in buffer.getvalue()

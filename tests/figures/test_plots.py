@@ -129,3 +129,50 @@ def test_type_spectra_average_unit_norm_spectra_of_the_most_extreme_heads(table:
     assert 0 < np.sum(alpha**2) + np.sum(beta**2) <= 1 + 1e-12
     assert np.all(np.diff(alpha) <= 1e-12) and np.all(np.diff(beta) <= 1e-12)  # sorted lobes stay sorted
     assert len(extreme_heads(table.assign(head_type="I+"), "II")) == 0
+
+
+def _inside(box, outer) -> bool:
+    return box.x1 > outer.x0 and box.x0 < outer.x1 and box.y1 > outer.y0 and box.y0 < outer.y1
+
+
+def test_legends_lie_off_the_data(table: pd.DataFrame) -> None:
+    """The lobes, O-E and spectra figures keep their legends under the axes, where no point can be."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from qkenergy.figures.plots import figure
+
+    for name in ("lobes", "moments_O_E", "type_spectra"):
+        fig = figure(table, name, null_samples=SAMPLES)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert legends, name
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                assert legend.get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0, name
+
+
+def test_heatmap_tells_near_baseline_heads_apart(table: pd.DataFrame) -> None:
+    """Cells print s to 3 decimals; a head 1 null sd off the baseline is coloured apart from it."""
+    from qkenergy.figures.plots import figure
+
+    fig = figure(table, "symmetric_energy_heatmap")
+    ax = fig.axes[0]
+    cells = [t.get_text().rstrip("*") for t in ax.texts]
+    assert len(cells) == len(table) and all(len(c.split(".")[1]) == 3 for c in cells)
+    assert "(N+1)/(2N)" in ax.get_title() and "/2N " not in ax.get_title()
+    image = ax.images[0]
+    norm, cmap = image.norm, image.cmap
+    # the colours are of the distance in null sd: the baseline white, one sd visibly tinted
+    assert np.allclose(cmap(norm(0.0))[:3], cmap(0.5)[:3])
+    assert abs(float(norm(1.0)) - 0.5) > 0.03
+
+
+def test_simplex_names_its_type_boundaries(table: pd.DataFrame) -> None:
+    from qkenergy.figures.plots import figure
+
+    labels = figure(table, "symmetric_profiles").axes[0].get_legend_handles_labels()[1]
+    assert any(label.startswith("type boundaries |c − d|/(c + d) = 0.2") for label in labels)
+    radius = figure(table, "symmetric_profiles", settings={"radius": 0.05})
+    labels = radius.axes[0].get_legend_handles_labels()[1]
+    assert "c + d = 0.05: Type II above" in labels and "c = d: I+ left, I− right" in labels

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from qkenergy.base.atomic import OutputTransaction
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
+from qkenergy.base.json_input import parse_value, read_bytes
 from qkenergy.formats import columns, provenance, tables
 from qkenergy.formats.columns import Columns, with_integer_counts
 from qkenergy.formats.recorded_settings import check_settings
 from qkenergy.formats.schema import MAX_TABLE_BYTES
 from qkenergy.formats.table_format import TableFormat, checked_frame, frame_of, records
-from qkenergy.formats.transaction import OutputTransaction
-from qkenergy.weights.json_input import parse_value, read_bytes
-from qkenergy.weights.safetensors_io import show_path
 
 # ----------------------------------------------------------------------------- the interface
 

@@ -14,6 +14,7 @@ import pytest
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.math import nulls
 from qkenergy.math.laws import Law
+from qkenergy.math.tails import beta_p_two_sided
 
 
 def test_empirical_cdf_sf_ppf_pvalue() -> None:
@@ -41,10 +42,25 @@ def test_null_law_items_agree_with_the_null_law() -> None:
         one = law[name]
         np.testing.assert_array_equal(one.samples, law.samples(name))
         assert one.mean() == law.mean(name) and one.std() == law.sd(name)
-        np.testing.assert_array_equal(one.pvalue(x), law.p_two_sided(name, x))
+        np.testing.assert_array_equal(one.pvalue(x, tail="empirical"), law.p_two_sided(name, x))
         np.testing.assert_array_equal(one.z(x), law.z(name, x))
         np.testing.assert_allclose(one.ppf([0.1, 0.9]), law.quantiles(name, [0.1, 0.9]))
     assert law["symmetric_energy"].mean() == 17 / 32  # (N + 1) / (2N), exact
+    # The default p is the one the table's BH takes: the Beta tail where the empirical p is at its
+    # floor (x = 0.4 and 0.7 lie beyond every draw), the empirical p elsewhere; statistics without
+    # a tail column keep the empirical p.
+    s = law["symmetric_energy"]
+    empirical, beyond = s.pvalue(x, tail="empirical"), s.pvalue(x, tail="beta")
+    floor = empirical <= 2 / (law.size + 1) * (1 + 1e-12)
+    assert floor.tolist() == [True, False, False, False, False, False, True]
+    np.testing.assert_array_equal(
+        beyond, beta_p_two_sided(x, law.mean("symmetric_energy"), law.sd("symmetric_energy") ** 2)
+    )
+    np.testing.assert_array_equal(s.pvalue(x), np.where(floor, beyond, empirical))
+    np.testing.assert_array_equal(s.p_tail(x), beyond)
+    np.testing.assert_array_equal(law["pairing"].pvalue(x), law.p_two_sided("pairing", x))
+    with pytest.raises(QKEnergyError, match="tail must be"):
+        s.pvalue(0.5, tail="normal")  # type: ignore[arg-type]
     assert "pairing" in law and "nope" not in law
     with pytest.raises(QKEnergyError, match="unknown statistic"):
         law["nope"]

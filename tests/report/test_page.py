@@ -114,7 +114,10 @@ def test_optional_figures_follow_the_columns(tables) -> None:
     full = report_figures(heads, model_summary(heads, layers, models), models=models)
     assert [f.name for f in full][-2:] == ["training_steps", "groups"]
     steps = next(f for f in full if f.name == "training_steps").figure
-    assert {t.name for t in steps.data} == {f"layer {i}" for i in range(TOY_LAYERS)}  # one line per layer
+    # one line per layer, and the dotted baseline's legend entry
+    assert {t.name for t in steps.data} == {f"layer {i}" for i in range(TOY_LAYERS)} | {
+        "random baseline (N+1)/(2N)"
+    }
     # Every head of every model is a hover-able marker in the first figure, with its statistics.
     by_model = full[0].figure
     assert sum(len(t.y) for t in by_model.data if t.type == "box") == len(heads)

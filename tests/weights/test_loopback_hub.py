@@ -476,3 +476,59 @@ def test_a_hub_id_reads_as_its_local_folder(name: str, tmp_path: Path, loopback_
     local = analyze_model(str(folder), null=False, threads=1)
     assert list(remote.columns["symmetric_energy"]) == list(local.columns["symmetric_energy"])
     assert loopback_hub.bytes_served > 0 and loopback_hub.foreign_connections == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "status", "content_range", "header"),
+    [
+        ("shift", {"by": 100}, 206, "bytes 1100-1199/{size}", None),
+        ("from_zero", {}, 206, "bytes 0-99/{size}", None),
+        ("short", {"piece": 30}, 206, "bytes 1000-1029/{size}", None),
+        ("total", {"total": 7}, 206, "bytes 1000-1099/7", None),
+        (
+            "multipart",
+            {},
+            206,
+            "bytes 1000-1099/{size}",
+            ("Content-Type", "multipart/byteranges; boundary=LOOPBACK"),
+        ),
+        ("gzip", {}, 206, "bytes 1000-1099/{size}", ("Content-Encoding", "gzip")),
+        ("etag", {"etag": "f" * 64}, 206, "bytes 1000-1099/{size}", None),
+    ],
+)
+def test_injected_answers_are_what_inject_says(
+    plain: tuple[Path, str],
+    loopback_hub: LoopbackHub,
+    kind: str,
+    options: dict[str, object],
+    status: int,
+    content_range: str,
+    header: tuple[str, str] | None,
+) -> None:
+    """Each fault of ``LoopbackHub.inject`` on the wire (read raw, no decoding), once; then honest again."""
+    import httpx2
+
+    folder, _ = plain
+    data = (folder / WEIGHTS).read_bytes()
+    url = hf_hub_url("loopback/plain", WEIGHTS)
+    loopback_hub.inject("loopback/plain", kind, path=WEIGHTS, **options)
+    with httpx2.Client(follow_redirects=True) as client:
+        for _ in range(2):
+            with client.stream("GET", url, headers={"Range": "bytes=1000-1099"}) as r:
+                body = b"".join(r.iter_raw())
+                first = r.history[0] if r.history else r
+                if kind == "etag":
+                    assert first.headers["X-Linked-Etag"] == f'"{options["etag"]}"'
+                if header is not None:
+                    assert r.headers[header[0]] == header[1]
+                assert (r.status_code, r.headers["Content-Range"]) == (
+                    status,
+                    content_range.format(size=len(data)),
+                )
+                begin, end = (
+                    int(x) for x in r.headers["Content-Range"].split(" ")[1].split("/")[0].split("-")
+                )
+                assert body == data[begin : end + 1]
+            kind, content_range, header = "none", "bytes 1000-1099/{size}", None  # the fault was used once
+            status = 206
+            options = {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkenergy.analysis.significance import judge
+from qkenergy.base.extras import require
 from qkenergy.formats.columns import with_integer_counts
 from qkenergy.math.baselines import symmetric_ratio
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality_raw
@@ -253,6 +254,7 @@ def with_layer_null(
     DataFrame
         The layer table with null_route, null_note and the null columns.
     """
+    require("pandas", "pandas", "the per-layer table")
     import pandas as pd  # the layer forms' own work dwarfs these imports
 
     null, spec, cache_dir, progress = run.gaussian, run.spec, run.cache_dir, run.progress

@@ -23,12 +23,10 @@ wraps it with the file I/O.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
 import stat
-import tempfile
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -37,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkenergy.base.atomic import OutputError, atomic_path
 from qkenergy.base.errors import check_integer
 from qkenergy.math import layer_null, montecarlo, nulls
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA
@@ -225,32 +224,24 @@ def save_cached(path: str | os.PathLike[str], values: np.ndarray, names: tuple[s
         True when written.
     """
     path = Path(path)
-    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-        with os.fdopen(fd, "wb") as fh:
+        # the cache file's name is replaced whatever is there (a link, a FIFO): never written through
+        with atomic_path(path, replace_any=True) as temporary, temporary.open("wb") as fh:
             np.savez(
                 fh,
                 values=np.ascontiguousarray(values, dtype="<f8"),
                 names=np.array(names, dtype=np.str_),
                 version=np.int64(CACHE_FORMAT_VERSION),
             )
-        os.replace(tmp, path)
-        tmp = None
         return True
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
+    except (OSError, OutputError) as exc:
+        why = exc.reason if isinstance(exc, OutputError) else exc.strerror or type(exc).__name__
         warnings.warn(
             f"null-law cache {str(path.parent)!r} is not writable ({why}); continuing without caching",
             NullCacheWarning,
             stacklevel=2,
         )
         return False
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def cached_null_law(

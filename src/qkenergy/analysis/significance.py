@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkenergy.math.tails import beta_p_two_sided
+from qkenergy.math.tails import TAIL_STATISTICS, beta_p_two_sided
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math.nulls import NullLaw
 
 __all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
-
-TAIL_STATISTICS: tuple[str, ...] = ("symmetric_energy",)
-"""Statistics with a ``_p_tail`` column: bounded in [0, 1], where a matched Beta law makes sense."""
 
 SUFFIXES: tuple[str, ...] = ("null_mean", "null_sd", "z", "p")
 

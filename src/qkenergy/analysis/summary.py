@@ -6,7 +6,6 @@ the pandas import on every run that prints it).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -16,6 +15,7 @@ from qkenergy.base.formatting import (
     format_fixed,
     format_p,
     format_percent,
+    plural,
     print_table,
     rich_table,
 )
@@ -23,6 +23,7 @@ from qkenergy.formats.columns import (
     Columns,
     row_count,
 )
+from qkenergy.math.tails import resolved_floor
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -96,34 +97,6 @@ def baseline(N: Any) -> Any:
     return (N + 1) / (2 * N)
 
 
-# np.quantile, np.median and np.unique import numpy.ma on their first call (10 to 20 ms, the
-# largest import a summary without null laws pays); these few lines give the same numbers.
-
-
-def _quantiles(values: np.ndarray, levels: tuple[float, ...]) -> list[float]:
-    """np.quantile(values, levels) with its default (linear) method, bit for bit, for finite values."""
-    x = np.sort(values)
-    last = len(x) - 1
-    out = []
-    for q in levels:
-        index = last * q
-        below = math.floor(index)
-        if index >= last:
-            out.append(float(x[last]))
-            continue
-        a, b, t = float(x[below]), float(x[below + 1]), index - below
-        # numpy's _lerp: from the nearer end, so that a weight of 1 gives b exactly
-        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
-    return out
-
-
-def _median(values: np.ndarray) -> float:
-    """np.median(values), bit for bit, for finite values: the middle one, or the mean of the middle two."""
-    x = np.sort(values)
-    half = len(x) // 2
-    return float(x[half]) if len(x) % 2 else (float(x[half - 1]) + float(x[half])) / 2
-
-
 def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
     """The rows of :func:`layer_summary`."""
     keys = [k for k in ("model", "stack") if k in table] + ["layer"]
@@ -150,8 +123,8 @@ def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
         idx = np.asarray(members[key])
         s = s_all[idx]
         defined = s[np.isfinite(s)]
-        q1, med, q3 = _quantiles(defined, (0.25, 0.5, 0.75)) if defined.size else (np.nan,) * 3
-        Ns = sorted(set(N_all[idx].tolist()))  # not np.unique: its first call imports numpy.ma (15 ms)
+        q1, med, q3 = np.quantile(defined, (0.25, 0.5, 0.75)) if defined.size else (np.nan,) * 3
+        Ns = np.unique(N_all[idx]).tolist()
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
         row.update(
             heads=len(idx),
@@ -227,7 +200,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         if undefined
         else ""
     )
-    median = _median(s[defined])
+    median = float(np.median(s[defined]))
     base = baseline(_floats(df, "N")[defined])
     base_text = (
         format_fixed(base[0])
@@ -320,9 +293,13 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
             parts.append(f"{at_floor} heads under the {label} null")
     if not parts:
         return None
+    floor = format_p(
+        0.0, resolved_floor(int(settings.get("samples") or settings.get("rotation_samples") or 0))
+    )
     return (
         "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
-        "matched to the null's mean and variance (an approximation; see docs/statistics.md)."
+        f"matched to the null's mean and variance (an approximation, printed as {floor} beyond what K "
+        "samples resolve; see qkenergy explain p-values)."
     )
 
 
@@ -363,18 +340,13 @@ def skipped_lines(skipped: Sequence[Mapping[str, Any]], shown: int = SKIPPED_SHO
     return lines
 
 
-def _count(number: int, noun: str) -> str:
-    """'1 head', '12 heads'."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
 def _layer_count(df: pd.DataFrame | Columns) -> str:
     """'6 layers', or '6 layers of 3 stacks' for a model with several attention stacks."""
     layers = np.asarray(df["layer"]).tolist()
     stacks = _texts(df, "stack") if "stack" in df else [""] * len(layers)
     if len(set(stacks)) <= 1:
-        return _count(len(set(layers)), "layer")
-    return f"{_count(len(set(zip(stacks, layers, strict=True))), 'layer')} of {len(set(stacks))} stacks"
+        return plural(len(set(layers)), "layer")
+    return f"{plural(len(set(zip(stacks, layers, strict=True))), 'layer')} of {len(set(stacks))} stacks"
 
 
 def _layer_label(row: Mapping[Any, Any]) -> str:
@@ -434,7 +406,7 @@ def skew_note(df: pd.DataFrame | Columns, top: int) -> str:
     if count == 0:
         return "Most skew: no head lies below the random baseline."
     shown = (
-        f"the {_count(count, 'head')} below the random baseline"
+        f"the {plural(count, 'head')} below the random baseline"
         if count <= top
         else f"{top} of the {count} heads below the random baseline"
     )
@@ -449,7 +421,7 @@ def skew_note(df: pd.DataFrame | Columns, top: int) -> str:
     )
 
 
-def _notable_table(df: pd.DataFrame | Columns, top: int) -> Table:
+def _notable_table(df: pd.DataFrame | Columns, top: int, samples: int) -> Table:
     table = rich_table(
         "Heads worth a look",
         [("", "left"), "layer", "head", "s", "z", "p_bh", ("type", "left")],
@@ -464,7 +436,7 @@ def _notable_table(df: pd.DataFrame | Columns, top: int) -> Table:
                 str(r["head"]),
                 format_fixed(r["symmetric_energy"]),
                 format_fixed(r.get("symmetric_energy_z"), 1),
-                format_p(r.get("symmetric_energy_p_bh")),
+                format_p(r.get("symmetric_energy_p_bh"), resolved_floor(samples)),
                 str(r.get("head_type", "")),
                 end_section=i == len(records) - 1,
             )
@@ -495,10 +467,10 @@ def _print_rope(
     rope = settings["rope"]
     offsets, s = _floats(df, "offset"), _floats(df, "symmetric_energy")
     medians = []
-    for d in sorted(set(offsets[~np.isnan(offsets)].tolist())):  # not np.unique (numpy.ma, 15 ms)
+    for d in np.unique(offsets[~np.isnan(offsets)]).tolist():
         at_d = s[offsets == d]
         at_d = at_d[~np.isnan(at_d)]
-        medians.append(f"{int(d)}: {format_fixed(_median(at_d) if at_d.size else np.nan)}")
+        medians.append(f"{int(d)}: {format_fixed(np.median(at_d) if at_d.size else np.nan)}")
     console.print(
         f"RoPE ({rope.get('kind')}, theta {', '.join(f'{t:g}' for t in rope.get('theta', []))}): "
         f"the tables below read offset d = {offset}; the CSV has every offset. Median s by offset d: "
@@ -550,7 +522,7 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
-        f"[bold]{escape(str(analysis.model))}[/bold] · {_count(_length(df), 'head')}{dropped} in "
+        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(_length(df), 'head')}{dropped} in "
         f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
@@ -595,7 +567,7 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
                 format_fixed(r.get("symmetric_energy_z"), 1),
                 format_fixed(r["directionality"], 3),
                 format_fixed(r.get("directionality_z"), 2),
-                format_fixed(r.get("directionality_p"), 3),
+                format_p(r.get("directionality_p")),
                 str(r.get("head_type", "")),
             )
         print_table(console, form)
@@ -603,7 +575,7 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
         for note in sorted(notes):
             console.print(f"Layer null {escape(note)}.")
     if top > 0:
-        print_table(console, _notable_table(df, top))
+        print_table(console, _notable_table(df, top, int(samples or 0)))
         console.print(skew_note(df, top))
     rotation_line = rotation_verdict(df)
     if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn

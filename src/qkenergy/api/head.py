@@ -27,7 +27,7 @@ from qkenergy.math.spectrum import singular_values
 from qkenergy.math.statistics import STATISTICS, HeadStatistics, gram_statistics
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qkenergy.math.laws import Law
+    from qkenergy.math.laws import Law, Tail
     from qkenergy.math.rope import Rope
 
 __all__ = ["Head"]
@@ -249,7 +249,9 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
     ) -> Law:
         """The null law of one statistic of this head (default the symmetric energy), as a frozen :class:`Law`.
 
-        ``law.pvalue(head.symmetric_energy)`` is the table's ``symmetric_energy_p``.
+        ``law.pvalue(head.symmetric_energy)`` is the p the table's BH adjustment takes (the
+        Beta tail ``symmetric_energy_p_tail`` where the empirical ``symmetric_energy_p`` sits at
+        its floor); ``tail="empirical"`` and ``tail="beta"`` give each column (:meth:`pvalue`).
 
         Parameters
         ----------
@@ -265,7 +267,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         Returns
         -------
         Law
-            mean, std, cdf, sf, ppf, pvalue, z; ``rvs`` for a Gaussian law.
+            mean, std, cdf, sf, ppf, pvalue, p_tail, z; ``rvs`` for a Gaussian law.
 
         Examples
         --------
@@ -274,11 +276,57 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         >>> law = head.null(samples=200)
         >>> law.mean() == 385 / 768  # (N + 1) / (2N), exact
         True
-        >>> float(law.pvalue(head.symmetric_energy))  # beyond every draw: 2 / (K + 1)
+        >>> float(law.pvalue(head.symmetric_energy, tail="empirical"))  # beyond every draw: 2 / (K + 1)
         0.009950248756218905
+        >>> law.pvalue(head.symmetric_energy) == law.p_tail(head.symmetric_energy) < 1e-30  # the tail
+        True
         """
         names = (statistic,) if statistic not in NULL_STATISTICS else None
         return self.null_law(samples, seed, kind, cache_dir=cache_dir, statistics=names)[statistic]
+
+    def pvalue(
+        self,
+        samples: int = 2000,
+        seed: int = 0,
+        kind: str = "gaussian",
+        *,
+        statistic: str = "symmetric_energy",
+        tail: Tail = "auto",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> float:
+        """Two-sided p of this head's statistic under its null law, as the table computes it.
+
+        ``head.pvalue()`` is ``head.null().pvalue(head.symmetric_energy)``: by default the p that
+        the table's BH adjustment takes, the Beta tail (``symmetric_energy_p_tail``) where the
+        empirical p (``symmetric_energy_p``) sits at its floor 2/(K + 1); ``tail="empirical"``
+        and ``tail="beta"`` give each column (:meth:`qkenergy.math.laws.Law.pvalue`).
+
+        Parameters
+        ----------
+        samples, seed : int
+            As :meth:`null_law`'s (the table's).
+        kind : str
+            "gaussian" or "rotation" (:meth:`null_law`).
+        statistic : str
+            The statistic's column name.
+        tail : {"auto", "empirical", "beta"}
+            Which p.
+        cache_dir : path, optional
+            As :meth:`null_law`'s.
+
+        Returns
+        -------
+        float
+
+        Examples
+        --------
+        >>> import qkenergy as qk
+        >>> head = qk.open().head(2, 9)
+        >>> head.pvalue(samples=200, tail="empirical"), head.pvalue(samples=200) < 1e-300
+        (0.009950248756218905, True)
+        """
+        law = self.null(samples, seed, kind, statistic=statistic, cache_dir=cache_dir)
+        return float(law.pvalue(self._value(statistic), tail=tail))
 
 
 def _statistic_property(name: str) -> property:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.api.shown import ShownAsJson
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import markdown_table, print_table, rich_table
+from qkenergy.base.formatting import markdown_table, print_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -32,6 +32,10 @@ class _Rows(ShownAsJson):
     rows: tuple[Mapping[str, str], ...]
     columns: tuple[str, ...]
     title: str
+    shown: tuple[str, ...] | None = None
+    """The columns of the text table (None: all): it fits 80 columns, the rest is in the JSON and markdown."""
+    note: str | None = None
+    """A line printed under the text table."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -61,19 +65,26 @@ class _Rows(ShownAsJson):
         return pd.DataFrame(self.records(), columns=list(self.columns))
 
     def print_to(self, console: Any, **options: Any) -> None:
-        """Print the table on a rich Console: boxed on a terminal, plain off it (never cut).
+        """Print the table on a rich Console: boxed on a terminal, plain off it, fitted to its width.
 
         Parameters
         ----------
         console : rich.console.Console
-            Where to print.
+            Where to print: the widest cells wrap to fit it.
         **options
             None.
         """
-        table = rich_table(self.title, [(c, "left") for c in self.columns])
+        from rich.table import Table
+
+        shown = self.columns if self.shown is None else self.shown
+        table = Table(title=self.title, title_justify="left")
+        for column in shown:  # the model type whole, long words broken rather than cut
+            table.add_column(column, no_wrap=column == "model_type", overflow="fold")
         for row in self.rows:
-            table.add_row(*(row[c] for c in self.columns))
+            table.add_row(*(row[c] for c in shown))
         print_table(console, table)
+        if self.note is not None:
+            console.print(self.note, highlight=False)
 
     def heading(self) -> str:
         """The table's title.
@@ -120,6 +131,8 @@ class Layouts(_Rows):
     rows: tuple[Mapping[str, str], ...]
     columns: tuple[str, ...]
     title = "qkenergy layouts: supported model types"
+    shown = ("model_type", "models", "stacks", "positional", "qk_norm")
+    note = "variants, and the transformers class proving each layout: --markdown, --json"
 
     def __repr__(self) -> str:
         return f"<Layouts: {len(self)} supported model types>"
@@ -209,22 +222,51 @@ class Coverage(_Rows):
         return self.line + "\n\n" + markdown_table(self.columns, self.rows)
 
 
-def layouts(families: Mapping[str, Family] | None = None) -> Layouts:
-    """The supported model types and where their heads live, as ``qkenergy layouts`` lists them.
+def _matching(
+    rows: Iterable[Mapping[str, str]], name: str | None, fields: tuple[str, ...]
+) -> tuple[Mapping[str, str], ...]:
+    """The rows whose ``fields`` contain ``name`` (case-insensitive); all of them without a name.
+
+    Raises
+    ------
+    QKEnergyError
+        No row matches.
+    """
+    rows = tuple(rows)
+    if name is None:
+        return rows
+    wanted = name.strip().casefold()
+    found = tuple(row for row in rows if any(wanted in row[field].casefold() for field in fields))
+    if not found:
+        raise QKEnergyError(f"no model type matches {name!r} (by model_type or model names, ignoring case)")
+    return found
+
+
+def layouts(families: Mapping[str, Family] | None = None, *, name: str | None = None) -> Layouts:
+    """The supported model types and where their heads live, as ``qkenergy layouts [NAME]`` lists them.
 
     Parameters
     ----------
     families : mapping of str to Family, optional
         The families to describe (default: every supported one, ``weights.families.FAMILIES``).
+    name : str, optional
+        Keep the rows whose ``model_type`` or model names contain it, ignoring case
+        (``"llama"``: llama, llama4, mllama, ...).
 
     Returns
     -------
     Layouts
         One row per ``model_type``, sorted.
+
+    Raises
+    ------
+    QKEnergyError
+        No supported model type matches ``name``.
     """
     from qkenergy.weights.families import LAYOUT_COLUMNS, describe_families
 
-    return Layouts(tuple(describe_families(families)), columns=LAYOUT_COLUMNS)
+    rows = _matching(describe_families(families), name, ("model_type", "models"))
+    return Layouts(rows, columns=LAYOUT_COLUMNS)
 
 
 def installed_model_types() -> tuple[list[str], str]:
@@ -254,7 +296,9 @@ def installed_model_types() -> tuple[list[str], str]:
     return sorted(CONFIG_MAPPING_NAMES), str(transformers.__version__)
 
 
-def coverage(model_types: Iterable[str] | None = None, *, where: str | None = None) -> Coverage:
+def coverage(
+    model_types: Iterable[str] | None = None, *, where: str | None = None, name: str | None = None
+) -> Coverage:
     """Every model type classified: supported (and its proof), not a bilinear attention (and why), or not yet.
 
     Parameters
@@ -264,6 +308,8 @@ def coverage(model_types: Iterable[str] | None = None, *, where: str | None = No
     where : str, optional
         What the list is, for the counts' sentence (default "transformers VERSION" for the
         installed list, else "the given list").
+    name : str, optional
+        Keep the model types that contain it, ignoring case (the counts then count those).
 
     Returns
     -------
@@ -273,7 +319,7 @@ def coverage(model_types: Iterable[str] | None = None, *, where: str | None = No
     Raises
     ------
     QKEnergyError
-        ``model_types`` not given and transformers not installed.
+        ``model_types`` not given and transformers not installed; no model type matches ``name``.
     """
     from qkenergy.weights.coverage import COVERAGE_COLUMNS
     from qkenergy.weights.coverage import coverage as classify
@@ -281,5 +327,5 @@ def coverage(model_types: Iterable[str] | None = None, *, where: str | None = No
     if model_types is None:
         model_types, version = installed_model_types()
         where = f"transformers {version}" if where is None else where
-    rows = classify(model_types)
-    return Coverage(tuple(rows), where="the given list" if where is None else where, columns=COVERAGE_COLUMNS)
+    rows = _matching(classify(model_types), name, ("model_type",))
+    return Coverage(rows, where="the given list" if where is None else where, columns=COVERAGE_COLUMNS)

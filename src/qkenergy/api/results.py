@@ -10,7 +10,7 @@ its settings), exactly. Those two live with :func:`qkenergy.open` in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.api.head import Head
     from qkenergy.api.model import Model
 
-__all__ = ["Analysis"]
+__all__ = ["TOP_COLUMNS", "Analysis"]
+
+TOP_COLUMNS: tuple[str, ...] = (
+    "stack",
+    "offset",
+    "layer",
+    "head",
+    "symmetric_energy",
+    "symmetric_energy_z",
+    "symmetric_energy_p",
+    "symmetric_energy_p_tail",
+    "symmetric_energy_p_bh",
+    "head_type",
+)
+"""The columns of :meth:`Analysis.top` by default (those the head table has; ``stack`` for a model of several)."""
 
 
 class Analysis(Shown):
@@ -169,7 +184,7 @@ class Analysis(Shown):
             radius=TypeRule.from_settings(self.settings).radius,
         )
 
-    def top(self, k: int = 5) -> pd.DataFrame:
+    def top(self, k: int = 5, *, columns: str | Sequence[str] = "summary") -> pd.DataFrame:
         """The ``k`` most symmetric heads above the random baseline (largest s first), then the ``k`` most
         skew below it (smallest s first): the summary's "heads worth a look".
 
@@ -177,11 +192,20 @@ class Analysis(Shown):
         ----------
         k : int
             Heads of each kind, at most.
+        columns : "summary", "all" or sequence of str
+            "summary" (default): where the head is, s, its z, its p-values
+            (empirical, Beta tail, BH-adjusted) and its type (:data:`TOP_COLUMNS`, those the
+            table has); "all": every column of :attr:`heads`; or these columns.
 
         Returns
         -------
         DataFrame
             Rows of :attr:`heads`.
+
+        Raises
+        ------
+        QKEnergyError
+            ``columns`` names a column the table lacks.
         """
         import pandas as pd
 
@@ -189,8 +213,27 @@ class Analysis(Shown):
         from qkenergy.base.errors import check_integer
 
         k = check_integer(k, "k")
-        symmetric, skew = notable_heads(self._table(), k)
-        return pd.concat([pd.DataFrame(symmetric), pd.DataFrame(skew)], ignore_index=True)
+        table = self._table()
+        if columns == "all":
+            names = list(table.columns)
+        elif columns == "summary":
+            names = [
+                name
+                for name in TOP_COLUMNS
+                if name in table.columns and (name != "stack" or table[name].nunique() > 1)
+            ]
+        else:
+            names = [columns] if isinstance(columns, str) else list(columns)
+            missing = [name for name in names if name not in table.columns]
+            if missing:
+                raise QKEnergyError(
+                    f"columns: the head table has no column {', '.join(map(repr, missing))} "
+                    "(give 'summary', 'all' or column names of .heads)",
+                    parameter="columns",
+                )
+        symmetric, skew = notable_heads(table, k)
+        rows = pd.concat([pd.DataFrame(symmetric), pd.DataFrame(skew)], ignore_index=True)
+        return rows[names]
 
     def _table(self) -> pd.DataFrame:
         table = self.heads
@@ -258,6 +301,7 @@ class Analysis(Shown):
         matplotlib.figure.Figure
             The null histogram shows the null laws this analysis used.
         """
+        require("plot", "matplotlib", "figures are drawn with it")
         from qkenergy.figures.plots import figure
 
         spec = self.null or NullSpec()
@@ -310,6 +354,7 @@ class Analysis(Shown):
         if path is not None and Path(path).suffix.lower() not in FORMATS:
             raise QKEnergyError(f"path: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
         if plots is not None:
+            require("plot", "matplotlib", "figures are drawn with it")
             spec = self.null or NullSpec()
             plot_options.setdefault("null_samples", spec.samples)
             plot_options.setdefault("seed", int(self.settings.get("seed", spec.seed)))
@@ -333,6 +378,7 @@ class Analysis(Shown):
         list of pathlib.Path
             The files written.
         """
+        require("plot", "matplotlib", "figures are drawn with it")
         from qkenergy.figures.plots import plot_results
 
         return plot_results(self.heads, outdir, **options)

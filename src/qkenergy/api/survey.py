@@ -21,6 +21,8 @@ from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
+from qkenergy.base.formatting import plural
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
 
@@ -75,11 +77,12 @@ class Survey(Shown):
     def __repr__(self) -> str:
         models = self.record.get("models", [])
         count = len(models) if isinstance(models, list) else 0
-        return f"<Survey {self.out}: {count} models, {self.status}>"
+        return f"<Survey {self.out}: {plural(count, 'model')}, {self.status}>"
 
     # ---------------------------------------------------------------- the dataset
     def _read(self) -> ReportInputs:
         if self._inputs is None:
+            require("survey", "plotly", "a survey's dataset is read with the report's reader")
             from qkenergy.report.page import read_inputs
 
             self._inputs = read_inputs([self.out])
@@ -191,7 +194,12 @@ class Survey(Shown):
         summary = model_summary(inputs.heads, inputs.layers, inputs.models)
         comparison = None if baseline is None else baseline_comparison(inputs.heads, baseline, inputs.models)
         return report_figures(
-            inputs.heads, summary, models=inputs.models, comparison=comparison, losses=inputs.losses
+            inputs.heads,
+            summary,
+            models=inputs.models,
+            comparison=comparison,
+            losses=inputs.losses,
+            settings=inputs.settings,
         )
 
     @property
@@ -246,7 +254,8 @@ class Survey(Shown):
         title : str, optional
             The page's title.
         static : bool, optional
-            The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+            The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+            is found, else none and a warning naming what to install; True: all or an error; False: none).
 
         Returns
         -------
@@ -260,6 +269,7 @@ def _returning_survey(run: Callable[P, SurveyRun]) -> Callable[P, Survey]:
 
     @functools.wraps(run)
     def survey(*args: P.args, **kwargs: P.kwargs) -> Survey:
+        require("survey", "distributed", "surveys run on a Dask cluster")
         done = run(*args, **kwargs)
         return Survey(done.out, last_run=done)
 
@@ -332,13 +342,15 @@ def write_report(
     title : str, optional
         The page's title.
     static : bool, optional
-        The PNG / SVG figures (None: each where it can be drawn; True: all or an error; False: none).
+        The PNG / SVG figures, plotly's export in a headless Chrome or Chromium (None: all where one
+        is found, else none and a warning naming what to install; True: all or an error; False: none).
 
     Returns
     -------
     Report
         Everything lands, or nothing does.
     """
+    require("report", "plotly", "the report's figures are drawn with it")
     from qkenergy.report.page import read_inputs
 
     paths = [sources] if isinstance(sources, str | os.PathLike) else list(sources)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TextIO, TypeGuard, cast
 
 import numpy as np
 
@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress
     from rich.table import Table
 
-_UNBOUNDED = 1 << 20  # columns: wider than any table
 MISSING = "–"
 """How an undefined (NaN, None) value is shown."""
 
@@ -29,6 +28,11 @@ def _finite(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def plural(number: int, noun: str) -> str:
+    """A count and its noun: '1 model', '12 models', '0 models'."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def format_fixed(value: Any, digits: int = 4) -> str:
@@ -55,13 +59,31 @@ def format_number(value: Any, digits: int = 6) -> str:
     return f"{number:.{digits}g}"
 
 
-def format_p(value: Any) -> str:
-    """A probability as :func:`format_number` with 2 digits; one that underflowed to 0 reads as below
-    the smallest positive double, since a tail probability is never exactly 0."""
+def format_p(value: Any, floor: float = 1e-300) -> str:
+    """A probability to two significant digits (``0.027``, ``3.1e-05``); below ``floor``, ``<floor``.
+
+    A p computed beyond what its law resolves reads as a bound, never as digits (``<1e-31``,
+    not ``2.227e-311``); a tail that underflowed to 0 reads the same, since a tail probability
+    is never exactly 0.
+
+    Parameters
+    ----------
+    value : float
+        The probability; MISSING when undefined.
+    floor : float
+        The smallest p shown as a number (the caller's honest floor, e.g.
+        ``math.tails.resolved_floor``; by default 1e-300, near where float64 ends).
+
+    Returns
+    -------
+    str
+    """
     number = _finite(value)
-    if number == 0:
-        return f"<{np.finfo(np.float64).smallest_subnormal:.0e}"
-    return format_number(value, 2)
+    if number is None:
+        return MISSING
+    if number < floor:
+        return f"<{floor:.0e}"
+    return f"{number:.2g}"
 
 
 def json_safe(value: Any) -> Any:
@@ -109,38 +131,29 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) ->
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` on ``console``: boxed on a terminal, plain aligned text on a pipe or file.
 
-    Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters, and no
-    cell cut or wrapped at the width a terminal would have (80 columns unless COLUMNS says
-    otherwise): off a terminal the table takes the width its cells need. A table of plain
-    text there (no markup, no wrapped title or caption: every table of a run's summary) is
-    laid out here, as rich lays it out, without rich's measuring and rendering (about 50 ms
-    for a summary's tables).
+    Text meant for ``grep``, ``awk`` or a log file gets no box-drawing characters; off a
+    terminal the table is fitted to the console's width as on a terminal (80 columns unless
+    COLUMNS says otherwise: rich wraps the widest cells, and breaks a word too long rather
+    than cut it), its title and caption flush left.
+    A table of plain text that fits as it is (every table of a run's summary) is laid out
+    here as rich lays it out, reading only rich's public ``Column.cells``, without rich's
+    measuring and rendering: measured on the embedded MiniLM's summary in a fresh interpreter
+    (as benchmarks/bench_startup.py times the summary alone), median 117 ms with this route
+    against 186 ms through rich, 7 runs each; warm, both take a few ms.
     """
-    if console.is_terminal:
-        console.print(table)
-        return
-    table.box = None
-    table.show_edge = False
-    table.pad_edge = False
-    table.title_justify = table.caption_justify = "left"  # not centred over a table as wide as its cells
-    lines = _plain_lines(table)
-    if lines is not None:
-        console.out("\n".join(lines), highlight=False)
-        return
-    _print_at_natural_width(console, table)
-
-
-def _print_at_natural_width(console: Console, table: Table) -> None:
-    """rich prints ``table`` at the width its cells need (wider than the console if need be)."""
-    from rich.measure import Measurement
-
-    natural = Measurement.get(console, console.options.update_width(_UNBOUNDED), table).maximum
-    width = console.width
-    console.width = max(width, natural)
-    try:
-        console.print(table)
-    finally:
-        console.width = width
+    if not console.is_terminal:
+        table.box = None
+        table.show_edge = False
+        table.pad_edge = False
+        table.title_justify = table.caption_justify = "left"  # not centred over a table as wide as its cells
+        for column in table.columns:  # a cell too wide is broken over lines, never cut with an ellipsis
+            if column.overflow == "ellipsis":
+                column.overflow = "fold"
+        lines = _plain_lines(table)
+        if lines is not None and max(map(len, lines)) <= console.width:
+            console.out("\n".join(lines), highlight=False)
+            return
+    console.print(table)
 
 
 # Characters rich prints as they are, one cell wide each: no markup ('['), escapes ('\\') or
@@ -154,8 +167,9 @@ def _plain(text: object) -> TypeGuard[str]:
 
 def _plain_lines(table: Table) -> list[str] | None:
     """The lines rich prints off a terminal for ``table`` (as :func:`print_table` sets it up: no
-    box, no edge padding, the width its cells need), or None when rich must lay it out: a text
-    that is not plain, a caption, a title wider than the table, any setting but those used here."""
+    box, no edge padding, the width its cells need), without trailing spaces, or None when rich
+    must lay it out: a text that is not plain, a caption, a title wider than the table, any
+    setting but those used here."""
     columns = table.columns
     if (
         not columns
@@ -178,7 +192,7 @@ def _plain_lines(table: Table) -> list[str] | None:
         return None
     cells = []
     for column in columns:
-        texts = [column.header, *column._cells]
+        texts = [column.header, *column.cells]
         plain = [text for text in texts if _plain(text)]
         if (
             len(plain) < len(texts)
@@ -196,14 +210,74 @@ def _plain_lines(table: Table) -> list[str] | None:
     width = sum(widths) + 2 * (len(widths) - 1)  # one space of padding each side, none at the edges
     if title is not None and len(title) > width:  # rich would wrap it
         return None
-    lines = [] if title is None else [title.ljust(width)]
+    lines = [] if title is None else [title]
     for row in zip(*cells, strict=True):
         parts = [
             text.rjust(size) if column.justify == "right" else text.ljust(size)
             for text, size, column in zip(row, widths, columns, strict=True)
         ]
-        lines.append("  ".join(parts))
+        lines.append("  ".join(parts).rstrip())
     return lines
+
+
+class _TrimmedLines:
+    """A text stream that writes each line to ``stream`` without its trailing spaces.
+
+    rich pads a table's cells and keeps the space where it wraps a sentence: invisible on a
+    terminal, but a pipe or a file would carry them (and ``diff`` and editors show them).
+    A line is held until its newline; what :meth:`flush` finds unfinished is written as it is.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._line = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._line = (self._line + text).split("\n")
+        if lines:
+            self._stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._line:
+            self._stream.write(self._line)
+            self._line = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+
+def output_console(file: TextIO | None = None, **options: Any) -> Console:
+    """A rich Console on ``file`` (default standard output): off a terminal, lines without trailing spaces.
+
+    Parameters
+    ----------
+    file : text stream, optional
+        Where to print (default ``sys.stdout``).
+    **options
+        Passed to ``rich.console.Console`` (``width``, ``color_system``, ...).
+
+    Returns
+    -------
+    rich.console.Console
+    """
+    import sys
+
+    from rich.console import Console
+
+    stream = sys.stdout if file is None else file
+    terminal = options.get("force_terminal")
+    if terminal is None:
+        terminal = stream.isatty()
+    return Console(file=stream if terminal else cast(TextIO, _TrimmedLines(stream)), **options)
 
 
 def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:
@@ -213,10 +287,8 @@ def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:
     """
     import io
 
-    from rich.console import Console
-
     buffer = io.StringIO()
-    print_to(Console(file=buffer, width=width, force_terminal=False, color_system=None))
+    print_to(output_console(buffer, width=width, force_terminal=False, color_system=None))
     return buffer.getvalue()
 
 

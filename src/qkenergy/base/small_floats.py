@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkenergy.base.extras import require
+
 __all__ = [
     "BFLOAT16",
     "FLOAT8_E4M3FN",
@@ -188,6 +190,7 @@ def as_ml_dtypes(array: np.ndarray) -> np.ndarray:
     """
     if not is_small_float(array.dtype):
         return array
+    require("dtypes", "ml_dtypes", "bfloat16 and float8 weights as ml_dtypes arrays")
     import ml_dtypes
 
     name = array.dtype.names[0] if array.dtype.names else ""

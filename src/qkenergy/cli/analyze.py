@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
+from qkenergy.base.extras import require
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
     IndexSelectionType,
     NullOptions,
     RopeOffsetsType,
-    default_cache_dir,
     draws_option,
     null_options,
     plot_options,
@@ -85,7 +86,7 @@ if TYPE_CHECKING:  # pragma: no cover
     "layout_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="TOML layout file for an architecture qkenergy does not ship (see docs/models.md).",
+    help="TOML layout file for an architecture qkenergy does not ship (see qkenergy explain layout-files).",
 )
 @click.option(
     "--threads",
@@ -147,11 +148,11 @@ def analyze(
     """Analyze every head of MODEL (safetensors file, directory, shards, GGUF file, HF cache folder, hub id, or
     an embedded model: minilm (the default), smollm2).
 
-    Every column of the table and every term of the summary is explained in
-    docs/columns.md, the mathematics behind them in docs/mathematics.md.
+    Every column of the table and every term of the summary is explained by
+    qkenergy explain columns, the mathematics behind them by qkenergy explain mathematics.
 
     Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
-    as they are read; other methods are refused (docs/models.md).
+    as they are read; other methods are refused (qkenergy explain quantization).
     """
     from qkenergy.analysis.run_config import Reading, RunConfig, Selection
     from qkenergy.api.model import run
@@ -162,6 +163,10 @@ def analyze(
             f"expected a file ending in {', '.join(tables.FORMATS)}, got {str(output)!r}",
             param_hint="'-o' / '--output'",
         )
+    if output is not None:
+        tables.table_format(output)  # its extra (Parquet: pyarrow) checked before the analysis, not after
+    if plot_dir is not None:
+        require("plot", "matplotlib", "--plot draws with it")
     config = RunConfig(
         selection=Selection(layers, heads, rope_offsets),
         reading=Reading(model_type, layout_file, revision, None, fold_norm, name, skip_nonfinite),

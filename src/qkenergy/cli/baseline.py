@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.cli.output import one_line, stdout_console
 from qkenergy.cli.params import (
     BYTES_PER_NULL_SAMPLE,
     DEFAULT_BASELINE_SAMPLES,
-    default_cache_dir,
     fits_in_memory,
     parse_entry_law,
     validated_by,

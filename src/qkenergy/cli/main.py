@@ -1,6 +1,6 @@
 """The qkenergy command line: the group, its entry point and how failures map to exit statuses.
 
-The commands (verify, baseline, lobes, analyze, plot, survey, report, layouts) live in one
+The commands (verify, baseline, lobes, analyze, plot, survey, report, layouts, explain) live in one
 module each of this package; this one gathers them under the ``qkenergy`` group.
 
 Errors are one line on stderr, ``qkenergy: error: <message>``: bad command-line
@@ -22,9 +22,11 @@ from typing import Any, NoReturn
 import click
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import missing_extra
 from qkenergy.base.interrupt import Interrupted, signals_raise
 from qkenergy.cli.analyze import analyze
 from qkenergy.cli.baseline import baseline
+from qkenergy.cli.explain import explain
 from qkenergy.cli.layouts import layouts
 from qkenergy.cli.lobes import lobes
 from qkenergy.cli.output import PROG, fail, flag_message, one_line, option_flags
@@ -43,7 +45,7 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-for _command in (verify, baseline, lobes, analyze, plot, layouts, survey, report_command):
+for _command in (verify, baseline, lobes, analyze, plot, layouts, survey, report_command, explain):
     cli.add_command(_command)
 
 
@@ -138,6 +140,8 @@ def _run(argv: Sequence[str] | None) -> NoReturn:
     except MemoryError:
         fail("out of memory", 1)
     except Exception as error:  # anything else is a bug or an unchecked input: still one line
+        if isinstance(error, ModuleNotFoundError) and (missing := missing_extra(error)) is not None:
+            fail(str(missing), 1)  # an extra's module imported where no require() call foresaw it
         if os.environ.get("QKENERGY_DEBUG", "").strip() not in ("", "0"):
             raise
         fail(f"unexpected {type(error).__name__}: {error} (set QKENERGY_DEBUG=1 for the traceback)", 1)

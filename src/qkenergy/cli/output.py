@@ -83,9 +83,10 @@ def stderr_console() -> Any:
 
 
 def stdout_console() -> Any:
-    from rich.console import Console
+    """A rich Console on standard output (off a terminal its lines carry no trailing spaces)."""
+    from qkenergy.base.formatting import output_console
 
-    return Console()
+    return output_console()
 
 
 def fail(message: str, status: int) -> NoReturn:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.cli.output import one_line
 
@@ -167,12 +167,6 @@ def parse_positive_law(spec: str) -> Any:
     from qkenergy.math.lobes import positive_law
 
     return positive_law(spec)
-
-
-def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/qkenergy, or ~/.cache/qkenergy."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "qkenergy"
 
 
 F = TypeVar("F", bound=Callable[..., Any])

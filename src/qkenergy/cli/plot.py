@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qkenergy.base.extras import require
 from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, HeadType, fits_in_memory, plot_options
 
 
@@ -42,9 +43,10 @@ def plot(
     seed: int,
     cache_dir: Path | None,
 ) -> None:
-    """Plot a results table written by ``qkenergy analyze -o`` (its recorded settings label the figures)."""
+    """Plot a results table written by qkenergy analyze -o (its recorded settings label the figures)."""
     from qkenergy.api.model import read
 
+    require("plot", "matplotlib", "qkenergy plot draws with it")  # before the table is read (its own extra)
     options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
     for path in read(results).plot(outdir, head=head, **options):
         click.echo(f"wrote {path}")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from qkenergy.base.formatting import plural
+
 
 @click.command("report")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
@@ -26,14 +28,14 @@ import click
 @click.option(
     "--static/--no-static",
     default=None,
-    help="The PNG / SVG figures: --static requires every one, --no-static skips them. By default "
-    "each is drawn where it can be: by plotly's kaleido when Chrome or Chromium is found, else "
-    "with matplotlib (one warning line says so).",
+    help="The PNG / SVG figures (plotly's kaleido, in a headless Chrome or Chromium): --static "
+    "requires them, --no-static skips them. By default they are written where a browser is "
+    "found; without one, one warning line names what to install.",
 )
 def report_command(
     sources: tuple[Path, ...], output: Path, reference: str | None, title: str | None, static: bool | None
 ) -> None:
-    """Compare models in one report: a survey's OUT directory, or head tables from `analyze -o`."""
+    """Compare models in one report: a survey's OUT directory, or head tables from analyze -o."""
     from qkenergy.api.survey import write_report
 
     if output.suffix.lower() not in (".html", ".htm"):
@@ -41,5 +43,7 @@ def report_command(
             f"expected a file ending in .html, got {str(output)!r}", param_hint="'-o' / '--output'"
         )
     result = write_report(sources, output, baseline=reference, title=title, static=static)
-    click.echo(f"wrote {result.html} ({len(result.summary)} models, {len(result.figures)} figures)")
-    click.echo(f"wrote {len(result.files)} files in {result.directory}")
+    click.echo(
+        f"wrote {result.html} ({plural(len(result.summary), 'model')}, {plural(len(result.figures), 'figure')})"
+    )
+    click.echo(f"wrote {plural(len(result.files), 'file')} in {result.directory}")

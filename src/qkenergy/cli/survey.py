@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.cli.output import fail, stdout_console
 from qkenergy.cli.params import (
     DEFAULT_BASELINE_SAMPLES,
     NullOptions,
-    default_cache_dir,
     draws_option,
     null_options,
 )
@@ -83,7 +83,7 @@ def survey(
     cache_dir: Path | None,
     quiet: bool,
 ) -> None:
-    """Analyse every layer of every model of MANIFEST on Dask, restartably (see docs/survey.md).
+    """Analyse every layer of every model of MANIFEST on Dask, restartably (see qkenergy explain survey).
 
     MANIFEST: a TOML file of [[model]] tables or a text file with one source per line.
     Rerunning the same command does only what is missing.

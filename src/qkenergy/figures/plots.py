@@ -35,15 +35,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PathCollection
-from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
+from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
-from qkenergy.formats.transaction import OutputTransaction, joined
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -139,6 +139,12 @@ def _title(df: pd.DataFrame) -> str:
     return _model_name(df) or "heads"
 
 
+def _legend_below(ax: Axes, ncol: int = 1, *, gap: float = 0.15) -> Any:
+    """The axes' legend under them (``gap``: axes heights below their bottom, under the axis title),
+    off the data: a legend inside may cover the very point that matters."""
+    return ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=ncol, frameon=False)
+
+
 # ----------------------------------------------------------------------------- 1. heatmap
 
 
@@ -159,34 +165,54 @@ def _canvas(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes
     return cast(Figure, ax.figure), ax
 
 
+def _null_scale(df: pd.DataFrame, deviations: np.ndarray) -> tuple[float, str]:
+    """The unit of the heatmap's colours: the null law's sd of s (median over the heads), else, with
+    no null columns, a twentieth of the largest |s - baseline|; and how the colour bar names it."""
+    sd = (
+        df["symmetric_energy_null_sd"].to_numpy(np.float64)
+        if "symmetric_energy_null_sd" in df.columns
+        else np.zeros(0)
+    )
+    sd = sd[np.isfinite(sd) & (sd > 0)]
+    if sd.size:
+        return float(np.median(sd)), "null sd"
+    spread = float(np.max(np.abs(deviations))) if deviations.size else 0.0
+    unit = spread / 20 if spread > 0 else 1e-3
+    return unit, f"{unit:.2g}"
+
+
 def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
+    """s per head, coloured by asinh((s - baseline) / null sd): diverging about the random baseline
+    (N+1)/(2N), linear within a null sd of it and logarithmic beyond, so that heads a few null sd off
+    the baseline are told apart from it and from the far ones at once; the cells print s to 3 decimals."""
+    import matplotlib
+    from matplotlib.colors import FuncNorm
+
     df = _rows(df)
     grid = df.pivot_table(
         index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
     )
     values = grid.to_numpy(np.float64)
-    Ns = df["N"].unique()
-    centre = float(baseline(float(Ns[0])))
+    centre = float(baseline(float(df["N"].unique()[0])))
     finite = values[np.isfinite(values)]
-    spread = max(np.max(np.abs(finite - centre)) if finite.size else 0.0, 1e-6)
-    lo = min(finite.min() if finite.size else centre, centre - 1e-3 * spread)
-    hi = max(finite.max() if finite.size else centre, centre + 1e-3 * spread)
-    norm = TwoSlopeNorm(vcenter=centre, vmin=lo, vmax=hi)
+    unit, unit_name = _null_scale(df, finite - centre)
+    distance = (values - centre) / unit
+    reach = float(np.arcsinh(np.max(np.abs(distance[np.isfinite(distance)]), initial=1.0)))
+    norm = FuncNorm((np.arcsinh, np.sinh), vmin=-math.sinh(reach), vmax=math.sinh(reach))
 
     rows, cols = values.shape
-    fig, ax = _canvas(ax, (max(5.0, 0.45 * cols + 2.5), max(3.0, 0.4 * rows + 1.6)))
-    import matplotlib
-
+    fig, ax = _canvas(ax, (max(5.0, 0.55 * cols + 2.8), max(3.0, 0.4 * rows + 1.6)))
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")
     image = ax.imshow(
-        np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"
+        np.ma.masked_invalid(distance), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"
     )
     ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
     ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     # Mark heads whose symmetric energy differs significantly from the random law.
-    if {"symmetric_energy_p_bh"} <= set(df.columns):
+    sig = np.full(values.shape, np.nan)
+    if "symmetric_energy_p_bh" in df.columns:
         sig_table = df.pivot_table(
             index="row",
             columns="head",
@@ -196,31 +222,23 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
             observed=True,
         )
         sig = sig_table.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
-        annotate = rows * cols <= 400
-        for i in range(rows):
-            for j in range(cols):
-                v = values[i, j]
-                if not math.isfinite(v):
-                    continue
-                star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
-                if annotate:
-                    dark = abs(norm(v) - 0.5) > 0.3
-                    ax.text(
-                        j,
-                        i,
-                        f"{v:.2f}{star}",
-                        ha="center",
-                        va="center",
-                        fontsize=6,
-                        color="white" if dark else "black",
-                    )
-                elif star:
-                    ax.text(j, i, star, ha="center", va="center", fontsize=6)
+    annotate = rows * cols <= 400
+    for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
+        star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
+        if annotate:
+            dark = abs(float(norm(distance[i, j])) - 0.5) > 0.3
+            text = f"{values[i, j]:.3f}{star}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=6, color="white" if dark else "black")
+        elif star:
+            ax.text(j, i, star, ha="center", va="center", fontsize=6)
     bar = fig.colorbar(image, ax=ax)
-    bar.set_label("symmetric energy s")
+    steps = [k for k in (1, 10, 100, 1000, 10000) if k <= math.sinh(reach)]
+    bar.set_ticks([-k for k in reversed(steps)] + [0] + steps)
+    bar.set_label(f"(s − baseline) / {unit_name}, asinh scale")
+    stars = "; * BH-adjusted p < 0.05" if "symmetric_energy_p_bh" in df.columns else ""
     ax.set_title(
-        f"{_title(df)}: symmetric energy per head\n"
-        f"colour centre: random baseline (N+1)/2N = {centre:.4f}; * BH-adjusted p < 0.05",
+        f"{_title(df)}: symmetric energy s per head\n"
+        f"colour: s against the random baseline (N+1)/(2N) = {centre:.4f}{stars}",
         fontsize=9,
     )
     return fig
@@ -276,7 +294,7 @@ def _null_histogram(
             )
             lo, hi = min(lo, draws.min()), max(hi, draws.max())
             drawn.append((draws, colour, base))
-        axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+        axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
         lo, hi = min(lo, base), max(hi, base)
     if s.size:
         span = hi - lo if hi > lo else 1e-3
@@ -318,6 +336,7 @@ def _null_zoom(ax: Any, s: np.ndarray, draws: np.ndarray, colour: str, base: flo
     inset.axvline(base, color=colour, ls="--", lw=1)
     inset.set_xlim(a - pad, b + pad)
     inset.tick_params(labelsize=6)
+    inset.xaxis.set_major_locator(MaxNLocator(4))  # 4-decimal labels: more would run into each other
     inset.set_yticks([])
     inset.set_title(f"the null law, zoomed: {near.size} heads (|) in this range", fontsize=7)
 
@@ -444,7 +463,7 @@ def normalised_spectrum(heads: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def _type_spectra(df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[Axes] | None = None) -> Figure:
     if axes is None:
-        fig = Figure(figsize=(11.0, 4.0))
+        fig = Figure(figsize=(11.0, 4.4))
         axes = fig.subplots(1, len(HEAD_TYPES), sharey=True)
     else:
         fig = cast(Figure, axes[0].figure)
@@ -468,7 +487,7 @@ def _type_spectra(df: pd.DataFrame, count: int = EXTREME_HEADS, axes: Sequence[A
             f"(layer.head {where})",
             fontsize=8,
         )
-        ax.legend(fontsize=7, loc="upper right")
+        _legend_below(ax, gap=0.2)
     axes[0].set_ylabel("mean eigenvalue of S / ||S||")
     fig.suptitle(f"{_title(df)}: mean normalised spectrum of S, most extreme heads of each type", fontsize=10)
     fig.tight_layout()
@@ -541,12 +560,28 @@ def _simplex(
         # Type boundaries: (c - d)/(c + d) = +-cut, rays from the b corner (the edge c + d <= 0.01 is
         # a share of the whole form's energy: no one line here).
         high, low = (1 + imbalance_cut) / 2, (1 - imbalance_cut) / 2
-        ax.plot(*ternary_xy([1, 0], [0, high], [0, low]), color="0.4", lw=0.8)
+        ax.plot(
+            *ternary_xy([1, 0], [0, high], [0, low]),
+            color="0.4",
+            lw=0.8,
+            label=f"type boundaries |c − d|/(c + d) = {imbalance_cut:g}: II between, I+ left, I− right",
+        )
         ax.plot(*ternary_xy([1, 0], [0, low], [0, high]), color="0.4", lw=0.8)
     else:
         # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
-        ax.plot(*ternary_xy([1, 0], [0, 0.5], [0, 0.5]), color="0.6", lw=0.8, ls=":")
-        ax.plot(*ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]), color="0.4", lw=0.8)
+        ax.plot(
+            *ternary_xy([1, 0], [0, 0.5], [0, 0.5]),
+            color="0.6",
+            lw=0.8,
+            ls=":",
+            label="c = d: I+ left, I− right",
+        )
+        ax.plot(
+            *ternary_xy([1 - radius] * 2, [radius, 0], [0, radius]),
+            color="0.4",
+            lw=0.8,
+            label=f"c + d = {radius:g}: Type II above",
+        )
     theta = np.linspace(0, np.pi / 2, 400)
     limit = accumulation_limit(np.tan(theta[:-1]))
     limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
@@ -682,7 +717,7 @@ def _lobes(df: pd.DataFrame, layer: int, head: int, axes: Sequence[Axes] | None 
     ax.set_aspect("equal")
     ax.set_xlabel("α_i (positive eigenvalues of S)")
     ax.set_ylabel("β_i (|negative eigenvalues| of S)")
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_below(ax)
     ranks = np.arange(1, m + 1)
     ax2.plot(ranks, alpha, marker="o", ms=3, lw=1, label="α (positive lobe)")
     ax2.plot(ranks, beta, marker="s", ms=3, lw=1, label="β (negative lobe)")
@@ -690,7 +725,7 @@ def _lobes(df: pd.DataFrame, layer: int, head: int, axes: Sequence[Axes] | None 
         ax2.plot(ranks, rho * alpha, color="tab:orange", lw=1, ls="--", label="ρα")
     ax2.set_xlabel("rank i")
     ax2.set_ylabel("eigenvalue magnitude")
-    ax2.legend(fontsize=7)
+    _legend_below(ax2)
 
     def fmt(name: str, digits: int = 3) -> str:
         return format_fixed(row.get(name), digits)
@@ -734,11 +769,17 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
             alpha=0.12,
         )
     base = float(baseline(float(df["N"].iloc[0])))
-    ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/2N = {base:.4f}")
+    ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("relative offset d = i - j (query i, key j)")
     ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
-    ax.legend(fontsize=7, ncol=2 if len(layers) > 8 else 1, loc="best")
+    ax.legend(  # beside the axes, off the lines
+        fontsize=7,
+        ncol=2 if len(layers) > 16 else 1,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1),
+        frameon=False,
+    )
     ax.set_title(
         f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
     )
@@ -823,7 +864,7 @@ def moment_scatter(
         )
     ax.set_xlabel("O = Σ λ/(1 − λ²)  (odd in λ: > 0 when the positive lobe reaches further)")
     ax.set_ylabel("E = Σ λ²/(1 − λ²)  (even in λ, >= 1)")
-    legend = ax.legend(fontsize=7, loc="best")
+    legend = _legend_below(ax, ncol=2)
     for handle in legend.legend_handles:  # the cloud's 3-point dots would be invisible in the legend
         if isinstance(handle, PathCollection):
             handle.set_sizes([max(float(np.max(handle.get_sizes())), 12.0)])
@@ -835,15 +876,14 @@ def moment_scatter(
 
 
 def _type_rule(settings: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The head-type rule a table was made with, as :func:`_simplex` draws it."""
-    recorded = settings or {}
-    # tables written before the imbalance rule record a radius and no rule: theirs was the radius rule
-    rule = str(recorded.get("type_rule", "radius" if "radius" in recorded else "imbalance"))
-    return {
-        "radius": float(recorded.get("radius", 0.02)),
-        "type_rule": rule,
-        "imbalance_cut": float(recorded.get("imbalance_cut", 0.2)),
-    }
+    """The head-type rule a table was made with, as :func:`_simplex` draws it (the published
+    imbalance rule when the settings record none)."""
+    from qkenergy.analysis.type_rule import TypeRule
+    from qkenergy.figures.captions import recorded_type_rule
+    from qkenergy.math.head_types import RADIUS
+
+    rule, radius = recorded_type_rule(settings) or (TypeRule(), RADIUS)
+    return {"radius": radius, "type_rule": rule.rule, "imbalance_cut": rule.imbalance_cut}
 
 
 def figure(
@@ -961,7 +1001,7 @@ def plot_results(
     legends (:func:`provenance.population_label`) and are stored in each file
     (PNG text chunk ``qkenergy``, SVG description, PDF subject).
     ``transaction``: stage the files in the caller's transaction (see
-    :mod:`qkenergy.formats.transaction`); by default they are committed together here.
+    :mod:`qkenergy.base.atomic`); by default they are committed together here.
 
     Parameters
     ----------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,12 +45,15 @@ from qkenergy.analysis.comparison import (
     relative_depth,
 )
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
+from qkenergy.figures.captions import report_type_rules
 from qkenergy.formats.tables import text_column as text
 
 __all__ = ["MOMENT_CLOUD_SAMPLES", "ReportFigure", "moment_clouds", "report_figures"]
 
 WIDTH = 1000  # static export width in pixels; the HTML figures fill the page width
-_PALETTE = qualitative.D3 + qualitative.Dark2
+# The models' colours: orange and grey are left out, being the null band's and the null cloud's.
+_RESERVED = {"#FF7F0E", "#7F7F7F", "rgb(217,95,2)", "rgb(102,102,102)"}
+_PALETTE = [c for c in qualitative.D3 + qualitative.Dark2 if c not in _RESERVED]
 _TYPE_COLOURS = {"II": "#7f7f7f", "I+": "#d62728", "I-": "#1f77b4", "undefined": "#dddddd"}
 _FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
 _BAND_FILL = "rgba(255,150,0,0.45)"  # the null band: a colour of its own, seen against grey and the points
@@ -238,6 +242,18 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
 # ----------------------------------------------------------------------------- 2. by depth
 
 
+def _baseline_key() -> go.Scatter:
+    """A legend entry for the dotted baseline lines (shapes have none of their own)."""
+    return go.Scatter(
+        x=[None],
+        y=[None],
+        mode="lines",
+        line={"color": "black", "width": 1, "dash": "dot"},
+        name="random baseline (N+1)/(2N)",
+        hoverinfo="skip",
+    )
+
+
 def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
     fig = go.Figure()
     for name in models:
@@ -271,6 +287,7 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
     for N in sorted(heads["N"].unique()):
         base = float(baseline(float(N)))
         fig.add_hline(y=base, line={"color": "black", "width": 1, "dash": "dot"})
+    fig.add_trace(_baseline_key())
     _layout(fig, 460)
     fig.update_xaxes(title_text="relative depth: layer / (layers - 1)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text="symmetric energy s")
@@ -288,7 +305,14 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
 # ----------------------------------------------------------------------------- 3. head types
 
 
-def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
+_UNRECORDED_RULE = (
+    "Type II heads have paired lobes; Type I+ heads carry excess positive-lobe energy, Type I- heads "
+    "excess negative-lobe energy (the settings given record no head-type rule)."
+)
+
+
+def _head_types(heads: pd.DataFrame, models: list[str], rule: str | None) -> ReportFigure:
+    """Shares of the types per model; ``rule``: the recorded rule's sentence (figures.captions)."""
     types = text(heads["head_type"]).replace("", "undefined")
     counts = pd.crosstab(heads["model"], types).reindex(index=models, fill_value=0)
     totals = counts.sum(axis=1)
@@ -313,9 +337,8 @@ def _head_types(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
     return ReportFigure(
         "head_types",
         "Head types per model",
-        "Type II heads have paired lobes (c_sym + d_sym within the Type II radius); Type I+ heads carry "
-        "excess positive-lobe energy (c_sym > d_sym), Type I- heads excess negative-lobe energy. "
-        "Undefined: heads with L = 0 or non-finite weights.",
+        f"{rule or _UNRECORDED_RULE} Here c and d are the unpaired positive and negative shares of the head's profile (c_sym, d_sym "
+        "the same in units of ||S||²). Undefined: heads with L = 0 or non-finite weights.",
         fig,
         400,
     )
@@ -477,8 +500,9 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
                 c=limit[:, 2],
                 mode="lines",
                 line={"color": "#ff7f0e", "width": 3},
-                name="accumulation limit",
-                showlegend=False,
+                name="accumulation limit (2ρ, (1-ρ)₊², (ρ-1)₊²)/(1+ρ²)",
+                legendgroup="limit",
+                showlegend=i == 0,
                 hoverinfo="skip",
             ),
             row=row,
@@ -504,11 +528,19 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
             row=row,
             col=col,
         )
-    height = 120 + 330 * rows
+    height = 150 + 330 * rows
+    # the legend above the panels' titles, the colour bar clear of the last column's corner labels
     _layout(
         fig,
         height,
-        coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "depth"}}},
+        margin={"l": 70, "r": 90, "t": 100, "b": 60},
+        legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
+        coloraxis={
+            "colorscale": "Viridis",
+            "cmin": 0,
+            "cmax": 1,
+            "colorbar": {"title": {"text": "depth"}, "x": 1.06},
+        },
     )
     fig.update_ternaries(
         aaxis={"title": {"text": "b_sym"}, "min": 0},
@@ -618,8 +650,14 @@ def _moments(
                 row=row,
                 col=col,
             )
-    height = 120 + 330 * rows
-    _layout(fig, height)
+    height = 150 + 330 * rows
+    # the legend at the top of the figure, above the panels' titles, not on them
+    _layout(
+        fig,
+        height,
+        margin={"l": 70, "r": 30, "t": 100, "b": 60},
+        legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
+    )
     fig.update_xaxes(title_text="O = Σ λ/(1-λ²)")
     fig.update_yaxes(title_text="E = Σ λ²/(1-λ²)")
     fig.update_annotations(yshift=8)
@@ -700,6 +738,7 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
             )
         fig.update_xaxes(title_text="training step", type="log" if positive else "linear", row=row, col=1)
         fig.update_yaxes(title_text="median s", row=row, col=1)
+    fig.add_trace(_baseline_key(), row=1, col=1)
     height = 80 + 340 * len(runs)
     _layout(fig, height, legend={"orientation": "v", "x": 1.02, "y": 1})
     return ReportFigure(
@@ -849,7 +888,8 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
             col=1,
         )
         fig.update_yaxes(title_text="layer", autorange="reversed", row=row, col=1)
-        fig.update_xaxes(title_text="head", row=row, col=1)
+        # one axis title, under the last panel: above it would run into the next panel's title
+        fig.update_xaxes(title_text="head" if row == len(compared) else None, row=row, col=1)
         heights.append(len(grid))
     height = int(80 + sum(max(160, 60 + 18 * h) for h in heights))
     _layout(
@@ -884,6 +924,7 @@ def report_figures(
     models: pd.DataFrame | None = None,
     comparison: BaselineComparison | None = None,
     losses: pd.DataFrame | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[ReportFigure]:
     """The report's figures for a head table (see the module docstring for which appear when).
 
@@ -901,6 +942,9 @@ def report_figures(
         The comparison with a reference model, drawn when given.
     losses : DataFrame or None, optional
         Training loss curves.
+    settings : mapping or None, optional
+        The run's recorded settings (a survey's, or each table's: :func:`report.page.read_inputs`);
+        the captions that state how heads were judged read them (:mod:`qkenergy.figures.captions`).
 
     Returns
     -------
@@ -914,7 +958,7 @@ def report_figures(
     figures = [
         _by_model(heads, order, colours),
         _by_depth(heads, order, colours),
-        _head_types(heads, order),
+        _head_types(heads, order, report_type_rules(settings)),
         _type_shares(heads, order),
         _simplex(heads, order),
     ]

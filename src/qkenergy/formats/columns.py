@@ -17,10 +17,11 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +32,7 @@ __all__ = [
     "LIST_COLUMNS",
     "Columns",
     "broadcast",
+    "column_records",
     "concat",
     "csv_cell",
     "csv_text",
@@ -206,9 +208,37 @@ def to_frame(columns: Columns) -> pd.DataFrame:
     DataFrame
         The same rows and columns.
     """
+    require("pandas", "pandas", "the tables as DataFrames")
     import pandas as pd
 
     return with_integer_counts(pd.DataFrame(columns))
+
+
+def column_records(columns: Columns) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts, as ``records(to_frame(columns))`` gives them, without pandas.
+
+    Counts are integers (None where undefined), NaN is None, list cells are lists: the JSON
+    table of a command-line run needs no pandas (tests/formats/test_columns_json.py compares).
+
+    Parameters
+    ----------
+    columns : Columns
+        The column table.
+
+    Returns
+    -------
+    list of dict
+        One dict per row.
+    """
+    cells: dict[str, list[Any]] = {}
+    for name, column in columns.items():
+        if name in COUNT_COLUMNS:
+            counts = np.round(np.asarray(column, dtype=np.float64)).tolist()
+            cells[name] = [None if math.isnan(x) else int(x) for x in counts]
+        else:
+            cells[name] = column.tolist()
+    rows = [dict(zip(cells, row, strict=True)) for row in zip(*cells.values(), strict=True)]
+    return cast(list[dict[str, Any]], json_safe(rows))
 
 
 def json_list(values: Any) -> str:

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkenergy.base.atomic import OutputTransaction
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
+from qkenergy.base.json_input import parse_object, read_bytes
 from qkenergy.formats.columns import Columns, csv_text, frame_columns, with_integer_counts, write_csv
 from qkenergy.formats.recorded_settings import MAX_SETTINGS_BYTES, check_settings, sidecar_path
 from qkenergy.formats.schema import MAX_CELL_CHARS, MAX_ROWS, MAX_TABLE_BYTES, column_kind
 from qkenergy.formats.table_format import check_names, checked_frame, list_columns, too_many
-from qkenergy.formats.transaction import OutputTransaction
-from qkenergy.weights.json_input import parse_object, read_bytes
-from qkenergy.weights.safetensors_io import show_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -175,6 +176,7 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
     import csv
     import io
 
+    require("tables", "pyarrow", f"{where}: CSV tables are read with it")
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pcsv

@@ -12,15 +12,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qkenergy.base.atomic import OutputTransaction
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
-from qkenergy.formats.columns import Columns, with_integer_counts
+from qkenergy.base.json_input import json_type, parse_value, read_bytes
+from qkenergy.formats.columns import Columns, column_records, with_integer_counts
 from qkenergy.formats.recorded_settings import check_settings
 from qkenergy.formats.schema import MAX_COLUMNS, MAX_ROWS, MAX_TABLE_BYTES
 from qkenergy.formats.table_format import check_names, checked_frame, frame_of, records, too_many
-from qkenergy.formats.transaction import OutputTransaction
-from qkenergy.weights.json_input import json_type, parse_value, read_bytes
-from qkenergy.weights.safetensors_io import show_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -60,7 +60,10 @@ def write(
         ``[path]``.
     """
     target = Path(path)
-    document: dict[str, Any] = {"settings": settings, "heads": records(frame_of(table))}
+    heads = (
+        column_records(table) if isinstance(table, dict) else records(frame_of(table))
+    )  # no pandas for Columns
+    document: dict[str, Any] = {"settings": settings, "heads": heads}
     if layers is not None:
         document["layers"] = records(with_integer_counts(layers.copy()))
     with open(outputs.stage(target), "w", encoding="utf-8") as fh:

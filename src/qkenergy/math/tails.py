@@ -24,7 +24,10 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from scipy.stats import rv_continuous
 
-__all__ = ["beta_p_two_sided", "matched_beta"]
+__all__ = ["TAIL_STATISTICS", "beta_p_two_sided", "matched_beta", "resolved_floor"]
+
+TAIL_STATISTICS: tuple[str, ...] = ("symmetric_energy",)
+"""Statistics with a ``_p_tail`` column: bounded in [0, 1], where a matched Beta law makes sense."""
 
 
 def _beta_parameters(mean: float, var: float) -> tuple[float, float] | None:
@@ -105,3 +108,32 @@ def beta_p_two_sided(x: float | np.ndarray, mean: float, var: float) -> np.ndarr
             )
         p = np.where(np.isnan(xs), np.nan, p)
     return float(p) if p.ndim == 0 else p
+
+
+def resolved_floor(samples: int) -> float:
+    """The smallest p the matched Beta tail gives to within a factor of 10, for a null of K samples.
+
+    The Beta law's variance v is the null samples' (m is exact): its relative standard
+    error is sqrt(2 / (K - 1)). Far in the tail ln p ~ -(x - m)^2 / (2 v), so one standard
+    error of v moves ln p by |ln p| sqrt(2 / (K - 1)); that stays within ln 10 while
+    log10(1/p) <= sqrt((K - 1) / 2). The floor is that power of ten, rounded towards 1
+    (1e-31 for the default K = 2000), and never below 1e-300 (float64 ends near 1e-308).
+    A smaller p is printed as "<floor" (docs/statistics.md).
+
+    Parameters
+    ----------
+    samples : int
+        K, the null samples behind the variance.
+
+    Returns
+    -------
+    float
+        10^-e with e = min(300, max(1, floor(sqrt((K - 1) / 2)))).
+
+    Examples
+    --------
+    >>> resolved_floor(2000), resolved_floor(200)
+    (1e-31, 1e-09)
+    """
+    exponent = math.floor(math.sqrt(max(int(samples) - 1, 0) / 2))
+    return 10.0 ** -min(300, max(1, exponent))

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.formats.transaction import OutputTransaction
+from qkenergy.base.atomic import OutputTransaction
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.analyze import AnalysisResult

@@ -6,10 +6,10 @@
   :mod:`qkenergy.figures.survey_figures`, with plotly.js inlined, so that the
   page works offline and fetches nothing (no script, font or image from the
   network);
-- ``report_files/``: each figure as ``NAME.png`` and ``NAME.svg`` (rendered by
-  kaleido in a headless Chrome or Chromium where one is found, else drawn from
-  the same plotly figure with matplotlib), the per-model table as
-  ``models.csv`` and, with a reference model, ``baseline_difference.csv``.
+- ``report_files/``: each figure as ``NAME.png`` and ``NAME.svg`` (plotly's own
+  export, kaleido in a headless Chrome or Chromium; where none is found, no
+  figure file and one warning line naming what to install), the per-model table
+  as ``models.csv`` and, with a reference model, ``baseline_difference.csv``.
 
 The set is written atomically: everything is rendered into a temporary
 directory beside the target, then moved into place (the figure folder first,
@@ -22,8 +22,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +39,13 @@ from qkenergy.analysis.comparison import (
     model_summary,
     present,
 )
+from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.extras import require
 from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
-from qkenergy.formats.tables import ensure_directory, layers_path, read_table, write_table
+from qkenergy.formats.tables import layers_path, read_table, write_table
 
 __all__ = [
     "STATIC_FORMATS",
@@ -91,7 +91,7 @@ class Report:
     summary: pd.DataFrame
     comparison: BaselineComparison | None
     renderer: str | None = None
-    """What drew the PNG / SVG figures: "kaleido", "matplotlib", or None (none drawn)."""
+    """What drew the PNG / SVG figures: "kaleido", or None (none drawn)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class StaticFigures:
     figures : list of str
         The figures they show.
     renderer : str or None
-        "kaleido", "matplotlib", or None (none drawn).
+        "kaleido", or None (none drawn).
     """
 
     files: list[Path]
@@ -166,10 +166,9 @@ def build_report(
     title : str, optional
         The page's title.
     static : bool, optional
-        The PNG / SVG figures. None (the default): every figure that can be drawn, by plotly's
-        kaleido where a Chrome or Chromium is found, else with matplotlib
-        (:mod:`qkenergy.figures.static`), with one warning saying so and naming any figure left
-        out; True: every figure, or QKEnergyError; False: none.
+        The PNG / SVG figures, plotly's own export (kaleido in a headless Chrome or Chromium).
+        None (the default): every figure where a browser is found, else none and one warning
+        naming what to install; True: every figure, or QKEnergyError; False: none.
     formats : sequence of str
         The static figures' formats.
     losses : DataFrame, optional
@@ -193,18 +192,14 @@ def build_report(
         )
     summary = model_summary(heads, layers, models)
     comparison = baseline_comparison(heads, baseline, models) if baseline is not None else None
-    figures = report_figures(heads, summary, models=models, comparison=comparison, losses=losses)
+    figures = report_figures(
+        heads, summary, models=models, comparison=comparison, losses=losses, settings=settings
+    )
 
     directory = files_directory(target)
-    ensure_directory(target.parent)
-    try:
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    except OSError as exc:
-        raise QKEnergyError(f"{target.parent}: cannot write ({exc.strerror or exc})") from None
-    try:
-        staged_html = staging / target.name
-        staged_dir = staging / directory.name
-        staged_dir.mkdir()
+    # the page and its folder land together; an old folder is swapped out, not merged
+    with OutputTransaction() as outputs:
+        staged_dir = outputs.stage_directory(directory)
         written = [write_table(summary, staged_dir / "models.csv")]
         if comparison is not None:
             written.append(write_table(comparison.differences, staged_dir / "baseline_difference.csv"))
@@ -222,10 +217,7 @@ def build_report(
             formats=formats if drawn.figures else [],
             drawn=set(drawn.figures),
         )
-        staged_html.write_text(page, encoding="utf-8")
-        _commit(staged_html, staged_dir, target, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        outputs.stage(target).write_text(page, encoding="utf-8")
     return Report(
         html=target,
         directory=directory,
@@ -235,25 +227,6 @@ def build_report(
         comparison=comparison,
         renderer=drawn.renderer,
     )
-
-
-def _commit(staged_html: Path, staged_dir: Path, target: Path, directory: Path) -> None:
-    """Move the staged folder, then the page, into place; an old folder is swapped out, not merged."""
-    old = staged_dir.parent / "previous"
-    if directory.exists():
-        if not directory.is_dir():
-            raise QKEnergyError(f"{directory}: exists and is not a directory; the report's figures go there")
-        os.replace(directory, old)
-    try:
-        os.replace(staged_dir, directory)
-        os.replace(staged_html, target)
-    except BaseException:
-        # Put the previous report back as it was.
-        if directory.exists() and old.exists():
-            shutil.rmtree(directory, ignore_errors=True)
-        if old.exists():
-            os.replace(old, directory)
-        raise
 
 
 def _default_title(summary: pd.DataFrame) -> str:
@@ -408,7 +381,7 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
     ``log_history`` lists the logged losses up to that checkpoint; the
     checkpoint of a run with the largest ``step`` gives the run's curve.
     """
-    from qkenergy.weights.json_input import read_object
+    from qkenergy.base.json_input import read_object
 
     latest: dict[str, tuple[float, Path]] = {}
     for entry in entries:
@@ -458,10 +431,20 @@ def browser_path() -> str | None:
     return str(found)
 
 
+_NO_BROWSER = (
+    "install Chrome or Chromium (apt-get install chromium, or plotly_get_chrome), or set BROWSER_PATH to one"
+)
+"""What to install for the report's PNG / SVG figures: plotly's kaleido renders them in a headless browser."""
+
+
 def _export_static(
     figures: list[ReportFigure], directory: Path, formats: Sequence[str], *, required: bool
 ) -> StaticFigures:
-    """Every figure as PNG / SVG: kaleido with a browser, else matplotlib (one warning line)."""
+    """Every figure as PNG / SVG through plotly's kaleido; without a browser none, and one warning line.
+
+    One way to draw each figure: the static files are plotly's own export of the page's figures,
+    never a second drawing of them (the page itself needs no browser).
+    """
     problem = "no Chrome or Chromium found"
     if browser_path() is not None:
         try:
@@ -470,43 +453,26 @@ def _export_static(
             )
         except QKEnergyError as error:
             problem = str(error)
-            for leftover in directory.glob("*"):  # a partial kaleido run: start again with matplotlib
+            for leftover in directory.glob("*"):  # a partial kaleido run leaves nothing behind
                 if leftover.suffix.lstrip(".") in formats:
                     leftover.unlink()
-    from qkenergy.figures import static as matplotlib_figures
-
-    missing = {f.name: matplotlib_figures.unsupported(f.figure) for f in figures}
-    skipped = [f"{name} ({', '.join(kinds)} traces)" for name, kinds in missing.items() if kinds]
-    if skipped and required:
+    if required:
         raise QKEnergyError(
-            f"static: {problem}, and matplotlib cannot draw {', '.join(skipped)}; install Chrome or "
-            "Chromium (e.g. apt-get install chromium, or set BROWSER_PATH), or leave out `static`",
+            f"static: {problem}, so the PNG / SVG figures cannot be drawn; {_NO_BROWSER}, "
+            "or leave out `static`",
             parameter="static",
         )
-    paths = []
-    drawn = [f for f in figures if not missing[f.name]]
-    for fig in drawn:
-        for fmt in formats:
-            path = directory / f"{fig.name}.{fmt}"
-            scale = _PNG_SCALE if fmt == "png" else 1
-            paths.append(
-                matplotlib_figures.save(fig.figure, path, fmt, width=WIDTH, height=fig.height, scale=scale)
-            )
-    left_out = f"; left out {', '.join(skipped)}" if skipped else ""
     warnings.warn(
-        f"{problem}: the PNG / SVG figures were drawn with matplotlib instead of plotly's kaleido{left_out} "
-        "(for kaleido's: apt-get install chromium, or set BROWSER_PATH to Chrome or Chromium)",
-        stacklevel=3,
+        f"{problem}: no PNG / SVG figures written (the page has them all); {_NO_BROWSER}", stacklevel=3
     )
-    return StaticFigures(paths, [f.name for f in drawn], "matplotlib")
+    return StaticFigures([], [], None)
 
 
 def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
     """Every figure as PNG / SVG through kaleido (one headless Chrome / Chromium for all)."""
-    try:
-        import kaleido
-    except ImportError:
-        raise QKEnergyError("the kaleido package is not installed (pip install kaleido)") from None
+    require("report", "kaleido", "the report's PNG / SVG figures")
+    import kaleido
+
     jobs = []
     paths = []
     for fig in figures:

@@ -35,8 +35,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "BH_COLUMNS",
@@ -75,7 +75,7 @@ MAX_RECORD_BYTES = 64 << 20
 
 def read_record(path: Path) -> dict[str, Any] | None:
     """OUT/survey.json as a JSON object (None when absent), read as any input is (bounded, checked)."""
-    from qkenergy.weights.json_input import parse_object, read_bytes
+    from qkenergy.base.json_input import parse_object, read_bytes
 
     if not os.path.lexists(path):
         return None
@@ -138,7 +138,7 @@ def file_sha256(path: Path) -> str | None:
     str or None
         The hex digest.
     """
-    from qkenergy.weights.json_input import open_regular
+    from qkenergy.base.json_input import open_regular
 
     digest = hashlib.sha256()
     try:
@@ -209,8 +209,8 @@ def write_unit(
     QKEnergyError
         As :func:`unit_path`, or the file cannot be written.
     """
+    from qkenergy.base.atomic import atomic_path
     from qkenergy.formats import parquet_table
-    from qkenergy.formats.tables import atomic_path
 
     target = unit_path(out, table, model, layer)
     unit = _unit_frame(frame, extra)

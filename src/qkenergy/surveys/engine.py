@@ -23,6 +23,7 @@ from typing import Any
 
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.surveys.cluster import dask_client, early_cluster
 from qkenergy.surveys.dataset import clean_partial_files, file_sha256, write_unit
@@ -33,7 +34,6 @@ from qkenergy.surveys.plan import SETTINGS, ModelPlan, check_settings, resolve_e
 from qkenergy.surveys.shared_nulls import join_law, shared_laws
 from qkenergy.surveys.units import UnitResult, UnitSpec, run_unit
 from qkenergy.weights.finite import NonFiniteWeights
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "SETTINGS",
@@ -104,8 +104,8 @@ def _provenance() -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from qkenergy.base.atomic import atomic_path
     from qkenergy.base.formatting import json_safe
-    from qkenergy.formats.tables import atomic_path
 
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(json_safe(data), indent=1) + "\n", encoding="utf-8")

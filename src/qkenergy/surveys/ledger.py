@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = ["LOCK_NAME", "LOCK_WAIT", "Ledger", "UnitRow", "done_files", "iso", "survey_lock"]
 
@@ -188,7 +188,8 @@ def survey_lock(out: Path) -> Iterator[None]:
 
     An exclusive ``flock`` on OUT/survey.lock, released by the kernel when the
     process ends however it ends (a killed survey never leaves OUT locked); the
-    file says which process holds it, for the message.
+    file says which process holds it, for the message, and is removed when the
+    survey ends (a killed one leaves it, unlocked).
 
     Parameters
     ----------
@@ -205,9 +206,33 @@ def survey_lock(out: Path) -> Iterator[None]:
     QKEnergyError
         The lock file cannot be opened, is not a regular file, or another survey holds it.
     """
+    path = out / LOCK_NAME
+    while True:
+        fd = _locked_file(path, out)
+        # The holder before us removes the file as it finishes: a lock taken on a file no longer
+        # at OUT/survey.lock would not exclude the next survey, which makes a new one.
+        try:
+            here = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {iso()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):  # a finished survey leaves only its outputs and ledger
+            os.unlink(path)
+        os.close(fd)
+
+
+def _locked_file(path: Path, out: Path) -> int:
+    """OUT/survey.lock opened (created if need be) and flock-ed exclusively; its descriptor."""
     import fcntl
 
-    path = out / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
@@ -225,11 +250,10 @@ def survey_lock(out: Path) -> Iterator[None]:
                 f"{show_path(out)}: another survey is running on this output directory "
                 f"({holder or 'a process'}); wait for it to finish, or choose another -o directory"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {iso()}\n".encode(), 0)
-        yield
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 @dataclass(frozen=True)
@@ -294,6 +318,7 @@ class Ledger:
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.run: int | None = None
+        self._read_only = read_only
         self._check_file()
         try:
             # isolation_level=None: explicit transactions, each event committed at once.
@@ -369,6 +394,16 @@ class Ledger:
         )
 
     def close(self) -> None:
+        """Close the ledger; a writer leaves it as one file, out of WAL mode.
+
+        Back in rollback-journal mode the WAL is checkpointed into the ledger and the ``-wal`` and
+        ``-shm`` files are removed; a reader opened later (``load_survey``) then creates none.
+        The next survey on OUT turns WAL on again. Where another connection still holds the
+        ledger, sqlite keeps WAL (nothing is lost either way).
+        """
+        if not self._read_only:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("PRAGMA journal_mode=DELETE")
         self._db.close()
 
     def __enter__(self) -> Ledger:

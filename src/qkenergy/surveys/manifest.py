@@ -15,7 +15,7 @@ or a plain text file with one source per line (``#`` starts a comment). The
 source ``embedded`` is the all-MiniLM-L6-v2 shipped with qkenergy. Errors are
 one line naming the manifest file, the model entry and the key.
 
-The manifest is read as any input is (:mod:`qkenergy.weights.toml_input`): a
+The manifest is read as any input is (:mod:`qkenergy.base.toml_input`): a
 regular file of at most 1 MiB, TOML nested at most 64 deep; layer ranges are
 checked against :data:`MAX_LAYER` before they are expanded, and messages cut
 what they quote. A model's name becomes a folder (``model=NAME``): it is made
@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.json_input import describe, show_name
-from qkenergy.weights.safetensors_io import show_path
-from qkenergy.weights.toml_input import parse_toml, read_text
+from qkenergy.base.json_input import describe
+from qkenergy.base.toml_input import parse_toml, read_text
 
 __all__ = ["EMBEDDED", "KEYS", "MAX_LAYER", "MAX_NAME_BYTES", "ModelEntry", "model_name", "read_manifest"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.version import __version__
 from qkenergy.surveys.dataset import file_sha256, read_record, unit_path
 from qkenergy.surveys.ledger import UnitRow
 from qkenergy.surveys.manifest import EMBEDDED, ModelEntry
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "ModelPlan",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkenergy.base.formatting import format_fixed, format_percent, print_table, rich_table
+from qkenergy.base.formatting import format_fixed, format_percent, plural, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -113,7 +113,7 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
             )
         print_table(console, table)
     console.print(
-        f"{run.units} units: {run.computed} computed, {run.skipped} already done, "
+        f"{plural(run.units, 'unit')}: {run.computed} computed, {run.skipped} already done, "
         f"{run.unchanged} verified unchanged, {len(run.failed)} failed · {run.elapsed:.1f} s · "
         f"above / below: share of heads significantly more symmetric / skew than a random head "
         f"(BH per model, p < 0.05)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qkenergy.base.extras import require
 from qkenergy.training.tracker import PREFIX, Tracker, part_path, read_tracking, step_scalars
 
 __all__ = ["PREFIX", "QKEnergyCallback", "Tracker", "part_path", "read_tracking", "step_scalars"]
@@ -18,6 +19,7 @@ __all__ = ["PREFIX", "QKEnergyCallback", "Tracker", "part_path", "read_tracking"
 
 def __getattr__(name: str) -> Any:
     if name == "QKEnergyCallback":
+        require("train", "transformers", "QKEnergyCallback is a transformers TrainerCallback")
         from qkenergy.training.callback import QKEnergyCallback
 
         return QKEnergyCallback

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from qkenergy.base.display import show_name
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.base.json_input import get_bool, get_int, get_str
 from qkenergy.weights.families import FAMILIES, supported_model_types
-from qkenergy.weights.json_input import get_bool, get_int, get_str, show_name
 from qkenergy.weights.layout import Family, LayerPattern, Layout
 
 __all__ = [

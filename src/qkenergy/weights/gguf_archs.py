@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.weights.families import FAMILIES
 from qkenergy.weights.gguf_io import GGUFFile, GGUFTensors, read_header, split_files
-from qkenergy.weights.json_input import show_name
 from qkenergy.weights.layout import Layout
-from qkenergy.weights.safetensors_io import Fetch, show_path
+from qkenergy.weights.safetensors_io import Fetch
 from qkenergy.weights.source import ModelSource
 
 __all__ = [

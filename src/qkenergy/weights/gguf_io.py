@@ -37,10 +37,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.base.json_input import open_regular
 from qkenergy.base.small_floats import BFLOAT16
-from qkenergy.weights.json_input import open_regular, show_name
-from qkenergy.weights.safetensors_io import HEADER_PROBE, Fetch, SafetensorsFile, TensorSource, show_path
+from qkenergy.weights.safetensors_io import HEADER_PROBE, Fetch, SafetensorsFile, TensorSource
 
 __all__ = [
     "GGUF_MAGIC",

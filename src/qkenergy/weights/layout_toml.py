@@ -9,7 +9,7 @@ The TOML is mapped onto the dataclasses generically, field by field, from their
 type hints, so every field a layout has (now or later) can be written in TOML,
 and a file that states a shipped layout compares equal to it.
 
-The file is read with the bounds of :mod:`qkenergy.weights.toml_input` (a
+The file is read with the bounds of :mod:`qkenergy.base.toml_input` (a
 regular file of at most 1 MiB, nesting at most 64 deep). Name templates may
 hold ``{i}`` (and, in a qk-norm name, ``{h}``) and nothing else of Python's
 format syntax: no other field, conversion or format spec, ``{{`` and ``}}``
@@ -36,11 +36,11 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.json_input import describe, show_name
+from qkenergy.base.json_input import describe
+from qkenergy.base.toml_input import read_toml
 from qkenergy.weights.layout import LatentAttention, Layout, QKNorm
-from qkenergy.weights.safetensors_io import show_path
-from qkenergy.weights.toml_input import read_toml
 
 __all__ = ["layout_from_mapping", "load_layout"]
 

@@ -34,11 +34,12 @@ from typing import Any, Self
 
 import numpy as np
 
+from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError, check_memory
+from qkenergy.base.json_input import describe, json_type, open_regular, parse_object
 from qkenergy.base.small_floats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT8_E8M0FNU
-from qkenergy.weights.json_input import describe, json_type, open_regular, parse_object, show_name
 
-__all__ = ["DTYPES", "IndexedShards", "SafetensorsFile", "TensorInfo", "TensorSource", "show_path"]
+__all__ = ["DTYPES", "IndexedShards", "SafetensorsFile", "TensorInfo", "TensorSource"]
 
 # safetensors dtype code -> little-endian numpy dtype. Sub-byte codes (F4, F6_*)
 # pack several values per byte and are not supported. bfloat16 and float8 tensors
@@ -76,27 +77,6 @@ _READ_BYTES = 1 << 30
 _SPLIT_BYTES = 8 << 20
 # Most axes a tensor may have (numpy's own limit is 64).
 MAX_RANK = 32
-
-
-def show_path(path: os.PathLike[str] | str, limit: int = 300) -> str:
-    """The path for a one-line message: control characters escaped, a path longer than ``limit``
-    characters cut in its middle (its start and its file name stay).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The path.
-    limit : int
-        The most characters shown.
-
-    Returns
-    -------
-    str
-    """
-    text = repr(str(path))[1:-1]
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit // 2 - 2]}...{text[-(limit // 2 - 2) :]}"
 
 
 @dataclass(frozen=True)

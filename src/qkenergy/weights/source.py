@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.weights.safetensors_io import Closeable, TensorSource, show_path
+from qkenergy.base.display import show_path
+from qkenergy.weights.safetensors_io import Closeable, TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.hub import HubRepo

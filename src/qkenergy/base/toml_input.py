@@ -1,6 +1,6 @@
 """Hardened reading of the TOML a user gives: survey manifests, layout files.
 
-The TOML counterpart of :mod:`qkenergy.weights.json_input`, with the same
+The TOML counterpart of :mod:`qkenergy.base.json_input`, with the same
 bounds: a regular file only (opened non-blocking, so a FIFO or a device is
 refused at once, never read), no larger than a cap, UTF-8 text, arrays and
 inline tables nested no deeper than :data:`MAX_DEPTH` (checked on the text
@@ -17,7 +17,7 @@ import tomllib
 from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.weights.json_input import MAX_DEPTH, MAX_INT_DIGITS, bracket_depth, read_bytes
+from qkenergy.base.json_input import MAX_DEPTH, MAX_INT_DIGITS, bracket_depth, read_bytes
 
 __all__ = ["MAX_TOML_BYTES", "parse_toml", "read_text", "read_toml"]
 

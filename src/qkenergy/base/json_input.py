@@ -38,7 +38,6 @@ __all__ = [
     "parse_value",
     "read_bytes",
     "read_object",
-    "show_name",
 ]
 
 MAX_DEPTH = 64
@@ -315,23 +314,6 @@ def describe(value: object) -> str:
         )
         return f"{json_type(value)} of {count}"
     return json_type(value)
-
-
-def show_name(name: str, limit: int = 120) -> str:
-    """A name read from a file (tensor, key), quoted, cut to ``limit`` characters.
-
-    Parameters
-    ----------
-    name : str
-        The name.
-    limit : int
-        The most characters shown; a longer name ends in "...".
-
-    Returns
-    -------
-    str
-    """
-    return repr(name) if len(name) <= limit else repr(name[:limit]) + "..."
 
 
 def get_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
