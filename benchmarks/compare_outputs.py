@@ -11,7 +11,8 @@ manifest) are written once under ``WORK/fixtures``. Then, file by file:
   byte for byte; where the bytes differ, a JSON document or a Parquet file's table and metadata
   are compared as values, and recorded settings may only *gain* keys (listed, not a failure).
   The values that change from one run to the next by nature (``created`` times, durations) are
-  masked first (:data:`VOLATILE_KEYS`, :data:`DURATION`).
+  masked first (:data:`VOLATILE_KEYS`, :data:`DURATION`), and a path inside either source tree
+  (a model shipped in the package) reads ``<src>/...``.
 - figures (.png, .svg, .html): listed when they differ, not a failure.
 - the null-cache files each run wrote: listed when their names differ (a changed cache key),
   not a failure.
@@ -42,6 +43,7 @@ FIGURES = {".png", ".svg", ".pdf", ".html"}
 VOLATILE_KEYS = {"created", "elapsed", "elapsed_s", "seconds", "wall_s", "started", "finished", "duration_s"}
 # durations printed in summaries ("3.1 s", "120 ms"); masked in outputs whose case says so
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|min|h)\b")
+TREES: list[str] = []  # the two source trees: where a path names one (a model inside the package), "<src>"
 SKIPPED = {"ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "survey.lock"}
 
 
@@ -240,8 +242,14 @@ def masked(value: Any) -> Any:
     if isinstance(value, list):
         return [masked(v) for v in value]
     if isinstance(value, str):
-        return DURATION.sub("<t>", value)
+        return DURATION.sub("<t>", _untreed(value))
     return value
+
+
+def _untreed(text: str) -> str:
+    for tree in TREES:
+        text = text.replace(tree, "<src>")
+    return text
 
 
 def compare_json(before: Any, after: Any, where: str, verdict: Verdict) -> None:
@@ -312,7 +320,7 @@ def compare_figure(before: Path, after: Path, rel: str, verdict: Verdict) -> Non
 
 
 def compare_text(before: bytes, after: bytes, rel: str, case: Case, verdict: Verdict) -> None:
-    tb, ta = before.decode(errors="replace"), after.decode(errors="replace")
+    tb, ta = _untreed(before.decode(errors="replace")), _untreed(after.decode(errors="replace"))
     if case.timed:  # a printed duration may also move where a line wraps
         tb, ta = DURATION.sub("<t>", " ".join(tb.split())), DURATION.sub("<t>", " ".join(ta.split()))
     if tb == ta:
@@ -366,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     args = parser.parse_args(argv)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    TREES.extend(str(tree) for tree in trees.values())
     for label, tree in trees.items():
         if not (tree / "qkenergy" / "__init__.py").is_file():
             parser.error(f"--{label} {tree}: not a source tree holding qkenergy/")

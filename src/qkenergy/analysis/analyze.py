@@ -127,17 +127,15 @@ def analyze_model(
 ) -> AnalysisResult:
     """Statistics of every selected head of MODEL, each judged against its exact null law.
 
-    While a layer is analysed, the next one is read by a helper thread. A head whose
-    W_Q or W_K holds a NaN or an infinity (a weight, a scale or a norm gain folded in) is
-    an error naming the file, the tensor and the element or block, unless ``skip_nonfinite``.
+    A head whose W_Q or W_K holds a NaN or an infinity (a weight, a scale or a norm gain) is an
+    error naming the file, the tensor and the element or block, unless ``skip_nonfinite``.
 
     Parameters
     ----------
     model : path, str, object or None
-        As for :func:`qkenergy.weights.checkpoint.open_model`: None = the embedded
-        all-MiniLM-L6-v2; a path, Hugging Face cache folder or hub id; or in memory: a
-        transformers PreTrainedModel, a TransformerLens model, or a mapping of tensor
-        names to arrays with ``config``.
+        As for :func:`qkenergy.weights.checkpoint.open_model`: None = the embedded all-MiniLM-L6-v2;
+        a path, Hugging Face cache folder or hub id; or in memory: a transformers PreTrainedModel,
+        a TransformerLens model, or a mapping of tensor names to arrays with ``config``.
     null_laws : mapping of (n, N) to NullLaw, optional
         Gaussian null laws already drawn with these samples and seed (a survey shares
         them between its units); other shapes are drawn here.

@@ -69,15 +69,12 @@ def layer_form_statistics(
 ) -> tuple[dict[str, Any], str]:
     """Statistics of a layer's whole form L = sum_h W_K^h^T W_Q^h = W_K^T W_Q.
 
-    ``w_query``, ``w_key``: the stacked factors (H*n, N), keys already expanded
-    to the query heads (GQA). Route: the Gram route on the stacked factors when
-    2Hn <= N (the form is a 'head' with n = H*head_dim), else the dense N x N
-    reference route (``dense_statistics``), whichever eigenproblem is smaller;
-    both are exact (``route`` = "gram" / "dense" forces one). Adds ``symmetry_score`` = 2s - 1,
-    ``directionality`` (published sign) and ``directionality_raw`` of Saponati et al. 2025
-    (:mod:`qkenergy.math.directionality`; the row/column norms of M = L^T come
-    from Gram matrices, never from M, on the Gram route).
-    Returns (values, route).
+    Route: the Gram route on the stacked factors when 2Hn <= N (the form is a 'head' with
+    n = H*head_dim), else the dense N x N reference route (``dense_statistics``), whichever
+    eigenproblem is smaller; both are exact. Adds ``symmetry_score`` = 2s - 1, ``directionality``
+    (published sign) and ``directionality_raw`` of Saponati et al. 2025
+    (:mod:`qkenergy.math.directionality`; the row/column norms of M = L^T come from Gram
+    matrices, never from M, on the Gram route).
 
     Parameters
     ----------
@@ -133,16 +130,17 @@ def layer_form_statistics(
     values: dict[str, Any] = {name: float(np.asarray(columns[name])[0]) for name in STATISTICS}
     values["head_type"] = str(np.asarray(columns["head_type"])[0])
     values["reason"] = str(np.asarray(columns["reason"])[0])
-    s = values["symmetric_energy"]
-    values["symmetry_score"] = 2.0 * s - 1.0 if math.isfinite(s) else float("nan")
-    if math.isfinite(s):
-        rows, cols = np.sqrt(np.clip(rows2, 0, None)), np.sqrt(np.clip(cols2, 0, None))
-        raw = float(directionality_raw(rows, cols, gamma=gamma))
-    else:
-        raw = float("nan")
-    values["directionality"] = -raw  # the published sign (Saponati et al. 2025)
-    values["directionality_raw"] = raw
-    return values, route
+    return {**values, **_saponati_scores(values["symmetric_energy"], rows2, cols2, gamma)}, route
+
+
+def _saponati_scores(s: float, rows2: np.ndarray, cols2: np.ndarray, gamma: float) -> dict[str, float]:
+    """symmetry_score 2s - 1, directionality (published sign) and directionality_raw, from M's squared row
+    and column norms (Saponati et al. 2025)."""
+    if not math.isfinite(s):
+        return {"symmetry_score": math.nan, "directionality": -math.nan, "directionality_raw": math.nan}
+    rows, cols = np.sqrt(np.clip(rows2, 0, None)), np.sqrt(np.clip(cols2, 0, None))
+    raw = float(directionality_raw(rows, cols, gamma=gamma))
+    return {"symmetry_score": 2.0 * s - 1.0, "directionality": -raw, "directionality_raw": raw}
 
 
 def layer_rows(

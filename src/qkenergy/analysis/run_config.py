@@ -99,10 +99,10 @@ class AnalyzeOptions(TypedDict, total=False):
         sums its finite heads alone (its ``n_heads`` says how many).
     """
 
+    config: Mapping[str, Any] | None
     model_type: str | None
     layout: Layout | str | os.PathLike[str] | None
     revision: str | None
-    config: Mapping[str, Any] | None
     layers: Indices | None
     heads: Indices | None
     rope_offsets: Indices | str | None

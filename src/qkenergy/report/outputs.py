@@ -62,9 +62,22 @@ def write_outputs(
                 transaction=outputs,
             )
         if plot_dir is not None:
+            from qkenergy.analysis.nullspec import SAMPLES
             from qkenergy.figures import plots
 
+            # the laws the heads were judged against, where drawn as the figures' null laws are
+            samples, seed = plot_options.get("null_samples", SAMPLES), plot_options.get("seed", 0)
+            laws = {
+                shape: law
+                for shape, law in analysis.null_laws.items()
+                if (law.size, law.seed) == (samples, seed)
+            }
             written += plots.plot_results(
-                analysis.heads, plot_dir, settings=analysis.settings, transaction=outputs, **plot_options
+                analysis.heads,
+                plot_dir,
+                settings=analysis.settings,
+                transaction=outputs,
+                null_laws=laws,
+                **plot_options,
             )
     return written
