@@ -43,7 +43,8 @@ def _tree() -> list[str]:
     text = DOC.read_text(encoding="utf-8")
     assert TREE_START in text, "docs/ARCHITECTURE.md has no module map starting with src/qkenergy/"
     block = text.split(TREE_START, 1)[1].split("```", 1)[0]
-    entries, package = [], ""
+    entries: list[str] = []
+    folders: list[str] = []  # the folder open at each depth: src/qkenergy/ is depth 0
     for line in block.splitlines():
         depth = (len(line) - len(line.lstrip(" "))) // 2
         names = []
@@ -51,13 +52,12 @@ def _tree() -> list[str]:
             if not (word.endswith(".py") or word.endswith("/")):
                 break
             names.append(word)
-        if not names:
+        if not names or depth < 1:
             continue
-        if depth == 1:
-            package = names[0] if names[0].endswith("/") else ""
-            entries += names
-        else:
-            entries += [package + name for name in names]
+        del folders[depth - 1 :]
+        prefix = "".join(folders)
+        entries += [prefix + name for name in names]
+        folders.append(names[0] if names[0].endswith("/") else "")
     return entries
 
 
