@@ -285,9 +285,9 @@ def _returning_survey(run: Callable[P, SurveyRun]) -> Callable[P, Survey]:
         The survey's folder; a rerun with the same settings does only what is missing.
     null : NullSpec, True or False
         How every head's null laws are drawn (True: ``NullSpec()``); False draws none, and
-        ``null_spec`` then still gives the radius and the values recorded.
+        ``null_spec`` then still gives the values recorded.
     null_spec : NullSpec, optional
-        With ``null=False``: the radius and the values recorded.
+        With ``null=False``: the values recorded.
     types : TypeRule, optional
         How head types are named (default: the published imbalance rule).
     per_layer : bool

@@ -149,7 +149,7 @@ def survey(
         How every head's null laws are drawn (a :class:`~qkenergy.analysis.nullspec.NullSpec`;
         True: the default spec); False draws none.
     null_spec : NullSpec, optional
-        With ``null=False``: still gives the radius and the values recorded in the settings.
+        With ``null=False``: still gives the values recorded in the settings.
     types : TypeRule, optional
         The head-type rule (:class:`~qkenergy.analysis.type_rule.TypeRule`, default the published one).
     per_layer : bool

@@ -44,9 +44,9 @@ class UnitSpec:
     null : bool
         Draw null laws.
     null_spec : NullSpec
-        Their samples, seed and radius.
+        Their samples, seed, kind and rotation samples.
     types : TypeRule
-        The head-type rule.
+        The head-type rule and its radius.
     expected_fingerprint : str or None, optional
         Analyse only when the tensors' fingerprint differs from it.
     cache_dir : str or None, optional
@@ -207,7 +207,7 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
     last : int
         One past the last block.
     spec : NullSpec
-        Samples, seed and radius of the law.
+        Samples and seed of the law.
 
     Returns
     -------
