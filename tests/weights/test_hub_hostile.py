@@ -376,7 +376,7 @@ def test_a_huge_header_that_is_not_json_is_refused_after_the_first_read(
 def test_a_gguf_header_past_the_bound_is_refused(
     hub: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A GGUF array of 2^29 empty strings in a file listed at 4 GiB: walked only up to the bound."""
+    """A GGUF array of 2^29 empty strings in a file listed at 4 GiB: refused at once, nothing walked."""
     import struct
 
     from qkenergy.weights import hub as hub_module
@@ -392,8 +392,13 @@ def test_a_gguf_header_past_the_bound_is_refused(
         fh.truncate(len(head) + 8 * (1 << 29) + 64)  # each string empty: 8 zero bytes of length
     hub.add_repo("loopback/vocab", folder)
     hub.reset_counts()
-    refused(capsys, tmp_path, "its GGUF header runs past its first 1.05 MB", "loopback/vocab")
-    assert hub.served[("loopback/vocab", "vocab.gguf")] <= (1 << 20) + (64 << 10)
+    refused(
+        capsys,
+        tmp_path,
+        "(536870912 items, at least 4294967296 bytes) runs past byte 100000000",
+        "loopback/vocab",
+    )
+    assert hub.served[("loopback/vocab", "vocab.gguf")] <= 64 << 10
 
 
 # ----------------------------------------------------------------------------- the range cache damaged

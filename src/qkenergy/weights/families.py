@@ -33,10 +33,23 @@ __all__ = [
 ]
 
 
+def _qk(prefix: str, q: str = "q_proj", k: str = "k_proj") -> dict[str, Any]:
+    """The query and key weights ``<prefix><q>.weight`` and ``<prefix><k>.weight`` of a layout."""
+    return dict(query=f"{prefix}{q}.weight", key=f"{prefix}{k}.weight")
+
+
+def _sizes(heads: str, hidden: str, layers: str) -> dict[str, Any]:
+    """Config keys of the sizes, each falling back to the usual transformers name."""
+    return dict(
+        heads_keys=(heads, "num_attention_heads"),
+        hidden_keys=(hidden, "hidden_size"),
+        layers_keys=(layers, "num_hidden_layers"),
+    )
+
+
 def _bert_like(root: str, **kw: Any) -> Layout:
     fields: dict[str, Any] = dict(
-        query=f"{root}.layer.{{i}}.attention.self.query.weight",
-        key=f"{root}.layer.{{i}}.attention.self.key.weight",
+        **_qk(f"{root}.layer.{{i}}.attention.self.", "query", "key"),
         norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
         post_norm=True,
         first_norm="embeddings.LayerNorm.weight",
@@ -47,8 +60,7 @@ def _bert_like(root: str, **kw: Any) -> Layout:
 def _llama_like(**kw: Any) -> Layout:
     """Pre-RMSNorm decoder with separate q_proj / k_proj, grouped-query attention and RoPE."""
     fields: dict[str, Any] = dict(
-        query="layers.{i}.self_attn.q_proj.weight",
-        key="layers.{i}.self_attn.k_proj.weight",
+        **_qk("layers.{i}.self_attn."),
         norm="layers.{i}.input_layernorm.weight",
         kv_heads_key="num_key_value_heads",
         head_dim_key="head_dim",
@@ -94,11 +106,12 @@ def _falcon_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return dataclasses.replace(layout, storage="interleaved", positional=positional)
 
 
-def _with_qk_layernorm(qk: QKNorm) -> Callable[[Mapping[str, Any], Layout], Layout]:
-    """The layout with ``qk`` when the config sets qk_layernorm (phi, stablelm)."""
+def _with_qk_norm(qk: QKNorm, flag: str) -> Callable[[Mapping[str, Any], Layout], Layout]:
+    """The layout with ``qk`` when the config sets ``flag`` (phi's and stablelm's qk_layernorm, glm4_moe's
+    use_qk_norm, cohere's)."""
 
     def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-        return dataclasses.replace(layout, qk_norm=qk) if config.get("qk_layernorm") else layout
+        return dataclasses.replace(layout, qk_norm=qk) if config.get(flag) else layout
 
     return adjust
 
@@ -132,8 +145,7 @@ def _t5_stacks() -> tuple[Layout, ...]:
     decoder_layers = ("num_decoder_layers", "num_layers")
     return (
         Layout(
-            query="encoder.block.{i}.layer.0.SelfAttention.q.weight",
-            key="encoder.block.{i}.layer.0.SelfAttention.k.weight",
+            **_qk("encoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
             norm="encoder.block.{i}.layer.0.layer_norm.weight",
             layers_keys=("num_layers",),
             stack="encoder",
@@ -142,8 +154,7 @@ def _t5_stacks() -> tuple[Layout, ...]:
             **sizes,
         ),
         Layout(
-            query="decoder.block.{i}.layer.0.SelfAttention.q.weight",
-            key="decoder.block.{i}.layer.0.SelfAttention.k.weight",
+            **_qk("decoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
             norm="decoder.block.{i}.layer.0.layer_norm.weight",
             layers_keys=decoder_layers,
             stack="decoder",
@@ -151,8 +162,7 @@ def _t5_stacks() -> tuple[Layout, ...]:
             **sizes,
         ),
         Layout(
-            query="decoder.block.{i}.layer.1.EncDecAttention.q.weight",
-            key="decoder.block.{i}.layer.1.EncDecAttention.k.weight",
+            **_qk("decoder.block.{i}.layer.1.EncDecAttention.", "q", "k"),
             norm="decoder.block.{i}.layer.1.layer_norm.weight",
             layers_keys=decoder_layers,
             stack="cross",
@@ -184,8 +194,7 @@ def _seq2seq_stacks(post_norm: bool) -> tuple[Layout, ...]:
                 norm["final_norm"] = "encoder.layer_norm.weight"
         stacks.append(
             Layout(
-                query=f"{stack}.layers.{{i}}.self_attn.q_proj.weight",
-                key=f"{stack}.layers.{{i}}.self_attn.k_proj.weight",
+                **_qk(f"{stack}.layers.{{i}}.self_attn."),
                 stack=stack,
                 **common,
                 **norm,
@@ -195,8 +204,7 @@ def _seq2seq_stacks(post_norm: bool) -> tuple[Layout, ...]:
             cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
             stacks.append(
                 Layout(
-                    query="decoder.layers.{i}.encoder_attn.q_proj.weight",
-                    key="decoder.layers.{i}.encoder_attn.k_proj.weight",
+                    **_qk("decoder.layers.{i}.encoder_attn."),
                     norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
                     stack="cross",
                     key_stack="encoder",
@@ -208,8 +216,7 @@ def _seq2seq_stacks(post_norm: bool) -> tuple[Layout, ...]:
 
 def _clip_tower(tower: str) -> Layout:
     return Layout(
-        query=f"{tower}_model.encoder.layers.{{i}}.self_attn.q_proj.weight",
-        key=f"{tower}_model.encoder.layers.{{i}}.self_attn.k_proj.weight",
+        **_qk(f"{tower}_model.encoder.layers.{{i}}.self_attn."),
         norm=f"{tower}_model.encoder.layers.{{i}}.layer_norm1.weight",
         stack=tower,
         config_section=f"{tower}_config",
@@ -218,8 +225,7 @@ def _clip_tower(tower: str) -> Layout:
 
 def _vit_like(norm: str) -> Layout:
     return Layout(
-        query="encoder.layer.{i}.attention.attention.query.weight",
-        key="encoder.layer.{i}.attention.attention.key.weight",
+        **_qk("encoder.layer.{i}.attention.attention.", "query", "key"),
         norm=f"encoder.layer.{{i}}.{norm}.weight",
     )
 
@@ -227,22 +233,16 @@ def _vit_like(norm: str) -> Layout:
 # ----------------------------------------------------------------------------- families of 2025-2026
 
 
-def _with_qk_norm(qk: QKNorm, flag: str) -> Callable[[Mapping[str, Any], Layout], Layout]:
-    """The layout with ``qk`` when the config sets ``flag`` (glm4_moe's use_qk_norm, cohere's)."""
-
-    def adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-        return dataclasses.replace(layout, qk_norm=qk) if config.get(flag) else layout
-
-    return adjust
+# Layers with softmax attention in hybrid models (and the sliding-window ones), by their config's layer types.
+_FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
+_SLIDING_ATTENTION = LayerPattern("layer_types", members=("sliding_attention",))
 
 
 def _exaone4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     """With a sliding window only the sliding layers rotate; the global layers are NoPE."""
     if config.get("sliding_window") is None:
         return layout
-    return dataclasses.replace(
-        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
-    )
+    return dataclasses.replace(layout, rope_layers=(_SLIDING_ATTENTION,))
 
 
 def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -252,8 +252,6 @@ def _granite_hybrid_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return dataclasses.replace(layout, positional="none")
 
 
-# Layers with softmax attention in hybrid models, by their config's layer types.
-_FULL_ATTENTION = LayerPattern("layer_types", members=("full_attention",))
 _MLA_LATENT = LatentAttention(
     query_norm="layers.{i}.self_attn.q_a_layernorm.weight",
     query_up="layers.{i}.self_attn.q_b_proj.weight",
@@ -265,8 +263,7 @@ _MLA_LATENT = LatentAttention(
 def _mla(**kw: Any) -> Layout:
     """Multi-head latent attention laid out as DeepSeek-V3's (q_proj without a query latent)."""
     fields: dict[str, Any] = dict(
-        query="layers.{i}.self_attn.q_a_proj.weight",
-        key="layers.{i}.self_attn.kv_a_proj_with_mqa.weight",
+        **_qk("layers.{i}.self_attn.", "q_a_proj", "kv_a_proj_with_mqa"),
         storage="latent",
         norm="layers.{i}.input_layernorm.weight",
         positional="rope",
@@ -288,8 +285,7 @@ def _speech_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
 def _speech_encoder() -> Layout:
     """wav2vec 2.0 / HuBERT: post-norm encoder layers after the encoder's own norm."""
     return Layout(
-        query="encoder.layers.{i}.attention.q_proj.weight",
-        key="encoder.layers.{i}.attention.k_proj.weight",
+        **_qk("encoder.layers.{i}.attention."),
         norm="encoder.layers.{i}.final_layer_norm.weight",
         post_norm=True,
         first_norm="encoder.layer_norm.weight",
@@ -392,8 +388,7 @@ def _tower_alone(tower: str) -> Layout:
     ``text_model.`` / ``vision_model.`` prefix (found at read time).
     """
     return Layout(
-        query="encoder.layers.{i}.self_attn.q_proj.weight",
-        key="encoder.layers.{i}.self_attn.k_proj.weight",
+        **_qk("encoder.layers.{i}.self_attn."),
         norm="encoder.layers.{i}.layer_norm1.weight",
         stack=tower,
     )
@@ -476,9 +471,7 @@ def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     """Only the sliding-window layers rotate (flint); without a sliding window no layer does."""
     if config.get("sliding_window") is None:
         return dataclasses.replace(layout, positional="none")
-    return dataclasses.replace(
-        layout, rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),)
-    )
+    return dataclasses.replace(layout, rope_layers=(_SLIDING_ATTENTION,))
 
 
 def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -506,12 +499,9 @@ def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
 def _audio_encoder() -> Layout:
     """A Whisper-like audio encoder saved on its own (Qwen2-Audio's, Voxtral's): pre-norm layers."""
     return Layout(
-        query="layers.{i}.self_attn.q_proj.weight",
-        key="layers.{i}.self_attn.k_proj.weight",
+        **_qk("layers.{i}.self_attn."),
         norm="layers.{i}.self_attn_layer_norm.weight",
-        heads_keys=("encoder_attention_heads", "num_attention_heads"),
-        hidden_keys=("d_model", "hidden_size"),
-        layers_keys=("encoder_layers", "num_hidden_layers"),
+        **_sizes("encoder_attention_heads", "d_model", "encoder_layers"),
     )
 
 
@@ -520,14 +510,11 @@ FAMILIES: dict[str, Family] = {
     "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
     "distilbert": _family(
         Layout(
-            query="transformer.layer.{i}.attention.q_lin.weight",
-            key="transformer.layer.{i}.attention.k_lin.weight",
+            **_qk("transformer.layer.{i}.attention.", "q_lin", "k_lin"),
             norm="transformer.layer.{i}.output_layer_norm.weight",
             post_norm=True,
             first_norm="embeddings.LayerNorm.weight",
-            heads_keys=("n_heads", "num_attention_heads"),
-            hidden_keys=("dim", "hidden_size"),
-            layers_keys=("n_layers", "num_hidden_layers"),
+            **_sizes("n_heads", "dim", "n_layers"),
         ),
         "DistilBertModel",
         "DistilBERT",
@@ -537,9 +524,7 @@ FAMILIES: dict[str, Family] = {
             query="h.{i}.attn.c_attn.weight",
             storage="conv1d",
             norm="h.{i}.ln_1.weight",
-            heads_keys=("n_head", "num_attention_heads"),
-            hidden_keys=("n_embd", "hidden_size"),
-            layers_keys=("n_layer", "num_hidden_layers"),
+            **_sizes("n_head", "n_embd", "n_layer"),
         ),
         "GPT2LMHeadModel",
         "GPT-2",
@@ -569,8 +554,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "opt": _family(
         Layout(
-            query="layers.{i}.self_attn.q_proj.weight",
-            key="layers.{i}.self_attn.k_proj.weight",
+            **_qk("layers.{i}.self_attn."),
             norm="layers.{i}.self_attn_layer_norm.weight",
             adjust=_opt_adjust,
         ),
@@ -614,8 +598,8 @@ FAMILIES: dict[str, Family] = {
     "starcoder2": _family(_llama_like(), "Starcoder2ForCausalLM", "StarCoder2"),
     "stablelm": _family(
         _llama_like(
-            adjust=_with_qk_layernorm(
-                _qk_norm(q="q_layernorm.norms.{h}", k="k_layernorm.norms.{h}", centred=True)
+            adjust=_with_qk_norm(
+                _qk_norm(q="q_layernorm.norms.{h}", k="k_layernorm.norms.{h}", centred=True), "qk_layernorm"
             )
         ),
         "StableLmForCausalLM",
@@ -623,15 +607,16 @@ FAMILIES: dict[str, Family] = {
         variants="qk-norm (a LayerNorm per head) with qk_layernorm",
     ),
     "phi": _family(
-        _llama_like(adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True))),
+        _llama_like(
+            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm")
+        ),
         "PhiForCausalLM",
         "Phi-1, Phi-1.5, Phi-2",
         variants="qk-norm (LayerNorm) with qk_layernorm",
     ),
     "gpt_neo": _family(
         Layout(
-            query="h.{i}.attn.attention.q_proj.weight",
-            key="h.{i}.attn.attention.k_proj.weight",
+            **_qk("h.{i}.attn.attention."),
             norm="h.{i}.ln_1.weight",
             heads_keys=("num_heads",),
             layers_keys=("num_layers",),
@@ -641,12 +626,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "gptj": _family(
         Layout(
-            query="h.{i}.attn.q_proj.weight",
-            key="h.{i}.attn.k_proj.weight",
+            **_qk("h.{i}.attn."),
             norm="h.{i}.ln_1.weight",
-            heads_keys=("n_head", "num_attention_heads"),
-            hidden_keys=("n_embd", "hidden_size"),
-            layers_keys=("n_layer", "num_hidden_layers"),
+            **_sizes("n_head", "n_embd", "n_layer"),
             positional="rope",
             rope_pairs="interleaved",
         ),
@@ -693,8 +675,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "albert": _family(
         Layout(
-            query="encoder.albert_layer_groups.{i}.albert_layers.0.attention.query.weight",
-            key="encoder.albert_layer_groups.{i}.albert_layers.0.attention.key.weight",
+            **_qk("encoder.albert_layer_groups.{i}.albert_layers.0.attention.", "query", "key"),
             norm="encoder.albert_layer_groups.{i}.albert_layers.0.full_layer_layer_norm.weight",
             layers_keys=("num_hidden_groups",),
             adjust=_albert_adjust,
@@ -717,8 +698,7 @@ FAMILIES: dict[str, Family] = {
     "clip": Family((_clip_tower("text"), _clip_tower("vision")), models="CLIP", proof="CLIPModel"),
     "deepseek_v3": _family(
         Layout(
-            query="layers.{i}.self_attn.q_a_proj.weight",
-            key="layers.{i}.self_attn.kv_a_proj_with_mqa.weight",
+            **_qk("layers.{i}.self_attn.", "q_a_proj", "kv_a_proj_with_mqa"),
             storage="latent",
             norm="layers.{i}.input_layernorm.weight",
             positional="rope",
@@ -762,7 +742,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2": _family(
         _llama_like(
             rope_pairs="interleaved",
-            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            rope_layers=(_SLIDING_ATTENTION,),
         ),
         "Cohere2ForCausalLM",
         "Command R7B, Command A",
@@ -906,8 +886,7 @@ FAMILIES: dict[str, Family] = {
                 within="language_model",
             ),
             Layout(
-                query="encoder.layers.{i}.self_attn.q_proj.weight",
-                key="encoder.layers.{i}.self_attn.k_proj.weight",
+                **_qk("encoder.layers.{i}.self_attn."),
                 norm="encoder.layers.{i}.layer_norm1.weight",
                 stack="vision",
                 config_section="vision_config",
@@ -920,8 +899,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "dinov3_vit": _family(
         Layout(
-            query="layer.{i}.attention.q_proj.weight",
-            key="layer.{i}.attention.k_proj.weight",
+            **_qk("layer.{i}.attention."),
             norm="layer.{i}.norm1.weight",
             positional="rope_2d",
         ),
@@ -932,8 +910,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "modernbert-decoder": _family(
         Layout(
-            query="layers.{i}.attn.q_proj.weight",
-            key="layers.{i}.attn.k_proj.weight",
+            **_qk("layers.{i}.attn."),
             norm="layers.{i}.attn_norm.weight",
             first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
             positional="rope",
@@ -1006,8 +983,7 @@ FAMILIES: dict[str, Family] = {
         (
             _llama_like(stack="text", config_section="text_config", within="language_model"),
             Layout(
-                query="transformer.layers.{i}.attention.q_proj.weight",
-                key="transformer.layers.{i}.attention.k_proj.weight",
+                **_qk("transformer.layers.{i}.attention."),
                 norm="transformer.layers.{i}.attention_norm.weight",
                 head_dim_key="head_dim",
                 stack="vision",
@@ -1025,8 +1001,7 @@ FAMILIES: dict[str, Family] = {
         (
             _llama4_text(stack="text", config_section="text_config", within="language_model"),
             Layout(
-                query="model.layers.{i}.self_attn.q_proj.weight",
-                key="model.layers.{i}.self_attn.k_proj.weight",
+                **_qk("model.layers.{i}.self_attn."),
                 norm="model.layers.{i}.input_layernorm.weight",
                 stack="vision",
                 positional="rope_2d",
@@ -1085,8 +1060,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "nemotron_h": _family(
         _llama_like(
-            query="layers.{i}.mixer.q_proj.weight",
-            key="layers.{i}.mixer.k_proj.weight",
+            **_qk("layers.{i}.mixer."),
             norm="layers.{i}.norm.weight",
             layers_keys=("num_hidden_layers", "layers_block_type"),  # a list counts its layers
             positional="none",
@@ -1186,8 +1160,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "llama4_vision_model": _family(
         Layout(
-            query="model.layers.{i}.self_attn.q_proj.weight",
-            key="model.layers.{i}.self_attn.k_proj.weight",
+            **_qk("model.layers.{i}.self_attn."),
             norm="model.layers.{i}.input_layernorm.weight",
             stack="vision",
             positional="rope_2d",
@@ -1199,8 +1172,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "pixtral": _family(
         Layout(
-            query="transformer.layers.{i}.attention.q_proj.weight",
-            key="transformer.layers.{i}.attention.k_proj.weight",
+            **_qk("transformer.layers.{i}.attention."),
             norm="transformer.layers.{i}.attention_norm.weight",
             head_dim_key="head_dim",
             stack="vision",
@@ -1215,9 +1187,7 @@ FAMILIES: dict[str, Family] = {
         Layout(
             query="h.{i}.attn.c_attn.weight",
             norm="h.{i}.ln_1.weight",
-            heads_keys=("n_head", "num_attention_heads"),
-            hidden_keys=("n_embd", "hidden_size"),
-            layers_keys=("n_layer", "num_hidden_layers"),
+            **_sizes("n_head", "n_embd", "n_layer"),
             adjust=_bigcode_adjust,
         ),
         "GPTBigCodeForCausalLM",
@@ -1232,21 +1202,16 @@ FAMILIES: dict[str, Family] = {
             storage="conv1d",
             norm="h.{i}.ln_2.weight",
             post_norm=True,
-            heads_keys=("n_head", "num_attention_heads"),
-            hidden_keys=("n_embd", "hidden_size"),
-            layers_keys=("n_layer", "num_hidden_layers"),
+            **_sizes("n_head", "n_embd", "n_layer"),
         ),
         "OpenAIGPTLMHeadModel",
         "GPT (OpenAI GPT-1)",
     ),
     "xglm": _family(
         Layout(
-            query="layers.{i}.self_attn.q_proj.weight",
-            key="layers.{i}.self_attn.k_proj.weight",
+            **_qk("layers.{i}.self_attn."),
             norm="layers.{i}.self_attn_layer_norm.weight",
-            heads_keys=("attention_heads", "num_attention_heads"),
-            hidden_keys=("d_model", "hidden_size"),
-            layers_keys=("num_layers", "num_hidden_layers"),
+            **_sizes("attention_heads", "d_model", "num_layers"),
         ),
         "XGLMForCausalLM",
         "XGLM",
@@ -1254,8 +1219,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "biogpt": _family(
         Layout(
-            query="layers.{i}.self_attn.q_proj.weight",
-            key="layers.{i}.self_attn.k_proj.weight",
+            **_qk("layers.{i}.self_attn."),
             norm="layers.{i}.self_attn_layer_norm.weight",
         ),
         "BioGptForCausalLM",
@@ -1267,7 +1231,7 @@ FAMILIES: dict[str, Family] = {
             storage="interleaved",
             norm="layers.{i}.input_layernorm.weight",
             positional="rope",
-            adjust=_with_qk_layernorm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True)),
+            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm"),
         ),
         "PersimmonForCausalLM",
         "Persimmon, Fuyu's decoder",
@@ -1328,7 +1292,7 @@ FAMILIES: dict[str, Family] = {
         _wrapper(
             _llama_like(
                 rope_pairs="interleaved",
-                rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+                rope_layers=(_SLIDING_ATTENTION,),
             ),
             _tower_alone("vision"),
             "language_model",
@@ -1393,8 +1357,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "mpnet": _family(
         Layout(
-            query="encoder.layer.{i}.attention.attn.q.weight",
-            key="encoder.layer.{i}.attention.attn.k.weight",
+            **_qk("encoder.layer.{i}.attention.attn.", "q", "k"),
             norm="encoder.layer.{i}.output.LayerNorm.weight",
             post_norm=True,
             first_norm="embeddings.LayerNorm.weight",
@@ -1456,8 +1419,7 @@ FAMILIES: dict[str, Family] = {
     "jais2": _family(_llama_like(), "Jais2ForCausalLM", "Jais 2"),
     "exaone": _family(
         _llama_like(
-            query="h.{i}.attn.attention.q_proj.weight",
-            key="h.{i}.attn.attention.k_proj.weight",
+            **_qk("h.{i}.attn.attention."),
             norm="h.{i}.ln_1.weight",
             layers_keys=("num_layers", "num_hidden_layers"),
         ),
@@ -1510,8 +1472,7 @@ FAMILIES: dict[str, Family] = {
     "deberta-v2": _family(
         _bert_like(
             "encoder",
-            query="encoder.layer.{i}.attention.self.query_proj.weight",
-            key="encoder.layer.{i}.attention.self.key_proj.weight",
+            **_qk("encoder.layer.{i}.attention.self.", "query_proj", "key_proj"),
             positional="relative_bias",
         ),
         "DebertaV2Model",
@@ -1570,7 +1531,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2_moe": _family(
         _llama_like(
             rope_pairs="interleaved",
-            rope_layers=(LayerPattern("layer_types", members=("sliding_attention",)),),
+            rope_layers=(_SLIDING_ATTENTION,),
             adjust=_cohere2_moe_adjust,
         ),
         "Cohere2MoeModel",
@@ -1741,8 +1702,7 @@ FAMILIES.update(
         ),
         "recurrent_gemma": _family(
             _llama_like(
-                query="layers.{i}.temporal_block.q_proj.weight",
-                key="layers.{i}.temporal_block.k_proj.weight",
+                **_qk("layers.{i}.temporal_block."),
                 norm="layers.{i}.temporal_pre_norm.weight",
                 norm_offset=1.0,
                 head_dim_key=None,
@@ -1755,8 +1715,7 @@ FAMILIES.update(
         ),
         "zamba": _family(
             _llama_like(
-                query="layers.{i}.shared_transf.self_attn.q_proj.weight",
-                key="layers.{i}.shared_transf.self_attn.k_proj.weight",
+                **_qk("layers.{i}.shared_transf.self_attn."),
                 norm="layers.{i}.shared_transf.input_layernorm.weight",
                 hidden_keys=("attention_hidden_size",),
                 head_dim_key="attention_head_dim",
@@ -1821,11 +1780,7 @@ FAMILIES.update(
         ),
         "mimo_v2_flash": _family(
             _llama_like(
-                layer_shapes=(
-                    LayerShape(
-                        LayerPattern("layer_types", members=("sliding_attention",)), kv_heads_factor=2
-                    ),
-                ),
+                layer_shapes=(LayerShape(_SLIDING_ATTENTION, kv_heads_factor=2),),
             ),
             "MiMoV2FlashForCausalLM",
             "MiMo-V2-Flash",

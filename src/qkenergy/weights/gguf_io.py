@@ -8,20 +8,16 @@ tensor is its name, a u32 axis count, one u64 per axis (innermost first), a
 u32 ggml type and a u64 offset into the data section, which begins at the
 first multiple of ``general.alignment`` (32 when absent) after the table.
 
-The header is parsed here, with bounds, rather than by ``gguf.GGUFReader``,
-for the reasons :mod:`qkenergy.weights.safetensors_io` gives for safetensors:
-that reader memory-maps the whole file (a file truncated while mapped kills
-the reader with SIGBUS) and a malformed header gives a numpy error that names
-neither the key nor the tensor. Here every count and length is checked against
-the bytes the file has before anything is sized by it, every error is one
-line naming the file and the key or tensor, and tensor bytes are read with the
-same checked ``preadv`` reads as safetensors (:class:`GGUFFile` is a
-:class:`~qkenergy.weights.safetensors_io.SafetensorsFile` with another
-header). The values themselves come from the ``gguf`` package, llama.cpp's
-own Python library: its type table (block sizes and bytes per block of every
-ggml type) and its numpy dequantisation of every type it knows (F16, BF16,
-Q4_0 to Q8_0, the K-quants, the IQ types, ...). tests/weights/test_gguf.py
-checks the header read here against ``gguf.GGUFReader`` field by field.
+The header is parsed here rather than by ``gguf.GGUFReader``, which memory-maps the whole file (a
+file truncated while mapped kills it with SIGBUS) and answers a malformed header with a numpy error
+naming neither key nor tensor. Here every count and length is checked against the rest of the file
+and the 100 MB header bound before anything is read or sized by it (a claim past either is refused
+at once), arrays of keys qkenergy does not read are skipped by length, and every error is one line
+naming the file and the key or tensor. Tensor bytes are read with the checked ``preadv`` reads of
+safetensors (:class:`GGUFFile` is a :class:`~qkenergy.weights.safetensors_io.SafetensorsFile` with
+another header); their values come from the ``gguf`` package, llama.cpp's own Python library (its
+type table and numpy dequantisation of every type it knows). tests/weights/test_gguf.py checks the
+header read here against ``gguf.GGUFReader`` field by field.
 """
 
 from __future__ import annotations
@@ -42,6 +38,7 @@ from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.base.json_input import open_regular
 from qkenergy.base.small_floats import BFLOAT16
 from qkenergy.weights.safetensors_io import HEADER_PROBE, Fetch, SafetensorsFile, TensorSource
+from qkenergy.weights.safetensors_io import MAX_HEADER_BYTES as MAX_HEADER
 
 __all__ = [
     "GGUF_MAGIC",
@@ -60,20 +57,19 @@ __all__ = [
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-# ggml tensors have at most 4 axes (GGML_MAX_DIMS).
-MAX_AXES = 4
-# Arrays longer than this (the tokenizer's vocabulary and merges) are walked, not kept.
-KEEP_ITEMS = 4096
-# Nested arrays deeper than this are no real file's.
-MAX_NESTING = 4
-# Longer text than this (a key, a name, a chat template) is no real file's.
-MAX_STRING = 1 << 24
-# More keys or tensors than this in one header is no real file's (a 671B model has about 1,100 tensors).
-MAX_ENTRIES = 1 << 24
+MAX_AXES = 4  # ggml tensors have at most 4 axes (GGML_MAX_DIMS)
+KEEP_ITEMS = 4096  # longer arrays (a vocabulary, its merges) are skipped or walked, not kept
+MAX_NESTING = 4  # arrays nested deeper are no real file's
+MAX_STRING = 1 << 24  # longer text (a key, a name, a chat template) is no real file's
+MAX_ENTRIES = 1 << 24  # more keys or tensors is no real file's (a 671B model has about 1,100 tensors)
 # llama.cpp's gguf-split names the parts of a split model NAME-00001-of-00003.gguf.
 _SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
-# Header bytes read at a time.
-_CHUNK = 1 << 20
+# Header bytes read at a time; at most this many when a long string array is walked (its minimum is known).
+_CHUNK, _WALK = 1 << 20, 16 << 20
+# qkenergy reads no array under these prefixes (gguf_archs): their arrays are skipped by length, never kept.
+_UNUSED_ARRAYS = ("general.", "tokenizer.")
+_Entry = tuple[list[int], int, int]  # a tensor table entry: see _read_table
+
 
 # value type code -> (name, struct format) of the scalars; 8 is a string, 9 an array.
 _SCALARS: dict[int, tuple[str, str]] = {
@@ -134,8 +130,6 @@ class GGUFArray:
 class GGUFTensorInfo:
     """One tensor of the table: ``shape`` in numpy order (outermost first); ``begin``/``end`` absolute offsets.
 
-    ``name`` is the name the tensor is read under (see :class:`GGUFFile`), ``gguf_name`` its name in the file.
-
     Parameters
     ----------
     name : str
@@ -154,7 +148,7 @@ class GGUFTensorInfo:
 
     name: str
     gguf_name: str
-    dtype: str  # the ggml type's name: F32, F16, BF16, Q4_1, Q4_K, IQ2_XS, ...
+    dtype: str
     type_code: int
     shape: tuple[int, ...]
     begin: int
@@ -201,31 +195,36 @@ class GGUFHeader:
 
 
 class _Cursor:
-    """Sequential reads of a header from a file, each checked against the file's size."""
+    """Sequential reads of a header, each checked against the file's size and the 100 MB bound (weights.hub's)."""
 
-    def __init__(self, fh: IO[bytes], size: int, where: str, fetch: Fetch | None = None) -> None:
-        self._fh = fh
-        self.size = size
-        self.where = where
-        self.pos = 0
-        self._buf = b""
-        self._start = 0  # file offset of _buf[0]
-        self._fetch = fetch
+    def __init__(self, fh: IO[bytes], where: str, fetch: Fetch | None = None) -> None:
+        self._fh, self._fetch, self.where = fh, fetch, where
+        self.size, self.pos = os.fstat(fh.fileno()).st_size, 0
+        self._buf, self._start = b"", 0  # _start: the file offset of _buf[0]
         # a remote file is read ahead by less: what is read past the header's end is fetched for nothing
         self._chunk = _CHUNK if fetch is None else HEADER_PROBE
 
-    def take(self, n: int, what: str) -> bytes:
+    def room(self, n: int, what: str) -> None:
+        """Refuse at once ``n`` bytes that the rest of the file or the bound cannot hold."""
         if n > self.size - self.pos:
             raise QKEnergyError(
                 f"{self.where}: the file ends ({self.size} bytes) inside {what}; truncated, or not a GGUF file"
             )
+        if n > MAX_HEADER - self.pos:
+            raise QKEnergyError(
+                f"{self.where}: {what} runs past byte {MAX_HEADER}, the bound on a GGUF header (its keys "
+                "and tensor table); corrupt, or not a GGUF file"
+            )
+
+    def take(self, n: int, what: str, ahead: int = 0) -> bytes:
+        """The next ``n`` bytes; a refill reads at least ``ahead`` bytes (what is known to follow)."""
+        self.room(n, what)
         end = self.pos + n
         if end > self._start + len(self._buf):
             keep = self._buf[self.pos - self._start :]
-            want = max(n - len(keep), self._chunk)
-            if self._fetch is not None:
-                at = self.pos + len(keep)
-                self._fetch(at, min(at + want, self.size))
+            want = max(n - len(keep), self._chunk, ahead)
+            if self._fetch is not None:  # the bytes read next: [pos + len(keep), + want)
+                self._fetch(self.pos + len(keep), min(self.pos + len(keep) + want, self.size))
             more = self._fh.read(want)
             self._buf, self._start = keep + more, self.pos
             if end > self._start + len(self._buf):
@@ -235,37 +234,36 @@ class _Cursor:
         return out
 
     def skip(self, n: int, what: str) -> None:
-        if n > self.size - self.pos:
-            self.take(n, what)  # raises the truncation error
-        if self.pos + n <= self._start + len(self._buf):
-            self.pos += n
-        else:
-            self.pos += n
+        self.room(n, what)
+        self.pos += n
+        if self.pos > self._start + len(self._buf):
             self._fh.seek(self.pos)
             self._buf, self._start = b"", self.pos
 
-    def scalar(self, code: int, what: str) -> Any:
+    def scalar(self, code: int, what: str, ahead: int = 0) -> Any:
         fmt = _SCALARS[code][1]
-        (value,) = struct.unpack(fmt, self.take(struct.calcsize(fmt), what))
-        if code == _BOOL:
-            if value > 1:
-                raise QKEnergyError(f"{self.where}: {what} is a bool holding {value}; expected 0 or 1")
-            return bool(value)
-        return value
+        (value,) = struct.unpack(fmt, self.take(struct.calcsize(fmt), what, ahead))
+        if code == _BOOL and value > 1:
+            raise QKEnergyError(f"{self.where}: {what} is a bool holding {value}; expected 0 or 1")
+        return bool(value) if code == _BOOL else value
 
-    def string(self, what: str) -> str:
-        n = self.scalar(10, f"the length of {what}")
+    def string(self, what: str, keep: bool = True, ahead: int = 0) -> str:
+        """A u64 length and that many bytes of UTF-8; skipped (returned as "") unless ``keep``."""
+        n = self.scalar(10, f"the length of {what}", ahead)
         if n > MAX_STRING:
             raise QKEnergyError(
                 f"{self.where}: {what} claims {n} bytes of text (at most {MAX_STRING}); corrupt, or not a GGUF file"
             )
-        raw = self.take(n, what)
+        if not keep:
+            self.skip(n, what)
+            return ""
         try:
-            return raw.decode("utf-8")
+            return self.take(n, what).decode("utf-8")
         except UnicodeDecodeError:
             raise QKEnergyError(f"{self.where}: {what} is not UTF-8 text") from None
 
-    def value(self, code: int, what: str, depth: int = 0) -> Any:
+    def value(self, code: int, what: str, depth: int = 0, keep: bool = True) -> Any:
+        """A value of type ``code``; an array longer than KEEP_ITEMS, or any array unless ``keep``, as GGUFArray."""
         if code in _SCALARS:
             return self.scalar(code, what)
         if code == _STRING:
@@ -276,33 +274,118 @@ class _Cursor:
             raise QKEnergyError(f"{self.where}: {what} nests arrays more than {MAX_NESTING} deep")
         item = self.scalar(4, f"the item type of {what}")
         count = self.scalar(10, f"the length of {what}")
+        keep = keep and count <= KEEP_ITEMS
         if item in _SCALARS:
             name, fmt = _SCALARS[item]
             width = struct.calcsize(fmt)
-            if count > (self.size - self.pos) // width:
-                raise QKEnergyError(
-                    f"{self.where}: {what} claims {count} {name} items, more than the rest of the "
-                    f"file holds ({self.size - self.pos} bytes); truncated or corrupt"
-                )
-            if count > KEEP_ITEMS:
+            self.room(count * width, f"{what} ({count} {name} items, {count * width} bytes)")
+            if not keep:
                 self.skip(count * width, what)
                 return GGUFArray(name, count)
-            raw = self.take(count * width, what)
-            items = struct.unpack(f"<{count}{fmt[1]}", raw)
+            items = struct.unpack(f"<{count}{fmt[1]}", self.take(count * width, what))
             return tuple(bool(v) for v in items) if item == _BOOL else items
         if item not in (_STRING, _ARRAY):
             raise QKEnergyError(f"{self.where}: {what} has item type {item}; expected 0 to 12")
-        # Each string or array takes at least 8 bytes: a bound on the count before the walk.
-        if count > (self.size - self.pos) // 8:
-            raise QKEnergyError(
-                f"{self.where}: {what} claims {count} items, more than the rest of the file holds; "
-                "truncated or corrupt"
-            )
-        if count > KEEP_ITEMS:  # walked to the next key, not kept
-            for k in range(count):
-                self.value(item, f"item {k} of {what}", depth + 1)
-            return GGUFArray("string" if item == _STRING else "array", count)
-        return tuple(self.value(item, f"item {k} of {what}", depth + 1) for k in range(count))
+        # each string or array takes at least its u64 length: a bound before the walk
+        self.room(count * 8, f"{what} ({count} items, at least {count * 8} bytes)")
+        if keep:
+            return tuple(self.value(item, f"item {k} of {what}", depth + 1) for k in range(count))
+        # walked to the next key, read ahead by up to _WALK bytes: what is known to follow
+        for k in range(count):
+            if item == _STRING:
+                self.string(f"item {k} of {what}", keep=False, ahead=min(8 * (count - k), _WALK))
+            else:
+                self.value(item, f"item {k} of {what}", depth + 1, keep=False)
+        return GGUFArray("string" if item == _STRING else "array", count)
+
+
+def _preamble(cur: _Cursor) -> tuple[int, int, int]:
+    """The version, tensor count and key count, checked."""
+    if cur.take(4, "the magic") != GGUF_MAGIC:
+        raise QKEnergyError(f"{cur.where}: does not start with the GGUF magic; not a GGUF file")
+    version = cur.scalar(4, "the version")
+    if version & 0xFFFF == 0 and version:
+        raise QKEnergyError(f"{cur.where}: a big-endian GGUF file; only little-endian files are read")
+    if version not in VERSIONS:
+        raise QKEnergyError(
+            f"{cur.where}: GGUF version {version}; this reader knows versions "
+            f"{', '.join(map(str, VERSIONS))} (reconvert with a current llama.cpp)"
+        )
+    n_tensors, n_keys = cur.scalar(10, "the tensor count"), cur.scalar(10, "the key count")
+    # Each key and tensor entry is read before the next, so a truncated file stops at the
+    # first one it cuts (named in the error); only counts no real file has are refused here.
+    if n_keys > MAX_ENTRIES or n_tensors > MAX_ENTRIES:
+        raise QKEnergyError(
+            f"{cur.where}: header claims {n_keys} keys and {n_tensors} tensors (at most "
+            f"{MAX_ENTRIES} each); corrupt, or not a GGUF file"
+        )
+    return version, n_tensors, n_keys
+
+
+def _read_fields(cur: _Cursor, n_keys: int) -> tuple[dict[str, Any], int]:
+    """The key-value metadata (arrays of unused keys skipped by length) and the alignment."""
+    fields: dict[str, Any] = {}
+    for k in range(n_keys):
+        key = cur.string(f"the name of key {k}")
+        code = cur.scalar(4, f"the value type of key {show_name(key)}")
+        if key in fields:
+            raise QKEnergyError(f"{cur.where}: key {show_name(key)} appears twice")
+        fields[key] = cur.value(code, f"key {show_name(key)}", keep=not key.startswith(_UNUSED_ARRAYS))
+    alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):  # a bool is no alignment
+        raise QKEnergyError(f"{cur.where}: key 'general.alignment' is {alignment!r}; expected a power of two")
+    return fields, alignment
+
+
+def _read_table(cur: _Cursor, n_tensors: int) -> dict[str, _Entry]:
+    """The tensor table as read: name -> (dims innermost first, ggml type, data offset), in file order."""
+    entries: dict[str, _Entry] = {}
+    for t in range(n_tensors):
+        name = cur.string(f"the name of tensor {t}")
+        what = f"tensor {show_name(name)}"
+        if name in entries:
+            raise QKEnergyError(f"{cur.where}: {what} appears twice in the tensor table")
+        axes = cur.scalar(4, f"the axis count of {what}")
+        if not 1 <= axes <= MAX_AXES:
+            raise QKEnergyError(f"{cur.where}: {what} has {axes} axes; expected 1 to {MAX_AXES}")
+        dims = [cur.scalar(10, f"the shape of {what}") for _ in range(axes)]
+        code = cur.scalar(4, f"the type of {what}")
+        offset = cur.scalar(10, f"the offset of {what}")
+        entries[name] = (dims, code, offset)
+    return entries
+
+
+def _tensor_info(where: str, name: str, entry: _Entry, layout: tuple[int, int, int]) -> GGUFTensorInfo:
+    """One table entry checked: a known ggml type, whole blocks, aligned data inside the file."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    (dims, code, offset), (data_start, alignment, size) = entry, layout
+    what = f"{where}: tensor {show_name(name)}"
+    try:
+        qtype = GGMLQuantizationType(code)
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise QKEnergyError(
+            f"{what} has ggml type {code}, which the installed gguf package does not know (pip install -U gguf)"
+        ) from None
+    if any(d <= 0 for d in dims) or dims[0] % block:
+        shown = ", ".join(map(str, dims))
+        raise QKEnergyError(
+            f"{what} has shape [{shown}] (innermost first); expected positive sizes, the innermost "
+            f"a multiple of {qtype.name}'s block of {block}"
+        )
+    nbytes = math.prod(dims) // block * block_bytes  # at most 4 factors below 2^64
+    begin = data_start + offset
+    if offset % alignment:
+        raise QKEnergyError(f"{what}: data offset {offset} is not a multiple of the alignment {alignment}")
+    if begin + nbytes > size:
+        raise QKEnergyError(
+            f"{what}: its {nbytes} bytes at data offset {offset} (file offset {begin}: the tensor table counts "
+            f"from the data section, which starts at byte {data_start}) run past the end of the "
+            f"{size}-byte file, which would need {begin + nbytes} bytes; truncated"
+        )
+    shape = tuple(int(d) for d in reversed(dims))
+    return GGUFTensorInfo(name, name, qtype.name, int(code), shape, begin, begin + nbytes)
 
 
 def read_header(path: Path, fetch: Fetch | None = None) -> GGUFHeader:
@@ -323,107 +406,27 @@ def read_header(path: Path, fetch: Fetch | None = None) -> GGUFHeader:
     ------
     QKEnergyError
         Not a regular little-endian GGUF file of a known version, or a truncated or
-        inconsistent header (counts, types, alignment, tensor offsets).
+        inconsistent header (counts, types, alignment, tensor offsets, sizes past
+        the file or its first 100 MB).
     """
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
     where = show_path(path)
     try:
         with open_regular(path, where) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            cur = _Cursor(fh, size, where, fetch)
-            if cur.take(4, "the magic") != GGUF_MAGIC:
-                raise QKEnergyError(f"{where}: does not start with the GGUF magic; not a GGUF file")
-            version = cur.scalar(4, "the version")
-            if version & 0xFFFF == 0 and version:
-                raise QKEnergyError(f"{where}: a big-endian GGUF file; only little-endian files are read")
-            if version not in VERSIONS:
-                raise QKEnergyError(
-                    f"{where}: GGUF version {version}; this reader knows versions "
-                    f"{', '.join(map(str, VERSIONS))} (reconvert with a current llama.cpp)"
-                )
-            n_tensors = cur.scalar(10, "the tensor count")
-            n_keys = cur.scalar(10, "the key count")
-            # Each key and tensor entry is read before the next, so a truncated file stops at the
-            # first one it cuts (named in the error); only counts no real file has are refused here.
-            if n_keys > MAX_ENTRIES or n_tensors > MAX_ENTRIES:
-                raise QKEnergyError(
-                    f"{where}: header claims {n_keys} keys and {n_tensors} tensors (at most "
-                    f"{MAX_ENTRIES} each); corrupt, or not a GGUF file"
-                )
-            fields: dict[str, Any] = {}
-            for k in range(n_keys):
-                key = cur.string(f"the name of key {k}")
-                code = cur.scalar(4, f"the value type of key {show_name(key)}")
-                if key in fields:
-                    raise QKEnergyError(f"{where}: key {show_name(key)} appears twice")
-                fields[key] = cur.value(code, f"key {show_name(key)}")
-            alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
-            if (
-                isinstance(alignment, bool)
-                or not isinstance(alignment, int)
-                or alignment <= 0
-                or alignment & (alignment - 1)
-            ):
-                raise QKEnergyError(
-                    f"{where}: key 'general.alignment' is {alignment!r}; expected a power of two"
-                )
-            entries = []
-            for t in range(n_tensors):
-                name = cur.string(f"the name of tensor {t}")
-                what = f"tensor {show_name(name)}"
-                axes = cur.scalar(4, f"the axis count of {what}")
-                if not 1 <= axes <= MAX_AXES:
-                    raise QKEnergyError(f"{where}: {what} has {axes} axes; expected 1 to {MAX_AXES}")
-                dims = [cur.scalar(10, f"the shape of {what}") for _ in range(axes)]
-                code = cur.scalar(4, f"the type of {what}")
-                offset = cur.scalar(10, f"the offset of {what}")
-                entries.append((name, dims, code, offset))
+            cur = _Cursor(fh, where, fetch)
+            version, n_tensors, n_keys = _preamble(cur)
+            fields, alignment = _read_fields(cur, n_keys)
+            entries = _read_table(cur, n_tensors)
     except OSError as exc:
         raise QKEnergyError(f"{where}: cannot read: {exc.strerror or exc}") from None
     data_start = -(-cur.pos // alignment) * alignment
-    tensors: list[GGUFTensorInfo] = []
-    seen: set[str] = set()
-    for name, dims, code, offset in entries:
-        what = f"{where}: tensor {show_name(name)}"
-        if name in seen:
-            raise QKEnergyError(f"{what} appears twice in the tensor table")
-        seen.add(name)
-        try:
-            qtype = GGMLQuantizationType(code)
-            block, block_bytes = GGML_QUANT_SIZES[qtype]
-        except (ValueError, KeyError):
-            raise QKEnergyError(
-                f"{what} has ggml type {code}, which the installed gguf package does not know "
-                "(pip install -U gguf)"
-            ) from None
-        if any(d <= 0 for d in dims) or dims[0] % block:
-            shown = ", ".join(map(str, dims))
-            raise QKEnergyError(
-                f"{what} has shape [{shown}] (innermost first); expected positive sizes, the innermost "
-                f"a multiple of {qtype.name}'s block of {block}"
-            )
-        elements = math.prod(dims)  # at most 4 factors below 2^64
-        nbytes = elements // block * block_bytes
-        begin = data_start + offset
-        if offset % alignment or begin + nbytes > size:
-            problem = (
-                f"data offset {offset} is not a multiple of the alignment {alignment}"
-                if offset % alignment
-                else f"its {nbytes} bytes at data offset {offset} (file offset {begin}: the tensor table counts "
-                f"from the data section, which starts at byte {data_start}) run past the end of the "
-                f"{size}-byte file, which would need {begin + nbytes} bytes; truncated"
-            )
-            raise QKEnergyError(f"{what}: {problem}")
-        shape = tuple(int(d) for d in reversed(dims))
-        tensors.append(GGUFTensorInfo(name, name, qtype.name, int(code), shape, begin, begin + nbytes))
-    spans = sorted((i for i in tensors if i.end > i.begin), key=lambda i: i.begin)
-    for a, b in itertools.pairwise(spans):
+    layout = (data_start, alignment, cur.size)
+    tensors = [_tensor_info(where, name, entry, layout) for name, entry in entries.items()]
+    for a, b in itertools.pairwise(sorted((i for i in tensors if i.end > i.begin), key=lambda i: i.begin)):
         if b.begin < a.end:
             raise QKEnergyError(
                 f"{where}: tensors {show_name(a.gguf_name)} and {show_name(b.gguf_name)} overlap in the data section"
             )
-    return GGUFHeader(int(version), fields, tensors, data_start, size)
+    return GGUFHeader(int(version), fields, tensors, data_start, cur.size)
 
 
 class GGUFFile(SafetensorsFile):
@@ -493,10 +496,7 @@ class GGUFFile(SafetensorsFile):
         raw = np.empty(info.end - info.begin, np.uint8)
         if info.end > info.begin:
             self._read_into(raw, info.begin, info.gguf_name)
-        if not info.quantized:
-            out = raw.view(info.np_dtype).reshape(info.shape)
-        else:
-            out = _dequantize(raw, info, where)
+        out = _dequantize(raw, info, where) if info.quantized else raw.view(info.np_dtype).reshape(info.shape)
         out.flags.writeable = False
         return out
 

@@ -1149,11 +1149,6 @@ def _write_atomic(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path, replace_any=True) as temporary:
             temporary.write_text(text)
-    except OutputError as exc:
-        raise QKEnergyError(
-            f"{show_path(path)}: cannot write to the hub range cache ({exc.reason})"
-        ) from None
-    except OSError as exc:
-        raise QKEnergyError(
-            f"{show_path(path)}: cannot write to the hub range cache ({exc.strerror or type(exc).__name__})"
-        ) from None
+    except (OutputError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, OutputError) else exc.strerror or type(exc).__name__
+        raise QKEnergyError(f"{show_path(path)}: cannot write to the hub range cache ({reason})") from None

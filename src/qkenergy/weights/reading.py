@@ -160,6 +160,19 @@ def layer_tensors(tensors: TensorReader, arch: Architecture, layer: int, *, pref
     return [prefix + r for r in relative if prefix + r in names]
 
 
+def _check_layer(arch: Architecture, layer: int) -> None:
+    """One line unless ``layer`` is in range and has softmax attention."""
+    if not 0 <= layer < arch.n_layers:
+        raise QKEnergyError(
+            f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
+        )
+    if not arch.has_layer(layer):
+        raise QKEnergyError(
+            f"layer {layer} of this {arch.model_type} model has no softmax attention; the layers with "
+            f"attention are {', '.join(map(str, arch.attention_layers))}"
+        )
+
+
 def read_layer(
     tensors: TensorReader,
     arch: Architecture,
@@ -201,20 +214,10 @@ def read_layer(
         A layer out of range or without attention, a tensor missing, or one whose shape does
         not fit the architecture.
     """
-    if not 0 <= layer < arch.n_layers:
-        raise QKEnergyError(
-            f"layer {layer} out of range: the model has {arch.n_layers} layers (0..{arch.n_layers - 1})"
-        )
-    if not arch.has_layer(layer):
-        raise QKEnergyError(
-            f"layer {layer} of this {arch.model_type} model has no softmax attention; the layers with "
-            f"attention are {', '.join(map(str, arch.attention_layers))}"
-        )
+    _check_layer(arch, layer)
     if prefix is None:
         prefix = find_prefix(tensors, arch)
     lay = arch.layout
-    H, N = arch.n_heads, arch.hidden_size
-    Hkv, n = arch.layer_kv_heads(layer), arch.layer_head_dim(layer)  # per-layer shapes (gemma4)
     at = arch.tensor_layer(layer)  # a shared block (zamba2): its tensors live under its first layer
     source_layer = arch.key_layer(layer)  # KV sharing: keys from an earlier layer's projection
     names = set(tensors.names)
@@ -242,6 +245,34 @@ def read_layer(
         g = as_float(tensors.tensor(name), np.float64)
         return g + offset
 
+    wq, wk = _read_projections(tensors, arch, layer, need, gain)
+    if lay.qk_norm is not None and lay.qk_norm.query is not None:  # a gain-free norm folds nothing
+        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain, source_layer)
+
+    query_gain = key_gain = None
+    if fold_norm:
+        wq, wk, query_gain, key_gain = _fold_input_norms(arch, layer, wq, wk, gain)
+    cross_gain = key_gain if lay.key_stack is not None or source_layer != at else None
+    return LayerWeights(layer, wq, wk, arch.layer_kv_head(layer), query_gain, cross_gain)
+
+
+def _read_projections(
+    tensors: TensorReader,
+    arch: Architecture,
+    layer: int,
+    need: Callable[..., str],
+    gain: Callable[..., np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """W_Q (H, n, N) and W_K (H_kv, n, N) of one layer as its layout stores them.
+
+    Views into the tensors read (a Conv1D's transposed columns, a fused tensor's rows), not
+    copies: the Gram products convert each head into float32/64 anyway, and that copy reads
+    a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
+    """
+    lay = arch.layout
+    H, N = arch.n_heads, arch.hidden_size
+    Hkv, n = arch.layer_kv_heads(layer), arch.layer_head_dim(layer)  # per-layer shapes (gemma4)
+    at, source_layer = arch.tensor_layer(layer), arch.key_layer(layer)
     sizes = f"{H} heads x head_dim {n}, hidden {N}"
     qname = need(lay.query.format(i=at))
     if lay.storage == "separate":
@@ -286,32 +317,32 @@ def read_layer(
         wq, wk = w[:, 0], w[:, 1]
     elif lay.storage == "latent":
         assert lay.latent is not None and lay.key is not None, "a latent layout names its latents"
-        wq, wk = _read_latent(tensors, arch, layer, qname, need(lay.key.format(i=layer)), need, gain)
+        return _read_latent(tensors, arch, layer, qname, need(lay.key.format(i=layer)), need, gain)
     else:  # pragma: no cover - guarded by the Storage literal
         raise AssertionError(f"unknown storage {lay.storage!r}")
-    # Views into the tensors read (a Conv1D's transposed columns, a fused tensor's rows), not
-    # copies: the Gram products convert each head into float32/64 anyway, and that copy reads
-    # a strided head as fast as a contiguous one (a copy here costs a transpose and fresh pages).
+    return wq, wk
 
-    if lay.qk_norm is not None and lay.qk_norm.query is not None:  # a gain-free norm folds nothing
-        wq, wk = _fold_qk_norm(lay.qk_norm, wq, wk, gain, source_layer)
 
+def _fold_input_norms(
+    arch: Architecture, layer: int, wq: np.ndarray, wk: np.ndarray, gain: Callable[..., np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """W_Q and W_K times the gains of the norms feeding their inputs (L -> D_K L D_Q), and those gains."""
+    lay, N = arch.layout, arch.hidden_size
+    at, source_layer = arch.tensor_layer(layer), arch.key_layer(layer)
     query_gain = key_gain = None
-    if fold_norm:
-        norm = _norm_name(lay, at)
-        if norm is not None:
-            query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
-        key_norm = norm if lay.key_stack is None else arch.key_norm
-        if source_layer != at:  # a KV-shared layer: its keys read the source layer's input
-            key_norm = _norm_name(lay, source_layer)
-        if key_norm is not None:
-            key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset, source_layer).astype(_float(wk))
-        if query_gain is not None:
-            wq = as_float(wq, query_gain.dtype) * query_gain
-        if key_gain is not None:
-            wk = as_float(wk, key_gain.dtype) * key_gain
-    cross_gain = key_gain if lay.key_stack is not None or source_layer != at else None
-    return LayerWeights(layer, wq, wk, arch.layer_kv_head(layer), query_gain, cross_gain)
+    norm = _norm_name(lay, at)
+    if norm is not None:
+        query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
+    key_norm = norm if lay.key_stack is None else arch.key_norm
+    if source_layer != at:  # a KV-shared layer: its keys read the source layer's input
+        key_norm = _norm_name(lay, source_layer)
+    if key_norm is not None:
+        key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset, source_layer).astype(_float(wk))
+    if query_gain is not None:
+        wq = as_float(wq, query_gain.dtype) * query_gain
+    if key_gain is not None:
+        wk = as_float(wk, key_gain.dtype) * key_gain
+    return wq, wk, query_gain, key_gain
 
 
 def _with_adapter(

@@ -162,50 +162,7 @@ def _parse_header(
     ):
         raise QKEnergyError(f"{where}: __metadata__ must be an object of strings")
 
-    tensors: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        t = f"{where}: tensor {show_name(name)}"
-        if not isinstance(entry, dict):
-            raise QKEnergyError(
-                f"{t} must be an object with dtype, shape, data_offsets; got {json_type(entry)}"
-            )
-        dtype = entry.get("dtype")
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise QKEnergyError(
-                f"{t}: field 'dtype' is {describe(dtype)}; expected one of {', '.join(DTYPES)}"
-            )
-        shape = entry.get("shape")
-        if not isinstance(shape, list) or len(shape) > MAX_RANK:
-            raise QKEnergyError(
-                f"{t}: field 'shape' is {describe(shape)}; expected an array of at most "
-                f"{MAX_RANK} non-negative integers"
-            )
-        for axis, d in enumerate(shape):
-            if not _is_int(d) or d < 0:
-                raise QKEnergyError(
-                    f"{t}: field 'shape' has entry {axis} = {describe(d)}; expected a non-negative integer"
-                )
-        offsets: Any = entry.get("data_offsets")
-        pair = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
-        if not pair or not 0 <= offsets[0] <= offsets[1]:
-            shown = f"[{offsets[0]}, {offsets[1]}]" if pair else describe(offsets)
-            raise QKEnergyError(
-                f"{t}: field 'data_offsets' is {shown}; expected [begin, end] with 0 <= begin <= end"
-            )
-        begin, end = offsets
-        if end > data_len:
-            raise QKEnergyError(
-                f"{t} has data_offsets [{begin}, {end}] beyond the {data_len}-byte data "
-                "section; file truncated or corrupt"
-            )
-        need = DTYPES[dtype].itemsize * math.prod(shape)  # shape <= MAX_RANK entries of <= 30 digits
-        if end - begin != need:
-            dims = ", ".join(map(str, shape))
-            raise QKEnergyError(
-                f"{t} has data_offsets [{begin}, {end}] ({end - begin} bytes) but "
-                f"{dtype} [{dims}] needs {need} bytes"
-            )
-        tensors[name] = TensorInfo(name, dtype, tuple(shape), data_start + begin, data_start + end)
+    tensors = {name: _tensor_info(name, entry, where, data_start, data_len) for name, entry in header.items()}
 
     # Overlap check: a sort of the header entries, cheap next to any real use.
     spans = sorted((i for i in tensors.values() if i.end > i.begin), key=lambda i: i.begin)
@@ -217,6 +174,48 @@ def _parse_header(
                 f"[{b.begin - data_start}, {b.end - data_start}])"
             )
     return tensors, metadata, size
+
+
+def _tensor_info(name: str, entry: Any, where: str, data_start: int, data_len: int) -> TensorInfo:
+    """One header entry validated: its dtype, shape and data offsets, inside the data section."""
+    t = f"{where}: tensor {show_name(name)}"
+    if not isinstance(entry, dict):
+        raise QKEnergyError(f"{t} must be an object with dtype, shape, data_offsets; got {json_type(entry)}")
+    dtype = entry.get("dtype")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise QKEnergyError(f"{t}: field 'dtype' is {describe(dtype)}; expected one of {', '.join(DTYPES)}")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK:
+        raise QKEnergyError(
+            f"{t}: field 'shape' is {describe(shape)}; expected an array of at most "
+            f"{MAX_RANK} non-negative integers"
+        )
+    for axis, d in enumerate(shape):
+        if not _is_int(d) or d < 0:
+            raise QKEnergyError(
+                f"{t}: field 'shape' has entry {axis} = {describe(d)}; expected a non-negative integer"
+            )
+    offsets: Any = entry.get("data_offsets")
+    pair = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+    if not pair or not 0 <= offsets[0] <= offsets[1]:
+        shown = f"[{offsets[0]}, {offsets[1]}]" if pair else describe(offsets)
+        raise QKEnergyError(
+            f"{t}: field 'data_offsets' is {shown}; expected [begin, end] with 0 <= begin <= end"
+        )
+    begin, end = offsets
+    if end > data_len:
+        raise QKEnergyError(
+            f"{t} has data_offsets [{begin}, {end}] beyond the {data_len}-byte data "
+            "section; file truncated or corrupt"
+        )
+    need = DTYPES[dtype].itemsize * math.prod(shape)  # shape <= MAX_RANK entries of <= 30 digits
+    if end - begin != need:
+        dims = ", ".join(map(str, shape))
+        raise QKEnergyError(
+            f"{t} has data_offsets [{begin}, {end}] ({end - begin} bytes) but "
+            f"{dtype} [{dims}] needs {need} bytes"
+        )
+    return TensorInfo(name, dtype, tuple(shape), data_start + begin, data_start + end)
 
 
 def _missing(name: str, names: Iterable[str], where: str) -> QKEnergyError:

@@ -18,7 +18,7 @@ import numpy as np
 from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe
-from qkenergy.weights.quantization.fields import block_pair, config_field, module_names
+from qkenergy.weights.quantization.config import block_pair, config_field, module_names
 from qkenergy.weights.quantization.grids import (
     PACKED_BITS,
     blocks,
@@ -108,9 +108,7 @@ def _scheme(name: str, group: Mapping[str, Any], weights: Mapping[str, Any], fmt
     bits = config_field(weights, "num_bits", where, int, 8)
     if kind not in ("int", "float") or not 1 <= bits <= 16:
         raise QKEnergyError(f"{where}: weights of type {kind!r} with {bits} bits are not read")
-    size = weights.get("group_size")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-        raise QKEnergyError(f"{where}: field 'group_size' is {describe(size)}; expected an integer")
+    size = config_field(weights, "group_size", where, int, None)
     strategy = config_field(weights, "strategy", where, str, None)
     if strategy is None:
         strategy = "tensor" if size is None else "channel" if size == -1 else "group"
@@ -189,11 +187,10 @@ class CompressedTensors(QuantMethod):
     def parse(self, raw: Mapping[str, Any], where: str) -> Quantization:
         """As :meth:`QuantMethod.parse`: ``format``, ``config_groups``, ``ignore``; transforms and sparsity refused."""
         fmt = config_field(raw, "format", where, str, "dense")
-        for key in ("transform_config",):
-            if raw.get(key):
-                raise QKEnergyError(
-                    f"{where}: compressed-tensors {key} (online rotations of the weights' inputs) is not read"
-                )
+        if raw.get("transform_config"):
+            raise QKEnergyError(
+                f"{where}: compressed-tensors transform_config (online rotations of the weights' inputs) is not read"
+            )
         sparsity = raw.get("sparsity_config")
         if isinstance(sparsity, Mapping) and sparsity.get("format") not in (None, "dense"):
             raise QKEnergyError(

@@ -3,10 +3,13 @@
 Refused in one line naming the method and the config file: bitsandbytes, HQQ,
 EETQ, any method not registered, and the packings of a known method that are
 not read. transformers' ``gguf`` marks weights it already dequantised (plain).
+The typed fields (:func:`config_field`, ...) give one line naming the file and
+the field when one is wrong; the methods' parsers share them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,15 @@ from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe, read_object
 from qkenergy.weights.quantization.method import METHODS, Quantization
 
-__all__ = ["SIDE_FILES", "parse_quantization", "read_quantization"]
+__all__ = [
+    "SIDE_FILES",
+    "block_pair",
+    "config_field",
+    "group_size",
+    "module_names",
+    "parse_quantization",
+    "read_quantization",
+]
 
 # Known methods that are refused, each with what it stores (for the message).
 _REFUSED: dict[str, str] = {
@@ -133,3 +144,124 @@ def read_quantization(config: Mapping[str, Any], where: str, root: Path | None =
                 {"quantization_config": {"quant_method": method, **side}}, show_path(path)
             )
     return None
+
+
+def config_field(
+    obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], default: Any
+) -> Any:
+    """``obj[key]`` if it has JSON type ``kind``, ``default`` if absent or null.
+
+    Parameters
+    ----------
+    obj : mapping
+        The config object.
+    key : str
+        The field.
+    where : str
+        The config file, for messages.
+    kind : type or tuple of type
+        The accepted Python types (a boolean is never an integer).
+    default : object
+        The value of an absent field.
+
+    Returns
+    -------
+    object
+        The value.
+
+    Raises
+    ------
+    QKEnergyError
+        The field has another type.
+    """
+    value = obj.get(key)
+    if value is None:
+        return default
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected {_kind_name(kind)}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {bool: "a boolean", int: "an integer", str: "a string", list: "an array", dict: "an object"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def module_names(obj: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """An array of module names (``modules_to_not_convert``, ``ignore``, ``targets``); () if absent.
+
+    Parameters
+    ----------
+    obj : mapping
+        The config object.
+    key : str
+        The field.
+    where : str
+        The config file, for messages.
+
+    Returns
+    -------
+    tuple of str
+        The names.
+    """
+    value = config_field(obj, key, where, list, [])
+    if not all(isinstance(v, str) for v in value):
+        raise QKEnergyError(f"{where}: field {key!r} must be an array of module names")
+    return tuple(value)
+
+
+def group_size(obj: Mapping[str, Any], key: str, where: str, default: int) -> int:
+    """Input columns per scale: a positive integer, or -1 for one group per column.
+
+    Parameters
+    ----------
+    obj : mapping
+        The config object.
+    key : str
+        The field.
+    where : str
+        The config file, for messages.
+    default : int
+        The size of an absent field.
+
+    Returns
+    -------
+    int
+        The group size.
+    """
+    size = config_field(obj, key, where, int, default)
+    if size != -1 and not 1 <= size <= 1 << 20:
+        raise QKEnergyError(f"{where}: field {key!r} is {size}; expected a positive integer or -1")
+    return int(size)
+
+
+def block_pair(value: Any, key: str, where: str) -> tuple[int, int]:
+    """The [rows, columns] of a block each scale covers (also written "128x128").
+
+    Parameters
+    ----------
+    value : object
+        The field's value.
+    key : str
+        The field, for messages.
+    where : str
+        The config file, for messages.
+
+    Returns
+    -------
+    (int, int)
+        Rows and columns, each from 1 to 2^20.
+    """
+    if isinstance(value, str) and re.fullmatch(r"\d{1,7}x\d{1,7}", value):
+        value = [int(v) for v in value.split("x")]
+    expected = f"expected [rows, columns] of a block, two integers from 1 to {1 << 20}"
+    if not isinstance(value, list) or len(value) != 2:
+        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; {expected}")
+    for i, v in enumerate(value):
+        if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 20):
+            raise QKEnergyError(
+                f"{where}: field {key!r} is {describe(value)}: element {i} (the {('rows', 'columns')[i]}) "
+                f"is {describe(v)}; {expected}"
+            )
+    return int(value[0]), int(value[1])

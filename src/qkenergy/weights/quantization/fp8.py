@@ -15,7 +15,7 @@ import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe
-from qkenergy.weights.quantization.fields import block_pair, config_field, module_names
+from qkenergy.weights.quantization.config import block_pair, config_field, module_names
 from qkenergy.weights.quantization.grids import blocks, dequantize_grid
 from qkenergy.weights.quantization.method import SCALED, Quantization, QuantMethod, StoredWeight, check_float8
 

@@ -18,7 +18,7 @@ import numpy as np
 from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import describe
-from qkenergy.weights.quantization.fields import config_field, group_size, module_names
+from qkenergy.weights.quantization.config import config_field, group_size, module_names
 from qkenergy.weights.quantization.grids import blocks, dequantize_awq, dequantize_gptq
 from qkenergy.weights.quantization.method import QWEIGHT, Quantization, QuantMethod, StoredWeight
 
