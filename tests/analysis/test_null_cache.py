@@ -213,12 +213,7 @@ def test_mutated_cache_files_are_exact_or_misses(
 # loose-parameter functions of the previous release): a cache written then is read now.
 OLD_NAMES = [
     ((8, 32), NullSpec(samples=100), None, "null-v2-gaussian-n8-N32-K100-seed0-1bb4ca92ae90d9c4.npz"),
-    (
-        (8, 32),
-        NullSpec(samples=100, radius=0.05),
-        "null",
-        "null-v2-gaussian-n8-N32-K100-seed0-91947ff2cc31d5df.npz",
-    ),
+    ((8, 32), NullSpec(samples=100), "null", "null-v2-gaussian-n8-N32-K100-seed0-49d4d94a0c8d6154.npz"),
     ((64, 384), NullSpec(seed=7), "null", "null-v2-gaussian-n64-N384-K2000-seed7-8f18b22e49bc9729.npz"),
 ]
 
@@ -230,7 +225,7 @@ def test_the_spec_keys_name_the_files_older_caches_hold(
     drawn = nulls.NULL_STATISTICS if names else None
     assert null_cache.null_cache_path(tmp_path, spec, *shape, drawn).name == expected
     # the kind and the rotation draws do not change the Gaussian law, nor its file
-    other = NullSpec(spec.samples, spec.seed, "both", spec.radius, rotation_samples=30)
+    other = NullSpec(spec.samples, spec.seed, "both", rotation_samples=30)
     assert null_cache.null_cache_path(tmp_path, other, *shape, drawn).name == expected
 
 

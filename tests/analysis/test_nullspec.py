@@ -17,7 +17,6 @@ def test_defaults_are_analyzes_and_frozen() -> None:
         "samples": 2000,
         "seed": 0,
         "kind": "gaussian",
-        "radius": 0.02,
         "rotation_samples": 500,
     }
     assert spec.gaussian and not spec.rotation
@@ -31,7 +30,6 @@ def test_defaults_are_analyzes_and_frozen() -> None:
         ({"samples": 1}, "^samples must be an integer >= 2, got 1"),
         ({"seed": -1}, "^seed must be a non-negative integer"),
         ({"kind": "uniform"}, "^kind must be one of gaussian, rotation, both"),
-        ({"radius": 1.0}, r"^radius must be a number in \[0, 1\)"),
         ({"rotation_samples": True}, "^rotation_samples must be an integer"),
     ],
 )
@@ -42,7 +40,7 @@ def test_bad_values_name_the_parameter(kwargs: dict, message: str) -> None:
 
 
 def test_read_back_from_settings_and_cache_key(tmp_path) -> None:
-    spec = NullSpec(samples=300, seed=4, kind="both", radius=0.05, rotation_samples=60)
+    spec = NullSpec(samples=300, seed=4, kind="both", rotation_samples=60)
     settings = {
         "null": True,
         "samples": 300,

@@ -14,9 +14,9 @@ from qkenergy.base.errors import QKEnergyError
 def test_defaults_settings_and_round_trip() -> None:
     rule = TypeRule()
     assert rule.settings() == {"type_rule": "imbalance", "imbalance_cut": 0.2, "edge_cut": 0.01}
-    assert rule.keywords(0.05) == {"radius": 0.05, **rule.settings()}
-    other = TypeRule("radius", 0.3, 0.02)
-    assert TypeRule.from_settings({**other.settings(), "samples": 10}) == other
+    assert rule.keywords() == {"radius": 0.02, **rule.settings()}
+    other = TypeRule("radius", 0.3, 0.02, radius=0.05)
+    assert TypeRule.from_settings({**other.settings(), "radius": 0.05, "samples": 10}) == other
     assert TypeRule.from_settings({}) == rule  # a table written before the rule was recorded
     with pytest.raises(dataclasses.FrozenInstanceError):
         rule.rule = "radius"  # type: ignore[misc]
@@ -34,6 +34,6 @@ def test_bad_values_name_the_parameter(args: tuple, parameter: str) -> None:
 
 def test_analyze_takes_the_rule_as_one_object() -> None:
     loose = analyze_model(layers=[0], null=False, type_rule="radius", imbalance_cut=0.3)
-    bundled = analyze_model(layers=[0], null=False, types=TypeRule("radius", 0.3))
+    bundled = analyze_model(layers=[0], null=False, type_rule=TypeRule("radius", 0.3))
     assert list(loose.heads["head_type"]) == list(bundled.heads["head_type"])
     assert {k: bundled.settings[k] for k in TypeRule().settings()} == TypeRule("radius", 0.3).settings()

@@ -138,11 +138,11 @@ def test_offsets_figure_of_a_rope_model(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def written(cache) -> qk.Analysis:
-    from qkenergy.analysis import analyze
+    from qkenergy.analysis import layer_forms
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
-            analyze, "LAYER_NULL_MAX_FLOPS", 1.0
+            layer_forms, "LAYER_NULL_MAX_FLOPS", 1.0
         )  # the layer forms' own null law: skipped, and says so
         return qk.analyze(None, layers=[0], samples=SAMPLES, per_layer=True, cache_dir=cache)
 

@@ -71,9 +71,16 @@ def test_report_from_the_object_and_from_the_folder(done: qk.Survey, tmp_path: P
 
 
 def test_no_null_keeps_the_spec_it_records(manifest: Path, scheduler: str, tmp_path: Path) -> None:
-    """null=False draws nothing; the spec given as null_spec is what the settings record (and the radius)."""
-    spec = qk.NullSpec(samples=40, seed=2, radius=0.1)
-    result = qk.survey(manifest, tmp_path / "out", null=False, null_spec=spec, scheduler=scheduler)
+    """null=False draws nothing; the spec given as null_spec is what the settings record (the rule its radius)."""
+    spec = qk.NullSpec(samples=40, seed=2)
+    result = qk.survey(
+        manifest,
+        tmp_path / "out",
+        null=False,
+        null_spec=spec,
+        types=qk.TypeRule(radius=0.1),
+        scheduler=scheduler,
+    )
     assert result.null is None and result.settings["radius"] == 0.1 and result.settings["seed"] == 2
     assert result.heads["symmetric_energy_p"].isna().all()
     with pytest.raises(qk.QKEnergyError, match="^null must be a NullSpec, True or False"):

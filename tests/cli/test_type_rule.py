@@ -60,3 +60,18 @@ def test_bad_rule_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     # the survey refuses a bad rule before reading its manifest
     with pytest.raises(QKEnergyError, match="type_rule must be one of imbalance, radius"):
         engine.survey(tmp_path / "missing.toml", tmp_path / "out", types=TypeRule("nope"))
+
+
+def test_radius_leaves_the_null_cache_alone(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--radius only names head types: a run with another radius reads the same null-law files."""
+    cache = tmp_path / "cache"
+    listings = []
+    for radius in ("0.02", "0.05"):
+        out = tmp_path / f"r{radius}.csv"
+        args = ["--samples", "50", "--layers", "0", "--type-rule", "radius", "--radius", radius]
+        code, _, _ = run(capsys, "analyze", "--quiet", *args, "--cache-dir", str(cache), "-o", str(out))
+        assert code == 0
+        listings.append(sorted((p.name, p.stat().st_mtime_ns) for p in cache.iterdir()))
+    assert listings[0] == listings[1] and len(listings[0]) == 1  # one law, written once and read back
+    settings = json.loads(Path(f"{tmp_path / 'r0.05.csv'}.meta.json").read_text())["settings"]
+    assert settings["radius"] == 0.05

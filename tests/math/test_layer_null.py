@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qkenergy.analysis import analyze
+from qkenergy.analysis import analyze, layer_forms
 from qkenergy.analysis.null_cache import layer_null_cache_path
 from qkenergy.analysis.null_cache import layer_null_law as cached_layer_null_law
 from qkenergy.analysis.nullspec import NullSpec
@@ -83,7 +83,7 @@ def test_minilm_layers_judged_and_large_shapes_flagged(
     np.testing.assert_allclose(layers["directionality_z"], expected)
     assert (layers["symmetric_energy_z"] > 20).all()  # trained layers are far more symmetric than random
     # A shape beyond the arithmetic limit is not drawn, and the table says why.
-    monkeypatch.setattr(analyze, "LAYER_NULL_MAX_FLOPS", 1e6)
+    monkeypatch.setattr(layer_forms, "LAYER_NULL_MAX_FLOPS", 1e6)
     skipped = analyze.analyze_model(
         layers=[0], heads=[0], per_layer=True, samples=200, cache_dir=tmp_path
     ).layers

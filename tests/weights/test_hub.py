@@ -199,7 +199,7 @@ def test_revisions_branch_tag_commit(loopback_hub: Any, repos: dict[str, Path], 
         pinned = qk.analyze(text, null=False, cache_dir=cache, revision=revision)
         assert pinned.settings["hub"]["commit"] == first
         same_table(pinned, main)
-    with pytest.raises(qk.QKEnergyError, match="names revision 'dev' and --revision 'v1'"):
+    with pytest.raises(qk.QKEnergyError, match="names revision 'dev' and `revision` 'v1'"):
         qk.analyze("loopback/plain@dev", revision="v1", null=False, cache_dir=cache)
 
 

@@ -98,7 +98,7 @@ def test_revisions_through_the_hf_cache(
         qk.QKEnergyError, match="HF_HUB_OFFLINE is set and this revision is not in the hub range"
     ):
         open_model(REPO, revision="v2")
-    with pytest.raises(qk.QKEnergyError, match="names revision 'dev' and --revision 'v1'"):
+    with pytest.raises(qk.QKEnergyError, match="names revision 'dev' and `revision` 'v1'"):
         open_model(f"{REPO}@dev", revision="v1")
 
 

@@ -257,48 +257,53 @@ def model_summary(
     layer_groups: dict[str, pd.DataFrame] = {}
     if layers is not None and len(layers) and "model" in layers.columns:
         layer_groups = dict(tuple(layers.groupby(layers["model"].astype(str), sort=False)))
-    rows = []
-    for name in info.index:
-        group = by_model[name]
-        s = group["symmetric_energy"].to_numpy(np.float64)
-        defined = np.isfinite(s)
-        q1, med, q3 = _quartiles(s)
-        stacks = sorted(set(_stack(group)) - {""})
-        base = baseline(group["N"].to_numpy(np.float64))
-        row: dict[str, Any] = {"model": name}
-        for extra in ("group", "step"):
-            if extra in heads.columns:
-                row[extra] = group[extra].iloc[0]
-        row.update(
-            architecture=info.at[name, "architecture"],
-            stacks=", ".join(stacks),
-            layers=int(group[[*head_keys(group)[:-1]]].drop_duplicates().shape[0]),
-            n=_shape_value(group["n"]),
-            N=_shape_value(group["N"]),
-            heads=len(group),
-            s_median=med,
-            s_q1=q1,
-            s_q3=q3,
-            baseline_min=float(np.min(base)),
-            baseline_max=float(np.max(base)),
-        )
-        row.update(_significance(group, defined))
-        types = text(group["head_type"]) if "head_type" in group else pd.Series("", index=group.index)
-        for t in HEAD_TYPES:
-            row[f"share_{t}"] = float((types == t).mean())
-        row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
-        balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
-        row["balance_min"] = (
-            float(np.min(balance[np.isfinite(balance)])) if np.isfinite(balance).any() else np.nan
-        )
-        row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
-        forms = layer_groups.get(name)
-        for score in ("symmetry_score", "directionality"):
-            values = forms[score] if forms is not None and score in forms.columns else np.nan
-            lo, mid, hi = _quartiles(values)
-            row.update({f"{score}_median": mid, f"{score}_q1": lo, f"{score}_q3": hi})
-        rows.append(row)
+    rows = [
+        _model_row(name, by_model[name], info, layer_groups.get(name), heads.columns) for name in info.index
+    ]
     return pd.DataFrame(rows)
+
+
+def _model_row(
+    name: str, group: pd.DataFrame, info: pd.DataFrame, forms: pd.DataFrame | None, columns: pd.Index
+) -> dict[str, Any]:
+    """One model's row of :func:`model_summary` (``forms``: its layer forms, if any)."""
+    s = group["symmetric_energy"].to_numpy(np.float64)
+    defined = np.isfinite(s)
+    q1, med, q3 = _quartiles(s)
+    stacks = sorted(set(_stack(group)) - {""})
+    base = baseline(group["N"].to_numpy(np.float64))
+    row: dict[str, Any] = {"model": name}
+    for extra in ("group", "step"):
+        if extra in columns:
+            row[extra] = group[extra].iloc[0]
+    row.update(
+        architecture=info.at[name, "architecture"],
+        stacks=", ".join(stacks),
+        layers=int(group[[*head_keys(group)[:-1]]].drop_duplicates().shape[0]),
+        n=_shape_value(group["n"]),
+        N=_shape_value(group["N"]),
+        heads=len(group),
+        s_median=med,
+        s_q1=q1,
+        s_q3=q3,
+        baseline_min=float(np.min(base)),
+        baseline_max=float(np.max(base)),
+    )
+    row.update(_significance(group, defined))
+    types = text(group["head_type"]) if "head_type" in group else pd.Series("", index=group.index)
+    for t in HEAD_TYPES:
+        row[f"share_{t}"] = float((types == t).mean())
+    row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
+    balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
+    row["balance_min"] = (
+        float(np.min(balance[np.isfinite(balance)])) if np.isfinite(balance).any() else np.nan
+    )
+    row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
+    for score in ("symmetry_score", "directionality"):
+        values = forms[score] if forms is not None and score in forms.columns else np.nan
+        lo, mid, hi = _quartiles(values)
+        row.update({f"{score}_median": mid, f"{score}_q1": lo, f"{score}_q3": hi})
+    return row
 
 
 def _significance(group: pd.DataFrame, defined: np.ndarray) -> dict[str, float]:

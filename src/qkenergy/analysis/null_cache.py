@@ -1,9 +1,9 @@
 """The on-disk cache of null laws: one ``.npz`` file per head shape (n, N) and :class:`NullSpec`.
 
 A law's file name and key derive from the shape, the statistics drawn and the
-spec's ``samples``, ``seed`` and ``radius`` (its ``kind`` and
-``rotation_samples`` do not change the Gaussian law); the names and keys are
-those of the files written before the spec existed, so older caches stay valid.
+spec's ``samples`` and ``seed`` (its ``kind`` and ``rotation_samples`` do not
+change the Gaussian law, nor does the type rule's radius); the names and keys
+are those of the files written before the spec existed, so older caches stay valid.
 
 The cache lives on a disk other processes (and people) can write to, so a
 file is trusted only when it is exactly what :func:`save_cached` writes: a
@@ -80,7 +80,9 @@ def _cache_key(spec: NullSpec, n: int, N: int, names: tuple[str, ...]) -> str:
             spec.samples,
             spec.seed,
             names,
-            spec.radius,
+            # format 2 hashed the spec's Type II radius, which never changed a law (it only names
+            # head types): its default stands here, so the files of every earlier run stay valid
+            0.02,
             montecarlo.BLOCK_SIZE,
         )
     )
@@ -98,7 +100,7 @@ def null_cache_path(
     cache_dir : str or path-like
         The cache directory.
     spec : NullSpec
-        The draws: samples, seed, radius.
+        The draws: samples, seed.
     n : int
         Head dimension.
     N : int
@@ -258,7 +260,7 @@ def cached_null_law(
     Parameters
     ----------
     spec : NullSpec
-        The draws: samples, seed, radius.
+        The draws: samples, seed.
     n : int
         Head dimension.
     N : int
@@ -319,7 +321,7 @@ def null_law(
     names: Sequence[str] | None = None,
     threads: int | None = 1,
 ) -> nulls.NullLaw:
-    """:func:`qkenergy.math.nulls.null_law` with ``spec``'s samples, seed and radius, kept on disk
+    """:func:`qkenergy.math.nulls.null_law` with ``spec``'s samples and seed, kept on disk
     under ``cache_dir`` (None: no cache).
 
     A cached file that is not exactly what this module writes is a miss: the
@@ -329,7 +331,7 @@ def null_law(
     Parameters
     ----------
     spec : NullSpec
-        The draws: samples, seed, radius.
+        The draws: samples, seed.
     n : int
         Head dimension.
     N : int
@@ -350,9 +352,7 @@ def null_law(
     NullLaw
         The Gaussian null law of shape (n, N).
     """
-    draw = dict(
-        samples=spec.samples, seed=spec.seed, progress=progress, radius=spec.radius, chunk_size=chunk_size
-    )
+    draw = dict(samples=spec.samples, seed=spec.seed, progress=progress, chunk_size=chunk_size)
     if cache_dir is None:
         return nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
     names = tuple(STATISTICS) if names is None else tuple(names)

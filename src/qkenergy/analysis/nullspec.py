@@ -2,18 +2,17 @@
 
 A NullSpec says which null laws a head is judged against and how they are
 drawn: ``samples`` Monte Carlo draws of the Gaussian null per head shape (n, N)
-with ``seed``, ``kind`` ("gaussian", "rotation" or "both"), the type II
-``radius``, and ``rotation_samples`` draws of the rotation null per head
-(docs/mathematics.md §6). The API, the command line, analyze, the survey (its
-settings, units and shared laws) and the null-law cache (whose keys derive
-from it: :mod:`qkenergy.analysis.null_cache`) read the same five values from
-it; :meth:`NullSpec.from_settings` reads them back from the settings of a
+with ``seed``, ``kind`` ("gaussian", "rotation" or "both"), and ``rotation_samples``
+draws of the rotation null per head (docs/mathematics.md §6). The API, the command
+line, analyze, the survey (its settings, units and shared laws) and the null-law
+cache (whose keys derive from it: :mod:`qkenergy.analysis.null_cache`) read the
+same four values from it (the Type II radius only names head types: it is the
+:class:`~qkenergy.analysis.type_rule.TypeRule`'s); :meth:`NullSpec.from_settings` reads them back from the settings of a
 table or a survey.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -25,9 +24,11 @@ from qkenergy.base.errors import QKEnergyError, check_integer
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math.nulls import NullLaw
 
-__all__ = ["NULL_KINDS", "ROTATION_SAMPLES", "NullSpec"]
+__all__ = ["NULL_KINDS", "ROTATION_SAMPLES", "SAMPLES", "NullSpec"]
 
 NULL_KINDS: tuple[str, ...] = ("gaussian", "rotation", "both")
+SAMPLES = 2000
+"""Default draws of the Gaussian null law per head shape (its smallest p is 2/(SAMPLES + 1))."""
 ROTATION_SAMPLES = 500
 """Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
 
@@ -46,8 +47,6 @@ class NullSpec:
     kind : {"gaussian", "rotation", "both"}
         The Gaussian head of the same shape, the head's own W_K, W_Q with the query's
         input space rotated at random (Haar), or both.
-    radius : float
-        Type II radius in [0, 1): a head is type II when c_sym + d_sym is at most this.
     rotation_samples : int
         Draws of the rotation null per head, at least 2 (used when ``kind`` asks for it).
 
@@ -61,10 +60,9 @@ class NullSpec:
     qkenergy.base.errors.QKEnergyError: samples must be an integer >= 2, got 1
     """
 
-    samples: int = 2000
+    samples: int = SAMPLES
     seed: int = 0
     kind: str = "gaussian"
-    radius: float = 0.02
     rotation_samples: int = ROTATION_SAMPLES
 
     def __post_init__(self) -> None:
@@ -77,12 +75,6 @@ class NullSpec:
             raise QKEnergyError(
                 f"kind must be one of {', '.join(NULL_KINDS)}, got {self.kind!r}", parameter="kind"
             )
-        radius = self.radius
-        if isinstance(radius, bool) or not (
-            isinstance(radius, int | float) and math.isfinite(radius) and 0 <= radius < 1
-        ):
-            raise QKEnergyError(f"radius must be a number in [0, 1), got {radius!r}", parameter="radius")
-        object.__setattr__(self, "radius", float(radius))
 
     @property
     def gaussian(self) -> bool:
@@ -95,17 +87,17 @@ class NullSpec:
         return self.kind in ("rotation", "both")
 
     def as_dict(self) -> dict[str, Any]:
-        """The five values by name.
+        """The four values by name.
 
         Returns
         -------
         dict
-            samples, seed, kind, radius, rotation_samples.
+            samples, seed, kind, rotation_samples.
         """
         return asdict(self)
 
     def settings(self, *, null: bool = True) -> dict[str, Any]:
-        """The five values under the keys of a survey's settings (``null``: whether laws are drawn).
+        """The four values under the keys of a survey's settings (``null``: whether laws are drawn).
 
         Parameters
         ----------
@@ -115,7 +107,7 @@ class NullSpec:
         Returns
         -------
         dict
-            samples, seed, null, null_kind, rotation_samples, radius.
+            samples, seed, null, null_kind, rotation_samples.
         """
         return {
             "samples": self.samples,
@@ -123,7 +115,6 @@ class NullSpec:
             "null": bool(null),
             "null_kind": self.kind,
             "rotation_samples": self.rotation_samples,
-            "radius": self.radius,
         }
 
     @classmethod
@@ -143,10 +134,9 @@ class NullSpec:
             return None
         kind = str(settings["null_kind"])
         return cls(
-            samples=int(settings.get("samples") or 2000),
+            samples=int(settings.get("samples") or SAMPLES),
             seed=int(settings.get("seed", 0)),
             kind=kind,
-            radius=float(settings.get("radius", 0.02)),
             rotation_samples=int(settings.get("rotation_samples") or ROTATION_SAMPLES),
         )
 

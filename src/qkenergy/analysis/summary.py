@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
     from rich.table import Table
 
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
 
 
 __all__ = [
@@ -478,7 +478,7 @@ def _print_rope(
     )
 
 
-def print_summary(analysis: Analysis, console: Console | None = None, *, top: int = 5) -> None:
+def print_summary(analysis: AnalysisResult, console: Console | None = None, *, top: int = 5) -> None:
     """Header line, per-layer table (and the layer forms, when analysed), the ``top`` most
     symmetric and most skew heads (none when ``top`` is 0), one-sentence verdict.
 
@@ -487,7 +487,7 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
 
     Parameters
     ----------
-    analysis : Analysis
+    analysis : AnalysisResult
         The analysis to print.
     console : Console or None, optional
         Where to print (None: a new rich Console on standard output).
@@ -495,7 +495,6 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
         How many symmetric and skew heads to list.
     """
     from rich.console import Console
-    from rich.markup import escape
 
     console = console or Console()
     settings = analysis.settings
@@ -503,6 +502,45 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
     offset = _summary_offset(settings, every_offset)
     df = _at_offset(every_offset, offset)
     assert df is not None
+    null, samples = bool(settings.get("null", True)), settings.get("samples", 0)
+    _print_header(analysis, df, console)
+    _print_rope(settings, every_offset, offset, console)
+    table = rich_table(
+        "Symmetric energy per layer",
+        ["layer", "heads", "median s", "IQR", "baseline", "above", "below", *HEAD_TYPES],
+        title_justify="left",
+    )
+    for r in _layer_rows(df):
+        table.add_row(
+            _layer_label(r),
+            str(r["heads"]),
+            format_fixed(r["symmetric_energy_median"]),
+            format_fixed(r["symmetric_energy_iqr"]),
+            format_fixed(r["baseline"]),
+            format_percent(r["share_above"]),
+            format_percent(r["share_below"]),
+            str(r["type_II"]),
+            str(r["type_I+"]),
+            str(r["type_I-"]),
+        )
+    print_table(console, table)
+    _print_layer_forms(cast("pd.DataFrame | None", _at_offset(analysis.layers, offset)), console)
+    if top > 0:
+        print_table(console, _notable_table(df, top, int(samples or 0)))
+        console.print(skew_note(df, top))
+    rotation_line = rotation_verdict(df)
+    if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
+        console.print(verdict(df, null=null))
+    for line in (rotation_line, tail_note(df, settings)):
+        if line is not None:
+            console.print(line)
+
+
+def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console: Console) -> None:
+    """The summary's first lines: model, heads, fold-norm, the null laws drawn; its notes, heads skipped."""
+    from rich.markup import escape
+
+    settings = analysis.settings
     null = bool(settings.get("null", True))
     samples = settings.get("samples", 0)
     fold = "used" if settings.get("fold_norm") else "not used"
@@ -529,57 +567,34 @@ def print_summary(analysis: Analysis, console: Console | None = None, *, top: in
         console.print(f"note: {escape(str(note))}")
     for skipped_line in skipped_lines(skipped):
         console.print(escape(skipped_line))
-    _print_rope(settings, every_offset, offset, console)
-    table = rich_table(
-        "Symmetric energy per layer",
-        ["layer", "heads", "median s", "IQR", "baseline", "above", "below", *HEAD_TYPES],
+
+
+def _print_layer_forms(layers: pd.DataFrame | None, console: Console) -> None:
+    """The table of the layers' whole forms (when analysed), and the layer null's notes."""
+    from rich.markup import escape
+
+    if layers is None or not len(layers):
+        return
+    form = rich_table(
+        "Whole-layer forms (sum over heads)",
+        ["layer", "s", "2s-1", "z(s)", "dir", "z(dir)", "p(dir)", "type"],
         title_justify="left",
+        caption="dir: directionality as published by Saponati et al. 2025, (R - C)/(R + C), "
+        "> 0 when query-side features stand out; z and p against the Gaussian law of a "
+        "layer of the same shape",
     )
-    for r in _layer_rows(df):
-        table.add_row(
+    for r in _rows(layers):
+        form.add_row(
             _layer_label(r),
-            str(r["heads"]),
-            format_fixed(r["symmetric_energy_median"]),
-            format_fixed(r["symmetric_energy_iqr"]),
-            format_fixed(r["baseline"]),
-            format_percent(r["share_above"]),
-            format_percent(r["share_below"]),
-            str(r["type_II"]),
-            str(r["type_I+"]),
-            str(r["type_I-"]),
+            format_fixed(r["symmetric_energy"]),
+            format_fixed(r["symmetry_score"]),
+            format_fixed(r.get("symmetric_energy_z"), 1),
+            format_fixed(r["directionality"], 3),
+            format_fixed(r.get("directionality_z"), 2),
+            format_p(r.get("directionality_p")),
+            str(r.get("head_type", "")),
         )
-    print_table(console, table)
-    layers = cast("pd.DataFrame | None", _at_offset(analysis.layers, offset))
-    if layers is not None and len(layers):
-        form = rich_table(
-            "Whole-layer forms (sum over heads)",
-            ["layer", "s", "2s-1", "z(s)", "dir", "z(dir)", "p(dir)", "type"],
-            title_justify="left",
-            caption="dir: directionality as published by Saponati et al. 2025, (R - C)/(R + C), "
-            "> 0 when query-side features stand out; z and p against the Gaussian law of a "
-            "layer of the same shape",
-        )
-        for r in _rows(layers):
-            form.add_row(
-                _layer_label(r),
-                format_fixed(r["symmetric_energy"]),
-                format_fixed(r["symmetry_score"]),
-                format_fixed(r.get("symmetric_energy_z"), 1),
-                format_fixed(r["directionality"], 3),
-                format_fixed(r.get("directionality_z"), 2),
-                format_p(r.get("directionality_p")),
-                str(r.get("head_type", "")),
-            )
-        print_table(console, form)
-        notes = {str(x) for x in layers.get("null_note", ()) if isinstance(x, str) and x}
-        for note in sorted(notes):
-            console.print(f"Layer null {escape(note)}.")
-    if top > 0:
-        print_table(console, _notable_table(df, top, int(samples or 0)))
-        console.print(skew_note(df, top))
-    rotation_line = rotation_verdict(df)
-    if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
-        console.print(verdict(df, null=null))
-    for line in (rotation_line, tail_note(df, settings)):
-        if line is not None:
-            console.print(line)
+    print_table(console, form)
+    notes = {str(x) for x in layers.get("null_note", ()) if isinstance(x, str) and x}
+    for note in sorted(notes):
+        console.print(f"Layer null {escape(note)}.")

@@ -1,11 +1,10 @@
-"""How head types are named, as one frozen :class:`TypeRule`: the rule and its two tolerances.
+"""How head types are named, as one frozen :class:`TypeRule`: the rule and its tolerances.
 
-The rule, ``imbalance_cut`` and ``edge_cut`` travel together from the API and
-the command line to analyze, the survey's units and the tables' settings
-(keys ``type_rule``, ``imbalance_cut``, ``edge_cut``). The Type II radius of
-the radius rule is the null's (:class:`~qkenergy.analysis.nullspec.NullSpec`
-``radius``): one value serves both. The rules are
-:mod:`qkenergy.math.head_types`.
+The rule, ``imbalance_cut``, ``edge_cut`` and the radius rule's ``radius`` travel
+together from the API and the command line to analyze, the survey's units and the
+tables' settings (keys ``type_rule``, ``imbalance_cut``, ``edge_cut``, ``radius``).
+They only name head types: no null law depends on them (nor the null-law cache's
+keys). The rules are :mod:`qkenergy.math.head_types`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS, check_type_rule
+from qkenergy.math.head_types import EDGE_CUT, IMBALANCE_CUT, RADIUS, TYPE_RULES, check_type_rule
 
 __all__ = ["TypeRule"]
 
@@ -28,10 +27,12 @@ class TypeRule:
     rule : {"imbalance", "radius"}
         "imbalance" (the published rule): Type II when c + d <= ``edge_cut``, else I+ / I- /
         II as the imbalance (c - d)/(c + d) is above ``imbalance_cut``, below minus it, or in
-        between; "radius": Type II when c_sym + d_sym <= the null's radius, else the sign of
+        between; "radius": Type II when c_sym + d_sym <= ``radius``, else the sign of
         c_sym - d_sym.
     imbalance_cut, edge_cut : float
         The imbalance rule's tolerances, in [0, 1).
+    radius : float
+        The radius rule's Type II tolerance on c_sym + d_sym, in [0, 1).
 
     Examples
     --------
@@ -43,17 +44,20 @@ class TypeRule:
     qkenergy.base.errors.QKEnergyError: type_rule must be one of imbalance, radius, got 'nope'
     """
 
-    rule: str = "imbalance"
+    rule: str = TYPE_RULES[0]
     imbalance_cut: float = IMBALANCE_CUT
     edge_cut: float = EDGE_CUT
+    radius: float = RADIUS
 
     def __post_init__(self) -> None:
-        check_type_rule(self.rule, imbalance_cut=self.imbalance_cut, edge_cut=self.edge_cut)
-        object.__setattr__(self, "imbalance_cut", float(self.imbalance_cut))
-        object.__setattr__(self, "edge_cut", float(self.edge_cut))
+        check_type_rule(
+            self.rule, radius=self.radius, imbalance_cut=self.imbalance_cut, edge_cut=self.edge_cut
+        )
+        for name in ("imbalance_cut", "edge_cut", "radius"):
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     def settings(self) -> dict[str, Any]:
-        """The rule under the keys of a table's settings.
+        """The rule under the keys of a table's settings (the radius apart: each record places it).
 
         Returns
         -------
@@ -62,20 +66,15 @@ class TypeRule:
         """
         return {"type_rule": self.rule, "imbalance_cut": self.imbalance_cut, "edge_cut": self.edge_cut}
 
-    def keywords(self, radius: float = RADIUS) -> dict[str, Any]:
-        """The keywords of :func:`qkenergy.math.statistics.gram_statistics` and its kin (``radius``: the null's).
-
-        Parameters
-        ----------
-        radius : float
-            The radius rule's tolerance (the null spec's).
+    def keywords(self) -> dict[str, Any]:
+        """The keywords of :func:`qkenergy.math.statistics.gram_statistics` and its kin.
 
         Returns
         -------
         dict
-            The keywords of ``gram_statistics``, ``head_statistics`` and ``analyze_model``.
+            radius, type_rule, imbalance_cut, edge_cut.
         """
-        return {"radius": radius, **self.settings()}
+        return {"radius": self.radius, **self.settings()}
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TypeRule:
@@ -91,7 +90,8 @@ class TypeRule:
         TypeRule
         """
         return cls(
-            str(settings.get("type_rule", "imbalance")),
+            str(settings.get("type_rule", TYPE_RULES[0])),
             float(settings.get("imbalance_cut", IMBALANCE_CUT)),
             float(settings.get("edge_cut", EDGE_CUT)),
+            float(settings.get("radius", RADIUS)),
         )

@@ -12,7 +12,6 @@ of expectations, and both are reported. :func:`baseline` computes it; the
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkenergy.base.formatting import format_number, json_safe, plain_text, print_table, rich_table
+from qkenergy.api.shown import ShownAsJson
+from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -38,7 +38,7 @@ _MAX_CHUNK_VALUES = 1 << 24
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(ShownAsJson):
     """The random baseline of one head shape, frozen: its JSON object, its table and its text.
 
     Parameters
@@ -107,15 +107,6 @@ class Baseline:
         """
         return self.result
 
-    def to_json(self) -> str:
-        """The JSON text ``qkenergy baseline --json`` prints.
-
-        Returns
-        -------
-        str
-        """
-        return json.dumps(self.result, indent=1)
-
     @property
     def table(self) -> pd.DataFrame:
         import pandas as pd
@@ -172,31 +163,16 @@ class Baseline:
             )
         return lines
 
-    def summary(self, *, width: int = 80) -> str:
-        """The text ``qkenergy baseline`` prints in a pipe ``width`` columns wide.
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print the table and its notes on a rich Console, as ``qkenergy baseline`` does.
 
         Parameters
         ----------
-        width : int
-            Console width.
-
-        Returns
-        -------
-        str
-        """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the table and its notes on a rich Console (default: stdout), as ``qkenergy baseline`` does.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
+        console : rich.console.Console
             Boxed on a terminal, plain aligned text off it.
+        **options
+            None.
         """
-        from rich.console import Console
-
-        console = Console() if console is None else console
         # One column per statistic and one row per quantity: fits 80 columns with every digit.
         table = rich_table(self.title(), [("", "left"), *BASELINE_STATISTICS])
         for column in table.columns:
@@ -216,11 +192,23 @@ class Baseline:
         for line in self.notes():
             console.print(line)
 
-    def _repr_html_(self) -> str:
-        import html
+    def heading(self) -> str:
+        """The notebook view's heading: :meth:`title`.
 
-        notes = "".join(f"<p>{html.escape(line)}</p>" for line in self.notes())
-        return f"<div><strong>{html.escape(self.title())}</strong>{self.table.to_html()}{notes}</div>"
+        Returns
+        -------
+        str
+        """
+        return self.title()
+
+    def html_table(self) -> str:
+        """The notebook view's table, one row per quantity.
+
+        Returns
+        -------
+        str
+        """
+        return str(self.table.to_html())
 
 
 def baseline(

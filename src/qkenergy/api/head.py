@@ -224,19 +224,18 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         if kind not in NULL_KINDS[:2]:
             raise QKEnergyError(f"kind must be 'gaussian' or 'rotation', got {kind!r}", parameter="kind")
         if kind == "gaussian":
-            spec = NullSpec(samples=samples, seed=seed, radius=self.radius)
+            spec = NullSpec(samples=samples, seed=seed)
             names = NULL_STATISTICS if statistics is None else statistics
             return spec.null_law(self.n, self.N, names=names, cache_dir=cache_dir)
         from qkenergy.math.rotation import ROTATION_STATISTICS, rotation_law
 
-        spec = NullSpec(seed=seed, kind="rotation", radius=self.radius, rotation_samples=samples)
+        spec = NullSpec(seed=seed, kind="rotation", rotation_samples=samples)
         return rotation_law(
             self.gram,
             self.N,
             samples=spec.rotation_samples,
             seed=rotation_seed(spec.seed, self.layer, self.head),
             names=ROTATION_STATISTICS if statistics is None else statistics,
-            radius=spec.radius,
         )
 
     def null(

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from qkenergy.api.shown import ShownAsJson
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.formatting import markdown_table, plain_text, print_table
+from qkenergy.base.formatting import markdown_table, print_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Coverage", "Layouts", "coverage", "installed_model_types", "layouts"]
 
 
-class _Rows:
+class _Rows(ShownAsJson):
     """Shared by Layouts and Coverage: rows of text keyed by ``columns``, as records, DataFrame, text."""
 
     rows: tuple[Mapping[str, str], ...]
@@ -63,29 +64,16 @@ class _Rows:
 
         return pd.DataFrame(self.records(), columns=list(self.columns))
 
-    def summary(self, *, width: int = 80) -> str:
-        """The table as ``qkenergy layouts`` prints it in a pipe (plain text, fitted to ``width``).
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print the table on a rich Console: boxed on a terminal, plain off it, fitted to its width.
 
         Parameters
         ----------
-        width : int
-            Console width: the widest cells wrap to fit it.
-
-        Returns
-        -------
-        str
+        console : rich.console.Console
+            Where to print: the widest cells wrap to fit it.
+        **options
+            None.
         """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the table on a rich Console (default: stdout): boxed on a terminal, plain off it.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Where to print.
-        """
-        from rich.console import Console
         from rich.table import Table
 
         shown = self.columns if self.shown is None else self.shown
@@ -94,15 +82,18 @@ class _Rows:
             table.add_column(column, no_wrap=column == "model_type", overflow="fold")
         for row in self.rows:
             table.add_row(*(row[c] for c in shown))
-        console = Console() if console is None else console
         print_table(console, table)
         if self.note is not None:
             console.print(self.note, highlight=False)
 
-    def _repr_html_(self) -> str:
-        import html
+    def heading(self) -> str:
+        """The table's title.
 
-        return f"<div><strong>{html.escape(self.title)}</strong>{self.table.to_html(index=False)}</div>"
+        Returns
+        -------
+        str
+        """
+        return self.title
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,14 +137,7 @@ class Layouts(_Rows):
     def __repr__(self) -> str:
         return f"<Layouts: {len(self)} supported model types>"
 
-    def to_json(self) -> str:
-        """The JSON array ``qkenergy layouts --json`` prints.
-
-        Returns
-        -------
-        str
-        """
-        return json.dumps(self.records(), indent=2)
+    json_indent = 2
 
     def to_markdown(self) -> str:
         """The markdown table ``qkenergy layouts --markdown`` prints (docs/families.md's list).

@@ -9,14 +9,14 @@ the :class:`LobeDeparture` it returns prints the table ``qkenergy lobes`` prints
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkenergy.base.formatting import format_number, json_safe, plain_text, print_table, rich_table
+from qkenergy.api.shown import ShownAsJson
+from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -30,7 +30,7 @@ DEFAULT_LOBE_REPEATS = 20
 
 
 @dataclass(frozen=True)
-class LobeDeparture:
+class LobeDeparture(ShownAsJson):
     """D_n of one positive law along n (Lemma 6), frozen: the curve, its table and its text.
 
     Parameters
@@ -127,15 +127,6 @@ class LobeDeparture:
         """
         return [json_safe({"n": n, "mean": m, "stderr": s, "median": med}) for n, m, s, med in self._rows()]
 
-    def to_json(self) -> str:
-        """The JSON array ``qkenergy lobes --json`` prints.
-
-        Returns
-        -------
-        str
-        """
-        return json.dumps(self.records(), indent=1)
-
     @property
     def table(self) -> pd.DataFrame:
         import pandas as pd
@@ -159,41 +150,39 @@ class LobeDeparture:
             )
         )
 
-    def summary(self, *, width: int = 80) -> str:
-        """The text ``qkenergy lobes`` prints in a pipe ``width`` columns wide.
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print the table and its note on a rich Console, as ``qkenergy lobes`` does.
 
         Parameters
         ----------
-        width : int
-            Console width (the table is never cut: off a terminal it takes the width it needs).
-
-        Returns
-        -------
-        str
+        console : rich.console.Console
+            Boxed on a terminal, plain aligned text off it (the table is never cut).
+        **options
+            None.
         """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the table and its note on a rich Console (default: stdout), as ``qkenergy lobes`` does.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Boxed on a terminal, plain aligned text off it.
-        """
-        from rich.console import Console
-
-        console = Console() if console is None else console
-        table = rich_table("Lemma 6: lobe departure D_n", ["n", "D_n mean", "stderr", "median"])
+        table = rich_table(self.heading(), ["n", "D_n mean", "stderr", "median"])
         for n, mean, stderr, median in self._rows():
             table.add_row(f"{n:,}", format_number(mean), format_number(stderr, 3), format_number(median))
         print_table(console, table)
         console.print(self.note())
 
-    def _repr_html_(self) -> str:
-        import html
+    def heading(self) -> str:
+        """The table's title.
 
-        return f"<div><strong>Lemma 6: lobe departure D_n</strong>{self.table.to_html(index=False)}<p>{html.escape(self.note())}</p></div>"
+        Returns
+        -------
+        str
+        """
+        return "Lemma 6: lobe departure D_n"
+
+    def notes(self) -> list[str]:
+        """The line under the table (:meth:`note`).
+
+        Returns
+        -------
+        list of str
+        """
+        return [self.note()]
 
 
 def lobes(

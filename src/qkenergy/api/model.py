@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.weights.architecture import Architecture, architectures
@@ -26,7 +26,7 @@ from qkenergy.weights.reading import LayerWeights, present_stacks, read_layer, s
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-    from qkenergy.analysis.analyze import Analysis as Result
+    from qkenergy.analysis.run_config import AnalyzeOptions, RunConfig
     from qkenergy.api.head import Head
     from qkenergy.api.results import Analysis
     from qkenergy.weights.source import ModelSource
@@ -244,21 +244,21 @@ class Model:
             model=self.name,
         )
 
-    def analyze(self, **settings: Any) -> Analysis:
+    def analyze(self, **options: Unpack[AnalyzeOptions]) -> Analysis:
         """The whole analysis of this model (every head against its null laws): see :func:`qkenergy.analyze`.
 
         Parameters
         ----------
-        **settings
-            :func:`qkenergy.analyze`'s settings.
+        **options
+            :func:`qkenergy.analyze`'s options (:class:`~qkenergy.analysis.run_config.AnalyzeOptions`).
 
         Returns
         -------
         Analysis
         """
-        from qkenergy.api.results import Analysis
+        from qkenergy.analysis.run_config import RunConfig
 
-        return Analysis(_run(self._argument, {**self._options, **settings}, "Model.analyze()"), model=self)
+        return run(self, RunConfig.of({**self._options, **options}, "Model.analyze()"))
 
 
 def open(
@@ -331,52 +331,52 @@ def _reopen(settings: Mapping[str, Any]) -> Model:
     return open(target, revision=source.get("revision"))
 
 
-_OPENING = ("model_type", "layout", "revision", "config")
+def run(model: Any, config: RunConfig) -> Analysis:
+    """The analysis of MODEL (an opened Model, or anything :func:`open` takes) as ``config`` says.
+
+    Parameters
+    ----------
+    model : Model, path, str, object or None
+        What to analyse.
+    config : RunConfig
+        The run, checked (the command line builds it from its options).
+
+    Returns
+    -------
+    Analysis
+    """
+    from qkenergy.analysis.analyze import analyze_run
+    from qkenergy.api.results import Analysis
+
+    if isinstance(model, Model):
+        return Analysis(analyze_run(model._argument, config), model=model)
+    reading = config.reading
+    opening: dict[str, Any] = {
+        "model_type": reading.model_type,
+        "revision": reading.revision,
+        "config": reading.config,
+    }
+    if reading.layout is not None:
+        opening["layout"] = reading.layout
+    # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
+    return Analysis(analyze_run(model, config), opener=lambda: open(model, **opening))
 
 
-def _run(argument: Any, settings: dict[str, Any], public: str) -> Result:
-    """analyze_model on ``settings``; a keyword it does not take is a TypeError naming ``public``."""
-    from qkenergy.analysis.analyze import analyze_model
-    from qkenergy.analysis.nullspec import NullSpec
-
-    _check_keywords(settings, analyze_model, public)
-    null = settings.pop("null", True)
-    if isinstance(null, NullSpec):
-        settings["null_spec"] = null
-        null = True
-    return analyze_model(argument, null=bool(null), **settings)
-
-
-def _check_keywords(settings: Mapping[str, Any], function: Any, public: str) -> None:
-    """TypeError for a keyword ``function`` does not take, naming the function the user called."""
-    import difflib
-    import inspect
-
-    taken = [
-        name
-        for name, p in inspect.signature(function).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    for key in settings:
-        if key not in taken:
-            near = difflib.get_close_matches(str(key), taken, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {', '.join(taken)}"
-            raise TypeError(f"{public} got an unexpected keyword argument {str(key)!r:.80}{hint}")
-
-
-def analyze(model: Any = None, **settings: Any) -> Analysis:
+def analyze(model: Any = None, **options: Unpack[AnalyzeOptions]) -> Analysis:
     """Analyze every selected head of MODEL against its null laws, as ``qkenergy analyze`` does.
 
     Parameters
     ----------
     model : Model, path, str, object or None
         An opened :class:`~qkenergy.api.model.Model`, or anything :func:`qkenergy.open` takes.
-    **settings
-        ``model_type``, ``layout``, ``revision``, ``config`` (when ``model`` is not opened yet),
-        and analyze's own: ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``,
-        ``per_layer``, ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``,
-        ``seed``, ``null_kind``, ``radius``, ``rotation_samples``, ``cache_dir``, ``threads``,
-        ``progress``, ``skip_nonfinite`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
+    **options
+        :class:`~qkenergy.analysis.run_config.AnalyzeOptions`: ``model_type``, ``layout``,
+        ``revision``, ``config`` (when ``model`` is not opened yet), and analyze's own:
+        ``layers``, ``heads`` (indices and/or ranges), ``rope_offsets``, ``per_layer``,
+        ``fold_norm``, ``null`` (False, or a :class:`NullSpec`), ``samples``, ``seed``,
+        ``null_kind``, ``rotation_samples``, ``type_rule`` (a name or a :class:`TypeRule`),
+        ``imbalance_cut``, ``edge_cut``, ``radius``, ``cache_dir``, ``threads``, ``progress``,
+        ``name``, ``skip_nonfinite`` (see :func:`qkenergy.analysis.analyze.analyze_model`).
 
     Returns
     -------
@@ -391,16 +391,11 @@ def analyze(model: Any = None, **settings: Any) -> Analysis:
         (``NonFiniteWeights``, naming the file, tensor and element or block) unless
         ``skip_nonfinite``.
     """
+    from qkenergy.analysis.run_config import RunConfig
+
     if isinstance(model, Model):
-        from qkenergy.analysis.analyze import analyze_model
-
-        _check_keywords(settings, analyze_model, "qk.analyze()")
-        return model.analyze(**settings)
-    from qkenergy.api.results import Analysis
-
-    # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
-    opening = {key: settings[key] for key in _OPENING if key in settings}
-    return Analysis(_run(model, dict(settings), "qk.analyze()"), opener=lambda: open(model, **opening))
+        return run(model, RunConfig.of({**model._options, **options}, "qk.analyze()"))
+    return run(model, RunConfig.of(options, "qk.analyze()"))
 
 
 def read(path: str | os.PathLike[str]) -> Analysis:
@@ -420,7 +415,7 @@ def read(path: str | os.PathLike[str]) -> Analysis:
     Analysis
         Without the model's weights: :meth:`Analysis.head` reopens the model its settings name.
     """
-    from qkenergy.analysis.analyze import Analysis as Result
+    from qkenergy.analysis.analyze import AnalysisResult as Result
     from qkenergy.api.results import Analysis
     from qkenergy.formats.columns import Columns
     from qkenergy.formats.tables import read_table

@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.analysis.analyze import Analysis as Result
+from qkenergy.analysis.analyze import AnalysisResult as Result
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
-from qkenergy.base.formatting import plain_text
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,14 +46,14 @@ TOP_COLUMNS: tuple[str, ...] = (
 """The columns of :meth:`Analysis.top` by default (those the head table has; ``stack`` for a model of several)."""
 
 
-class Analysis:
+class Analysis(Shown):
     """The per-head analysis of one model: tables, settings, null laws; summary, figures, files.
 
     Made by :func:`analyze`, :meth:`qkenergy.Model.analyze` and :func:`read`.
 
     Parameters
     ----------
-    result : analysis.analyze.Analysis
+    result : analysis.analyze.AnalysisResult
         The run's tables, settings and null laws.
     model : Model, optional
         The opened model it analysed (heads are read from it).
@@ -140,7 +141,7 @@ class Analysis:
         """The Gaussian null law of each head shape (n, N) the heads were judged against.
 
         An analysis read from a file draws them again from its settings (same samples,
-        seed and radius: the same draws, bitwise).
+        and seed: the same draws, bitwise).
         """
         spec = self.null
         if spec is not None and spec.gaussian:
@@ -180,7 +181,7 @@ class Analysis:
             stack=stack,
             offset=offset,
             fold_norm=bool(self.settings.get("fold_norm", False)),
-            radius=float(self.settings.get("radius", 0.02)),
+            radius=TypeRule.from_settings(self.settings).radius,
         )
 
     def top(self, k: int = 5, *, columns: str | Sequence[str] = "summary") -> pd.DataFrame:
@@ -241,31 +242,19 @@ class Analysis:
         return table
 
     # ---------------------------------------------------------------- text
-    def summary(self, *, top: int = 5, width: int = 80) -> str:
-        """The terminal summary ``qkenergy analyze`` prints (plain text, ``width`` columns).
+    def print_to(self, console: Any, *, top: int = 5, **options: Any) -> None:
+        """Print the terminal summary ``qkenergy analyze`` prints: tables on a terminal, plain off it.
+
+        ``summary(top=..., width=...)`` and ``print_summary(console, top=...)`` print it too.
 
         Parameters
         ----------
+        console : rich.console.Console
+            Where to print.
         top : int
             Heads worth a look of each kind (:meth:`top`).
-        width : int
-            Console width.
-
-        Returns
-        -------
-        str
-        """
-        return plain_text(lambda console: self.print_summary(console, top=top), width)
-
-    def print_summary(self, console: Any = None, *, top: int = 5) -> None:
-        """Print the summary on a rich Console: tables drawn on a terminal, plain off it.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Where to print (default: stdout).
-        top : int
-            Heads worth a look of each kind.
+        **options
+            None.
         """
         from qkenergy.analysis.summary import print_summary
 

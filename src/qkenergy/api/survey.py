@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
-from qkenergy.base.formatting import plain_text, plural
+from qkenergy.base.formatting import plural
 from qkenergy.surveys.engine import SurveyRun
 from qkenergy.surveys.engine import survey as run_survey
 
@@ -35,7 +36,7 @@ __all__ = ["Survey", "open_survey", "survey", "write_report"]
 P = ParamSpec("P")
 
 
-class Survey:
+class Survey(Shown):
     """A survey's results in OUT: dataset, settings, summary, figures and report.
 
     Parameters
@@ -149,30 +150,16 @@ class Survey:
             elapsed=float(elapsed) if isinstance(elapsed, int | float) else 0.0,
         )
 
-    def summary(self, *, width: int = 80) -> str:
-        """The text ``qkenergy survey`` prints at the end: one row per model, the counts, failures.
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print what ``qkenergy survey`` prints at the end: one row per model, the counts, failures.
 
         Parameters
         ----------
-        width : int
-            Console width.
-
-        Returns
-        -------
-        str
+        console : rich.console.Console
+            Where to print.
+        **options
+            None.
         """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the summary on a rich Console (default: stdout).
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            Where to print (default: stdout).
-        """
-        from rich.console import Console
-
         from qkenergy.surveys.dataset import load_survey
         from qkenergy.surveys.summary import print_survey
 
@@ -181,7 +168,7 @@ class Survey:
             heads: pd.DataFrame | None = self._inputs.heads
         else:  # the head table only (not the report's other inputs), and none when no unit is done
             heads = load_survey(self.out)[0] if run.units > len(run.failed) else None
-        print_survey(run, heads, console if console is not None else Console())
+        print_survey(run, heads, console)
 
     def _repr_html_(self) -> str:
         import html
@@ -298,9 +285,9 @@ def _returning_survey(run: Callable[P, SurveyRun]) -> Callable[P, Survey]:
         The survey's folder; a rerun with the same settings does only what is missing.
     null : NullSpec, True or False
         How every head's null laws are drawn (True: ``NullSpec()``); False draws none, and
-        ``null_spec`` then still gives the radius and the values recorded.
+        ``null_spec`` then still gives the values recorded.
     null_spec : NullSpec, optional
-        With ``null=False``: the radius and the values recorded.
+        With ``null=False``: the values recorded.
     types : TypeRule, optional
         How head types are named (default: the published imbalance rule).
     per_layer : bool

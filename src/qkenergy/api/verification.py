@@ -9,12 +9,12 @@ DataFrame (:attr:`Verification.table`) or JSON records, and prints the table
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qkenergy.base.formatting import format_number, json_safe, plain_text, print_table, rich_table
+from qkenergy.api.shown import ShownAsJson
+from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -48,7 +48,7 @@ COLUMNS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class Verification:
+class Verification(ShownAsJson):
     """The checks of one run of :func:`verify`, frozen: the rows, their verdict, their text.
 
     Parameters
@@ -125,48 +125,25 @@ class Verification:
         """
         return [json_safe(_record(check)) for check in self.checks]
 
-    def to_json(self) -> str:
-        """The JSON array ``qkenergy verify --json`` prints.
-
-        Returns
-        -------
-        str
-        """
-        return json.dumps(self.records(), indent=1)
-
     @property
     def table(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame([_record(check) for check in self.checks], columns=list(COLUMNS))
 
-    def summary(self, *, width: int = 80) -> str:
-        """The text ``qkenergy verify`` prints in a pipe ``width`` columns wide.
+    def print_to(self, console: Any, **options: Any) -> None:
+        """Print the checks on a rich Console, as ``qkenergy verify`` does.
 
         Parameters
         ----------
-        width : int
-            Console width: below :data:`WIDE_VERIFY` one line per check, else the whole table.
-
-        Returns
-        -------
-        str
+        console : rich.console.Console
+            A table on a console :data:`WIDE_VERIFY` columns wide or more (boxed on a terminal,
+            plain off it), one line per check on a narrower one; the verdict last.
+        **options
+            None.
         """
-        return plain_text(self.print_summary, width)
-
-    def print_summary(self, console: Any = None) -> None:
-        """Print the checks on a rich Console (default: stdout), as ``qkenergy verify`` does.
-
-        Parameters
-        ----------
-        console : rich.console.Console, optional
-            A table on a wide console (boxed on a terminal, plain off it), one line per check on a
-            narrow one; the verdict last.
-        """
-        from rich.console import Console
         from rich.markup import escape
 
-        console = Console() if console is None else console
         if console.width < WIDE_VERIFY:
             self._print_narrow(console)
         else:

@@ -76,6 +76,12 @@ if TYPE_CHECKING:  # pragma: no cover
     help="Read MODEL as this supported model_type, whatever its config.json says.",
 )
 @click.option(
+    "--revision",
+    default=None,
+    metavar="REV",
+    help="Branch, tag or commit of a hub id or Hugging Face cache folder (default: main).",
+)
+@click.option(
     "--layout",
     "layout_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -130,6 +136,7 @@ def analyze(
     types: TypeRule,
     cache_dir: Path | None,
     model_type: str | None,
+    revision: str | None,
     layout_file: Path | None,
     threads: int | None,
     top: int,
@@ -147,7 +154,8 @@ def analyze(
     Quantised safetensors (FP8, compressed-tensors, GPTQ, AWQ) are dequantised
     as they are read; other methods are refused (qkenergy explain quantization).
     """
-    from qkenergy.api.model import analyze as run
+    from qkenergy.analysis.run_config import Reading, RunConfig, Selection
+    from qkenergy.api.model import run
     from qkenergy.formats import tables
 
     if output is not None and output.suffix.lower() not in tables.FORMATS:
@@ -159,24 +167,18 @@ def analyze(
         tables.table_format(output)  # its extra (Parquet: pyarrow) checked before the analysis, not after
     if plot_dir is not None:
         require("plot", "matplotlib", "--plot draws with it")
-    result = run(
-        model,
-        model_type=model_type,
-        layout=layout_file,
-        rope_offsets=rope_offsets,
-        layers=layers,
-        heads=heads,
-        per_layer=per_layer,
-        fold_norm=fold_norm,
+    config = RunConfig(
+        selection=Selection(layers, heads, rope_offsets),
+        reading=Reading(model_type, layout_file, revision, None, fold_norm, name, skip_nonfinite),
         null=null.drawn,
-        null_spec=null.spec,
+        spec=null.spec,
         types=types,
+        per_layer=per_layer,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
-        progress=not quiet and sys.stderr.isatty(),
         threads=threads,
-        name=name,
-        skip_nonfinite=skip_nonfinite,
+        progress=not quiet and sys.stderr.isatty(),
     )
+    result = run(model, config)
     if not quiet:
         result.print_summary(stdout_console(), top=top)
     # the tables, their settings and the figures land together or not at all

@@ -29,7 +29,7 @@ from qkenergy.cli.baseline import baseline
 from qkenergy.cli.explain import explain
 from qkenergy.cli.layouts import layouts
 from qkenergy.cli.lobes import lobes
-from qkenergy.cli.output import PROG, fail, flag_message, one_line
+from qkenergy.cli.output import PROG, fail, flag_message, one_line, option_flags
 from qkenergy.cli.plot import plot
 from qkenergy.cli.report import report_command
 from qkenergy.cli.survey import survey
@@ -121,9 +121,9 @@ def _run(argv: Sequence[str] | None) -> NoReturn:
     except click.UsageError as error:  # includes BadParameter, NoSuchOption, MissingParameter
         fail(one_line(error.format_message()), 2)
     except ArgumentError as error:  # e.g. --layers beyond the checkpoint's layers
-        fail(flag_message(error), 2)
+        fail(flag_message(error, option_flags(cli)), 2)
     except QKEnergyError as error:
-        fail(flag_message(error), 1)
+        fail(flag_message(error, option_flags(cli)), 1)
     except click.ClickException as error:  # e.g. FileError
         fail(error.format_message(), 1)
     except click.Abort:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import click
@@ -14,48 +16,47 @@ MAX_LINE = 600
 
 
 # The library names its Python parameters in its messages (``samples must be ...``); the
-# command line names its flags for them.
-FLAGS = {
-    "samples": "--samples",
-    "rotation_samples": "--rotation-samples",
-    "radius": "--radius",
-    "type_rule": "--type-rule",
-    "imbalance_cut": "--imbalance-cut",
-    "edge_cut": "--edge-cut",
-    "name": "--name",
-    "seed": "--seed",
-    "layers": "--layers",
-    "heads": "--heads",
-    "head": "--head",
-    "rope_offsets": "--rope-offsets",
-    "threads": "--threads",
-    "kind": "--null",
-    "null_kind": "--null",
-    "null": "--no-null",
-    "per_layer": "--per-layer",
-    "retries": "--retries",
-    "workers": "--workers",
-    "scheduler": "--scheduler",
-    "baseline": "--baseline",
-    "static": "--static",
-    "model_type": "--model-type",
-    "layout": "--layout",
-    "skip_nonfinite": "--skip-nonfinite",
-}
+# command line names its flags for them, read from the click declarations (:func:`option_flags`).
+# The library's names of the options whose click name differs: library name -> click name.
+_LIBRARY_NAMES = {"kind": "null_kind", "null": "no_null", "layout": "layout_file", "baseline": "reference"}
 
 
-def flag_message(error: BaseException) -> str:
+@functools.cache
+def option_flags(group: click.Group) -> dict[str, str]:
+    """Python parameter -> the command line's flag, from the options every command of ``group`` declares.
+
+    Parameters
+    ----------
+    group : click.Group
+        The command line (``qkenergy.cli.main.cli``).
+
+    Returns
+    -------
+    dict
+        e.g. ``{"samples": "--samples", "rotation_samples": "--rotation-samples", "null": "--no-null"}``.
+    """
+    flags: dict[str, str] = {}
+    for command in group.commands.values():
+        for param in command.params:
+            long = [opt for opt in param.opts if opt.startswith("--")]
+            if isinstance(param, click.Option) and param.name and long:
+                flags.setdefault(param.name, long[0])
+    flags.update({name: flags[dest] for name, dest in _LIBRARY_NAMES.items() if dest in flags})
+    return flags
+
+
+def flag_message(error: BaseException, flags: Mapping[str, str]) -> str:
     """The message of ``error`` with the command line's flags for its Python parameters.
 
     The leading parameter (``error.parameter``) becomes its flag, and so does every parameter the
-    message names further on in backquotes (``leave out `static```).
+    message names further on in backquotes (``leave out `static```); ``flags``: :func:`option_flags`.
     """
     message = str(error)
-    parameter = getattr(error, "parameter", None)
-    if parameter in FLAGS and message.startswith(parameter):
-        message = FLAGS[parameter] + message[len(parameter) :]
+    parameter = str(getattr(error, "parameter", None) or "")
+    if parameter and parameter in flags and message.startswith(parameter):
+        message = flags[parameter] + message[len(parameter) :]
     if "`" in message:
-        message = _QUOTED.sub(lambda m: FLAGS.get(m.group(1), m.group(0)), message)
+        message = _QUOTED.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
     return message
 
 

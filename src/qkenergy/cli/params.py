@@ -257,11 +257,12 @@ def null_options(command: F) -> F:
             samples=DEFAULT_BASELINE_SAMPLES if samples is None else samples,
             seed=values.pop("seed"),
             kind=values.pop("null_kind"),
-            radius=values.pop("radius"),
             rotation_samples=ROTATION_SAMPLES if rotation_samples is None else rotation_samples,
         )
         values["null"] = NullOptions(drawn=not values.pop("no_null"), spec=spec, samples=samples)
-        rule = TypeRule(values.pop("type_rule"), values.pop("imbalance_cut"), values.pop("edge_cut"))
+        rule = TypeRule(
+            values.pop("type_rule"), values.pop("imbalance_cut"), values.pop("edge_cut"), values.pop("radius")
+        )
         values["types"] = rule
         return command(*args, **values)
 

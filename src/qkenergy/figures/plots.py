@@ -39,6 +39,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
+from qkenergy.analysis.nullspec import SAMPLES
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
 from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
@@ -794,10 +795,11 @@ MOMENT_COLUMNS = ("moment_O", "moment_E", "head_type")
 def moment_scatter(
     df: pd.DataFrame,
     *,
-    null_samples: int = 2000,
+    null_samples: int = SAMPLES,
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     population: str = "heads",
+    laws: Mapping[tuple[int, int], NullLaw] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
     """moment_E against moment_O per head, coloured by head type, over the null cloud of each shape (n, N).
@@ -817,6 +819,8 @@ def moment_scatter(
         The null-law cache (None: no cache).
     population : str, optional
         What the points are, for the legend.
+    laws : mapping (n, N) -> NullLaw, optional
+        The laws the analysis judged the heads against (other shapes are drawn as above).
     ax : Axes or None, optional
         Draw into these axes instead of a new figure.
 
@@ -832,7 +836,7 @@ def moment_scatter(
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
     for k, (n, N) in enumerate(shapes):
-        law = NullSpec(samples=null_samples, seed=seed).null_law(
+        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
             int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
         )
         O, E = law.samples("moment_O"), law.samples("moment_E")
@@ -893,7 +897,7 @@ def figure(
     head: tuple[int, int] | str | None = None,
     ax: Any = None,
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
-    null_samples: int = 2000,
+    null_samples: int = SAMPLES,
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     settings: dict[str, Any] | None = None,
@@ -996,12 +1000,13 @@ def plot_results(
     outdir: str | os.PathLike[str],
     *,
     head: tuple[int, int] | str | None = None,
-    null_samples: int = 2000,
+    null_samples: int = SAMPLES,
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     formats: Sequence[str] = ("png", "svg"),
     settings: dict[str, Any] | None = None,
     transaction: OutputTransaction | None = None,
+    null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
 ) -> list[Path]:
     """Write the figures for one model's head table into ``outdir``; returns the files.
 
@@ -1031,6 +1036,9 @@ def plot_results(
     transaction : OutputTransaction or None, optional
         The caller's transaction to stage the files in (:mod:`qkenergy.base.atomic`); by default
         they are committed together here.
+    null_laws : mapping (n, N) -> NullLaw, optional
+        The Gaussian laws the analysis judged the heads against (drawn with ``null_samples`` and
+        ``seed``): shown as they are, not drawn again.
 
     Returns
     -------
@@ -1065,7 +1073,12 @@ def plot_results(
         save(_heatmap(df), "symmetric_energy_heatmap")
         save(
             _null_histogram(
-                df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+                df,
+                null_samples=null_samples,
+                seed=seed,
+                cache_dir=cache_dir,
+                population=population,
+                laws=null_laws,
             ),
             "symmetric_energy_null",
         )
@@ -1075,7 +1088,12 @@ def plot_results(
         if set(MOMENT_COLUMNS) <= set(df.columns):
             save(
                 moment_scatter(
-                    df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+                    df,
+                    null_samples=null_samples,
+                    seed=seed,
+                    cache_dir=cache_dir,
+                    population=population,
+                    laws=null_laws,
                 ),
                 "moments_O_E",
             )

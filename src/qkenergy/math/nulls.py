@@ -12,7 +12,6 @@ See docs/mathematics.md §6, "The null laws of a head".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -336,9 +335,7 @@ def _statistic_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
     return names
 
 
-def null_statistics_sampler(
-    n: int, N: int, names: Sequence[str], *, radius: float = 0.02
-) -> montecarlo.Sampler:
+def null_statistics_sampler(n: int, N: int, names: Sequence[str]) -> montecarlo.Sampler:
     """A montecarlo sampler of the statistics ``names`` of Gaussian heads (n, N): rows (size, len(names)).
 
     For N >= 2n the Bartlett factors are read in place (:func:`bartlett_spectra`:
@@ -352,9 +349,7 @@ def null_statistics_sampler(
     n, N : int
         The head shape.
     names : sequence of str
-        The statistics drawn.
-    radius : float
-        The radius rule's tolerance.
+        The statistics drawn (numbers: the Type II radius, which only names head types, plays no part).
 
     Returns
     -------
@@ -367,9 +362,9 @@ def null_statistics_sampler(
 
     def sample(rng: np.random.Generator, size: int) -> np.ndarray:
         if 2 * n > N:
-            return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names, radius=radius)
+            return statistics.statistic_columns(direct_gram(rng, n, N, size), N, names)
         spectra = bartlett_spectra(rng, n, N, size, with_h=with_h)
-        return statistics.spectra_statistic_columns(spectra, N, names, radius=radius)
+        return statistics.spectra_statistic_columns(spectra, N, names)
 
     return sample
 
@@ -408,23 +403,29 @@ class NullLaw:
     kind: str = "gaussian"
 
     def __getitem__(self, name: str) -> Law:
-        """The null law of the statistic ``name`` alone (a frozen :class:`~qkenergy.math.laws.Law`)."""
-        from qkenergy.math.laws import Law
+        """The null law of the statistic ``name`` alone (a frozen :class:`~qkenergy.math.laws.Law`, made once).
 
-        sampler = None
-        if self.kind == "gaussian":
-            draw = null_statistics_sampler(self.n, self.N, (name,))
+        Every summary below (mean, stderr, sd, quantiles, z, p) is that Law's.
+        """
+        laws: dict[str, Law] = self.__dict__.setdefault("_laws", {})
+        if name not in laws:
+            from qkenergy.math.laws import Law
 
-            def sampler(rng: np.random.Generator, size: int) -> np.ndarray:
-                return draw(rng, size)[:, 0]
+            sampler = None
+            if self.kind == "gaussian":
+                draw = null_statistics_sampler(self.n, self.N, (name,))
 
-        return Law(
-            name,
-            self.samples(name),
-            exact_mean=self.exact_mean(name),
-            sampler=sampler,
-            description=f"{self.kind} null, n={self.n}, N={self.N}, seed {self.seed}",
-        )
+                def sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+                    return draw(rng, size)[:, 0]
+
+            laws[name] = Law(
+                name,
+                self.samples(name),
+                exact_mean=self.exact_mean(name),
+                sampler=sampler,
+                description=f"{self.kind} null, n={self.n}, N={self.N}, seed {self.seed}",
+            )
+        return laws[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -456,16 +457,6 @@ class NullLaw:
         x.flags.writeable = False
         return x
 
-    def _finite(self, name: str) -> np.ndarray:
-        x = self.samples(name)
-        return x[np.isfinite(x)]
-
-    def _sorted(self, name: str) -> np.ndarray:
-        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_sorted_cache", {})
-        if name not in cache:
-            cache[name] = np.sort(self._finite(name))
-        return cache[name]
-
     def exact_mean(self, name: str) -> float | None:
         """The spec's exact null mean of ``name``, or None when only Monte Carlo is available.
 
@@ -484,7 +475,7 @@ class NullLaw:
         return None
 
     def mean(self, name: str) -> float:
-        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo.
+        """Null mean: exact (N+1)/(2N) for symmetric_energy (Proposition 6), else Monte Carlo (:meth:`Law.mean`).
 
         Parameters
         ----------
@@ -495,14 +486,10 @@ class NullLaw:
         -------
         float
         """
-        exact = self.exact_mean(name)
-        if exact is not None:
-            return exact
-        x = self._finite(name)
-        return float(np.mean(x)) if x.size else math.nan
+        return self[name].mean()
 
     def stderr(self, name: str) -> float:
-        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K).
+        """Standard error of :meth:`mean`: 0 when exact, else sd/sqrt(K) (:meth:`Law.stderr`).
 
         Parameters
         ----------
@@ -513,13 +500,10 @@ class NullLaw:
         -------
         float
         """
-        if self.exact_mean(name) is not None:
-            return 0.0
-        x = self._finite(name)
-        return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
+        return self[name].stderr()
 
     def sd(self, name: str) -> float:
-        """Null standard deviation (Monte Carlo, ddof = 1).
+        """Null standard deviation (Monte Carlo, ddof = 1; :meth:`Law.std`).
 
         Parameters
         ----------
@@ -530,11 +514,10 @@ class NullLaw:
         -------
         float
         """
-        x = self._finite(name)
-        return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+        return self[name].std()
 
     def quantiles(self, name: str, qs: float | Sequence[float] | np.ndarray) -> np.ndarray:
-        """Empirical null quantiles of ``name`` at probabilities ``qs`` (linear interpolation).
+        """Empirical null quantiles of ``name`` at probabilities ``qs`` (:meth:`Law.ppf`).
 
         Parameters
         ----------
@@ -548,16 +531,10 @@ class NullLaw:
         ndarray
             One quantile per probability.
         """
-        q = np.asarray(qs, dtype=np.float64)
-        if np.any(~((q >= 0) & (q <= 1))):
-            raise QKEnergyError(f"quantile probabilities must lie in [0, 1], got {qs!r}")
-        x = self._sorted(name)
-        if x.size == 0:
-            return np.full(q.shape, np.nan)
-        return np.quantile(x, q)
+        return np.asarray(self[name].ppf(qs))
 
     def z(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
-        """z-score (x - mean)/sd against the null law; NaN in, NaN out.
+        """z-score (x - mean)/sd against the null law; NaN in, NaN out (:meth:`Law.z`).
 
         Parameters
         ----------
@@ -571,13 +548,10 @@ class NullLaw:
         ndarray or float
             Of the shape of ``x``.
         """
-        mu, sd = self.mean(name), self.sd(name)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = (np.asarray(x, dtype=np.float64) - mu) / sd
-        return float(z) if z.ndim == 0 else z
+        return self[name].z(x)
 
     def p_two_sided(self, name: str, x: float | np.ndarray) -> np.ndarray | float:
-        """Empirical two-sided tail probability of x under the null.
+        """Empirical two-sided tail probability of x under the null (:meth:`Law.pvalue`).
 
         p = min(1, 2 min(1 + #{null <= x}, 1 + #{null >= x}) / (1 + K)), never 0;
         vectorised over x; NaN in, NaN out.
@@ -594,14 +568,7 @@ class NullLaw:
         ndarray or float
             Of the shape of ``x``, in (0, 1].
         """
-        xs = np.asarray(x, dtype=np.float64)
-        null = self._sorted(name)
-        k = null.size
-        below = np.searchsorted(null, xs, side="right")
-        above = k - np.searchsorted(null, xs, side="left")
-        p = np.minimum(1.0, 2.0 * np.minimum(1 + below, 1 + above) / (1 + k))
-        p = np.where(np.isnan(xs), np.nan, p)
-        return float(p) if p.ndim == 0 else p
+        return self[name].pvalue(x, tail="empirical")
 
 
 def null_law(
@@ -611,7 +578,6 @@ def null_law(
     samples: int = 2000,
     seed: int = 0,
     progress: bool = False,
-    radius: float = 0.02,
     chunk_size: int | None = None,
     names: Sequence[str] | None = None,
     threads: int | None = 1,
@@ -639,8 +605,6 @@ def null_law(
         Seed of the draws.
     progress : bool
         Show a progress bar on stderr.
-    radius : float
-        The radius rule's tolerance (the head types of the draws).
     chunk_size : int, optional
         As :func:`montecarlo.draw`'s; the values do not depend on it.
     names : sequence of str, optional
@@ -670,7 +634,7 @@ def null_law(
     from qkenergy.math import montecarlo
 
     values = montecarlo.draw(
-        null_statistics_sampler(n, N, names, radius=radius),
+        null_statistics_sampler(n, N, names),
         samples,
         seed=seed,
         chunk_size=montecarlo.BLOCK_SIZE if chunk_size is None else chunk_size,
@@ -690,7 +654,6 @@ def null_law_blocks(
     *,
     samples: int = 2000,
     seed: int = 0,
-    radius: float = 0.02,
     names: Sequence[str] | None = None,
 ) -> np.ndarray:
     """Rows of seeded blocks ``first`` to ``last - 1`` of :func:`null_law`'s values, bitwise.
@@ -710,8 +673,6 @@ def null_law_blocks(
         The whole law's draws.
     seed : int
         The whole law's seed.
-    radius : float
-        As :func:`null_law`'s.
     names : sequence of str, optional
         The statistics drawn.
 
@@ -724,7 +685,7 @@ def null_law_blocks(
     samples = check_integer(samples, "samples", minimum=2)
     seed = check_integer(seed, "seed", minimum=0)
     check_null_memory(n, N, samples)
-    sampler = null_statistics_sampler(n, N, _statistic_names(names), radius=radius)
+    sampler = null_statistics_sampler(n, N, _statistic_names(names))
     from qkenergy.math import montecarlo
 
     return montecarlo.draw_blocks(sampler, samples, first, last, seed=seed)

@@ -269,10 +269,10 @@ def rotation_symmetric_energy(rng: np.random.Generator, head: RotatedHead, size:
     return 0.5 + 0.5 * trace_sq / head.norm_l_sq
 
 
-def _columns(head: RotatedHead, names: tuple[str, ...], radius: float) -> montecarlo.Transform:
+def _columns(head: RotatedHead, names: tuple[str, ...]) -> montecarlo.Transform:
     def transform(G: np.ndarray) -> np.ndarray:
         # Only what ``names`` need: no singular values of L, no n x n eigenproblem beyond S's.
-        return statistic_columns(G, head.N, names, radius=radius)
+        return statistic_columns(G, head.N, names)
 
     return transform
 
@@ -284,7 +284,6 @@ def rotation_law(
     samples: int = 1000,
     seed: int = 0,
     names: Sequence[str] = ROTATION_STATISTICS,
-    radius: float = 0.02,
 ) -> NullLaw:
     """The rotation null of one head: samples of ``names`` for L U, U Haar on O(N).
 
@@ -303,9 +302,7 @@ def rotation_law(
     seed : int
         Seed of the draws.
     names : sequence of str
-        The statistics drawn.
-    radius : float
-        The radius rule's tolerance.
+        The statistics drawn (numbers: the Type II radius, which only names head types, plays no part).
 
     Returns
     -------
@@ -328,7 +325,7 @@ def rotation_law(
                 samples,
                 seed=seed,
                 chunk_size=max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * head.n * head.n)),
-                transform=_columns(head, names, radius),
+                transform=_columns(head, names),
             )
     values.flags.writeable = False
     return NullLaw(n=head.n, N=head.N, seed=seed, names=names, values=values, kind="rotation")

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from qkenergy.base.atomic import OutputTransaction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
 
 __all__ = ["write_outputs"]
 
 
 def write_outputs(
-    analysis: Analysis,
+    analysis: AnalysisResult,
     *,
     output: str | os.PathLike[str] | None = None,
     plot_dir: str | os.PathLike[str] | None = None,
@@ -30,7 +30,7 @@ def write_outputs(
 
     Parameters
     ----------
-    analysis : Analysis
+    analysis : AnalysisResult
         The analysis whose tables and figures are written.
     output : str or path-like or None, optional
         The head table's file (csv, parquet or json); None for no table.
@@ -62,9 +62,22 @@ def write_outputs(
                 transaction=outputs,
             )
         if plot_dir is not None:
+            from qkenergy.analysis.nullspec import SAMPLES
             from qkenergy.figures import plots
 
+            # the laws the heads were judged against, where drawn as the figures' null laws are
+            samples, seed = plot_options.get("null_samples", SAMPLES), plot_options.get("seed", 0)
+            laws = {
+                shape: law
+                for shape, law in analysis.null_laws.items()
+                if (law.size, law.seed) == (samples, seed)
+            }
             written += plots.plot_results(
-                analysis.heads, plot_dir, settings=analysis.settings, transaction=outputs, **plot_options
+                analysis.heads,
+                plot_dir,
+                settings=analysis.settings,
+                transaction=outputs,
+                null_laws=laws,
+                **plot_options,
             )
     return written

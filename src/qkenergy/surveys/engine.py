@@ -149,7 +149,7 @@ def survey(
         How every head's null laws are drawn (a :class:`~qkenergy.analysis.nullspec.NullSpec`;
         True: the default spec); False draws none.
     null_spec : NullSpec, optional
-        With ``null=False``: still gives the radius and the values recorded in the settings.
+        With ``null=False``: still gives the values recorded in the settings.
     types : TypeRule, optional
         The head-type rule (:class:`~qkenergy.analysis.type_rule.TypeRule`, default the published one).
     per_layer : bool
@@ -310,7 +310,9 @@ class SurveySettings:
     @classmethod
     def of(cls, spec: NullSpec, types: TypeRule, *, null: bool, per_layer: bool) -> SurveySettings:
         """The settings survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer."""
-        settings = {**spec.settings(null=null), **types.settings(), "per_layer": bool(per_layer)}
+        from qkenergy.analysis.record import survey_settings
+
+        settings = survey_settings(spec, types, null=null, per_layer=per_layer)
         return cls(settings, spec, types)
 
     @property

@@ -44,9 +44,9 @@ class UnitSpec:
     null : bool
         Draw null laws.
     null_spec : NullSpec
-        Their samples, seed and radius.
+        Their samples, seed, kind and rotation samples.
     types : TypeRule
-        The head-type rule.
+        The head-type rule and its radius.
     expected_fingerprint : str or None, optional
         Analyse only when the tensors' fingerprint differs from it.
     cache_dir : str or None, optional
@@ -207,7 +207,7 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
     last : int
         One past the last block.
     spec : NullSpec
-        Samples, seed and radius of the law.
+        Samples and seed of the law.
 
     Returns
     -------
@@ -218,13 +218,11 @@ def run_null_blocks(n: int, N: int, first: int, last: int, spec: NullSpec) -> An
     from qkenergy.math.nulls import NULL_STATISTICS, null_law_blocks
 
     with single_threaded_blas():
-        return null_law_blocks(
-            n, N, first, last, samples=spec.samples, seed=spec.seed, radius=spec.radius, names=NULL_STATISTICS
-        )
+        return null_law_blocks(n, N, first, last, samples=spec.samples, seed=spec.seed, names=NULL_STATISTICS)
 
 
 def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) -> UnitResult:
-    """Analyse one layer of one model (analyze_model on that layer, one BLAS thread).
+    """Analyse one layer of one model (analyze_run on that layer, one BLAS thread).
 
     ``laws``: the survey's shared null laws by (n, N). With
     ``spec.expected_fingerprint`` equal to the tensors' fingerprint the layer
@@ -244,7 +242,8 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
     """
     from threadpoolctl import threadpool_limits
 
-    from qkenergy.analysis.analyze import analyze_model
+    from qkenergy.analysis.analyze import analyze_run
+    from qkenergy.analysis.run_config import Reading, RunConfig, Selection
 
     started = time.time()
     with threadpool_limits(limits=1):
@@ -256,18 +255,17 @@ def run_unit(spec: UnitSpec, laws: Mapping[tuple[int, int], Any] | None = None) 
                 return UnitResult(
                     spec, fingerprint, None, None, None, _worker_name(), started, time.time(), True
                 )
-        analysis = analyze_model(
-            spec.path,
-            layers=[spec.layer],
-            per_layer=spec.per_layer,
-            fold_norm=spec.fold_norm,
+        config = RunConfig(
+            selection=Selection(layers=[spec.layer]),
+            reading=Reading(fold_norm=spec.fold_norm),
             null=spec.null,
-            null_spec=spec.null_spec,
+            spec=spec.null_spec,
             types=spec.types,
-            null_laws=laws,
+            per_layer=spec.per_layer,
             cache_dir=spec.cache_dir,
             threads=1,  # one core per Dask worker thread: no nested thread pools
         )
+        analysis = analyze_run(spec.path, config, null_laws=laws)
     # analyze fingerprints the weight files it read (provenance): the same digest, no second pass.
     fingerprint = files_fingerprint(analysis.settings["model_source"]["files"])
     return UnitResult(

@@ -29,6 +29,7 @@ from typing import Any
 from transformers import DefaultFlowCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.training.tracker import Tracker
 
@@ -104,12 +105,13 @@ class QKEnergyCallback(TrainerCallback):
         skip_nonfinite: bool = True,
     ) -> None:
         self.every = None if every is None else check_integer(every, "every", 1)
-        self.null = NullSpec(samples=samples, seed=seed, radius=radius)  # checked here, not at the first step
+        # checked here, not at the first step
+        self.null, self.types = NullSpec(samples=samples, seed=seed), TypeRule(radius=radius)
         # The Tracker's settings, kept as given: each step's Tracker is made with them.
         self.options: dict[str, Any] = {
             "samples": self.null.samples,
             "seed": self.null.seed,
-            "radius": self.null.radius,
+            "radius": self.types.radius,
             "stack": stack,
             "name": name,
             "threads": threads,

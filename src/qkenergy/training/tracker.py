@@ -43,7 +43,7 @@ from qkenergy.base.errors import QKEnergyError, check_integer
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from qkenergy.analysis.analyze import Analysis
+    from qkenergy.analysis.analyze import AnalysisResult
     from qkenergy.math.nulls import NullLaw
 
 __all__ = ["PREFIX", "Tracker", "layer_scalars", "part_path", "read_tracking", "step_scalars"]
@@ -177,7 +177,7 @@ class Tracker:
         state = getattr(self.model, "state_dict", None)
         return state() if callable(state) else self.model
 
-    def _analyze(self, **options: Any) -> Analysis:
+    def _analyze(self, **options: Any) -> AnalysisResult:
         from qkenergy.analysis.analyze import analyze_model
 
         return analyze_model(
@@ -197,7 +197,7 @@ class Tracker:
         from qkenergy.math.nulls import NULL_STATISTICS
 
         shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
-        spec = NullSpec(samples=self.samples, seed=self.seed, radius=self.radius)
+        spec = NullSpec(samples=self.samples, seed=self.seed)
         for n, N in shapes.itertuples(index=False):
             self.laws[(int(n), int(N))] = spec.null_law(
                 int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.threads

@@ -193,7 +193,7 @@ def _config_int(config: Mapping[str, Any], keys: tuple[str, ...], model_type: st
     raise QKEnergyError(f"{source} has no {keys[0]!r}{also}, needed for a {model_type} model")
 
 
-# The parameters in backquotes: the command line shows its flags in their place (cli.output.FLAGS).
+# The parameters in backquotes: the command line shows its flags in their place (cli.output.flag_message).
 _OVERRIDES = "pass `model_type` TYPE to read it as a supported type, or `layout` FILE.toml to describe it"
 
 

@@ -409,7 +409,7 @@ def _open_hub(
 
     if revision is not None and reference.revision not in (None, revision):
         raise QKEnergyError(
-            f"{name}: names revision {reference.revision!r} and --revision {revision!r}; give one"
+            f"{name}: names revision {reference.revision!r} and `revision` {revision!r}; give one"
         )
     if revision is not None:
         reference = dataclasses.replace(reference, revision=revision)
