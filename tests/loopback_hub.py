@@ -440,6 +440,11 @@ class LoopbackHub:
         with self.lock:
             self._faults.append(_Fault(repo_id, path, kind, [times], options))
 
+    def clear_faults(self) -> None:
+        """Forget every injected fault not yet taken: the server is honest from now on."""
+        with self.lock:
+            self._faults.clear()
+
     def _take_fault(self, repo_id: str, path: str | None, kinds: tuple[str, ...]) -> _Fault | None:
         with self.lock:
             for fault in self._faults:
