@@ -203,6 +203,31 @@ def test_revisions_branch_tag_commit(loopback_hub: Any, repos: dict[str, Path], 
         qk.analyze("loopback/plain@dev", revision="v1", null=False, cache_dir=cache)
 
 
+def test_cli_revision_reads_that_revision(
+    loopback_hub: Any, repos: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`qkenergy analyze ORG/NAME --revision REV` (docs/hub.md): the branch's weights, its commit recorded."""
+    from tests import hub_repos
+
+    loopback_hub.add_repo("loopback/plain", repos["plain"])
+    other = hub_repos.plain(tmp_path / "dev", seed=11)
+    dev = loopback_hub.add_repo("loopback/plain", other, revision="dev")
+    out = tmp_path / "dev.csv"
+    code, _, err = run(
+        capsys, "analyze", "loopback/plain", "--revision", "dev", "--no-null", "--quiet", "-o", str(out),
+        "--cache-dir", str(tmp_path / "c"),
+    )  # fmt: skip
+    assert code == 0, err
+    remote = qk.read(out)
+    assert remote.settings["hub"]["commit"] == dev
+    local = qk.analyze(other, null=False)
+    pd.testing.assert_frame_equal(
+        remote.heads.drop(columns="model"), local.heads.drop(columns="model"), check_dtype=False
+    )
+    code, _, err = run(capsys, "analyze", "loopback/plain@dev", "--revision", "main", "--no-null", "--quiet")
+    assert code != 0 and "--revision" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("setup", "model", "needle"),
     [
