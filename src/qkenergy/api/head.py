@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkenergy.analysis.analyze import rotation_seed
-from qkenergy.analysis.nullspec import NULL_KINDS, NullSpec
+from qkenergy.analysis.nullspec import KINDS, NullSpec
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_ml_dtypes
 from qkenergy.math.energies import power_of_two_scale
@@ -221,22 +221,16 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         QKEnergyError
             An unknown ``kind``, or samples or seed out of range (the message names the parameter).
         """
-        if kind not in NULL_KINDS[:2]:
-            raise QKEnergyError(f"kind must be 'gaussian' or 'rotation', got {kind!r}", parameter="kind")
-        if kind == "gaussian":
-            spec = NullSpec(samples=samples, seed=seed)
-            names = NULL_STATISTICS if statistics is None else statistics
+        law = KINDS.get(kind)
+        if law is None:
+            raise QKEnergyError(
+                f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}", parameter="kind"
+            )
+        spec = NullSpec(seed=seed, kind=kind, **{law.samples: samples})  # checks samples and seed
+        names = NULL_STATISTICS if statistics is None else statistics
+        if law.sampler is None:
             return spec.null_law(self.n, self.N, names=names, cache_dir=cache_dir)
-        from qkenergy.math.rotation import ROTATION_STATISTICS, rotation_law
-
-        spec = NullSpec(seed=seed, kind="rotation", rotation_samples=samples)
-        return rotation_law(
-            self.gram,
-            self.N,
-            samples=spec.rotation_samples,
-            seed=rotation_seed(spec.seed, self.layer, self.head),
-            names=ROTATION_STATISTICS if statistics is None else statistics,
-        )
+        return law.sampler(self.gram, self.N, samples, rotation_seed(spec.seed, self.layer, self.head), names)
 
     def null(
         self,
