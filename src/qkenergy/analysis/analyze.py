@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 
 from qkenergy.analysis.head_rows import head_rows, with_quantization
-from qkenergy.analysis.judgement import rotation_seed, with_head_null_bh, with_null_columns
+from qkenergy.analysis.judgement import rotation_seed, with_bh, with_null_columns
 from qkenergy.analysis.layer_forms import finite_heads, layer_form_statistics, layer_rows, with_layer_null
 from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
 from qkenergy.analysis.read_ahead import LayerItem, RunPlan, read_ahead
@@ -232,7 +232,7 @@ def analyze_run(
         heads, forms, skipped = _read_heads(run, plan, source, tensors)
         model_source = provenance.model_source(model, source, tensors.fingerprints())
     used: dict[tuple[int, int], NullLaw] = {}
-    table = with_head_null_bh(with_null_columns(concat(heads), run, laws=null_laws or {}, used=used))
+    table = with_bh(with_null_columns(concat(heads), run, laws=null_laws or {}, used=used))
     used_layer_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = {}
     layer_table = (
         with_layer_null(forms, run, laws=layer_null_laws or {}, used=used_layer_laws)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.run_config import RunConfig
 
-__all__ = ["head_null_rows", "rotation_seed", "with_head_null_bh", "with_null_columns"]
+__all__ = ["head_null_rows", "rotation_seed", "with_bh", "with_null_columns"]
 
 
 def null_columns(infix: str = "") -> list[str]:
@@ -74,26 +74,19 @@ def head_null_rows(
     Returns
     -------
     dict
-        Column -> ndarray; private ``_X_{infix}floor`` flags for :func:`with_head_null_bh`.
+        Column -> ndarray; private ``_X_{infix}floor`` flags for :func:`with_bh`.
     """
     heads, out = len(table["head"]), {}
     drawn = () if spec is None else spec.kinds  # a spec carries its kinds to Dask workers
     for kind in (k for k in dict.fromkeys([*KINDS.values(), *drawn]) if k.sampler is not None):
-        out.update({c: np.full(heads, np.nan) for c in [*null_columns(kind.infix), *_tails(kind.infix)]})
-        out.update({f"_{x}_{kind.infix}floor": np.zeros(heads, dtype=bool) for x in TAIL_STATISTICS})
+        out.update(_blank(kind.infix, heads))
         if spec is None or kind not in drawn:
             continue
         # Zero or non-finite heads have no orientation to randomise: their columns stay NaN.
         todo = [i for i, reason in enumerate(table["reason"]) if not reason]
         draw = functools.partial(_head_law, kind, grams, N, table["head"], layer, spec)
         for i, law in zip(todo, thread_map(draw, todo, threads), strict=True):
-            for x in NULL_STATISTICS:
-                judged = judge(law, x, np.asarray(table[x], dtype=np.float64)[i : i + 1])
-                for suffix in ("null_mean", "null_sd", "z", "p"):
-                    out[f"{x}_{kind.infix}{suffix}"][i] = judged[suffix][0]
-                if x in TAIL_STATISTICS:
-                    out[f"{x}_{kind.infix}p_tail"][i] = judged["p_tail"][0]
-                    out[f"_{x}_{kind.infix}floor"][i] = judged["floor"][0]
+            _judge_into(out, kind.infix, law, table, slice(i, i + 1))
     return out
 
 
@@ -111,18 +104,35 @@ def _tails(infix: str) -> list[str]:
     return [f"{x}_{infix}p_tail" for x in TAIL_STATISTICS]
 
 
-def with_head_null_bh(table: Columns) -> Columns:
-    """Add each null per head's BH-adjusted p of s and move its columns before the lobes.
+def _blank(infix: str, heads: int) -> dict[str, np.ndarray]:
+    """One null's columns (NaN) and its private floor flags (False)."""
+    out = {c: np.full(heads, np.nan) for c in [*null_columns(infix), *_tails(infix)]}
+    return out | {f"_{x}_{infix}floor": np.zeros(heads, dtype=bool) for x in TAIL_STATISTICS}
+
+
+def _judge_into(out: dict[str, np.ndarray], infix: str, law: NullLaw, table: Columns, rows: Any) -> None:
+    """Fill one null's columns (and floor flags) at ``rows`` from its law."""
+    for x in NULL_STATISTICS:
+        judged = judge(law, x, np.asarray(table[x], dtype=np.float64)[rows])
+        for suffix in ("null_mean", "null_sd", "z", "p"):
+            out[f"{x}_{infix}{suffix}"][rows] = judged[suffix]
+        if x in TAIL_STATISTICS:
+            out[f"{x}_{infix}p_tail"][rows] = judged["p_tail"]
+            out[f"_{x}_{infix}floor"][rows] = judged["floor"]
+
+
+def with_bh(table: Columns) -> Columns:
+    """Add each null's BH-adjusted p of s and move its columns (in the order of its floor flags) before the lobes.
 
     Parameters
     ----------
     table : Columns
-        The head table with the columns of :func:`head_null_rows` and their floor flags.
+        The head table with every null's columns and floor flags.
 
     Returns
     -------
     Columns
-        The table, each null per head's BH-adjusted p added (floor flags dropped).
+        The table, each null's BH-adjusted p added (floor flags dropped).
     """
     moved: list[str] = []
     for at in [c[1:-5] for c in table if c.startswith("_symmetric_energy_") and c.endswith("_floor")]:
@@ -143,7 +153,7 @@ def with_null_columns(
     laws: Mapping[tuple[int, int], NullLaw],
     used: dict[tuple[int, int], NullLaw] | None = None,
 ) -> Columns:
-    """Insert the Gaussian null columns (before the lobes), the Beta tail and BH-adjusted p of s.
+    """Add the Gaussian null columns, the Beta tail of s and its floor flag (first: :func:`with_bh` keeps that order).
 
     Parameters
     ----------
@@ -160,42 +170,16 @@ def with_null_columns(
     -------
     Columns
     """
-    null, spec, cache_dir, progress, threads = (
-        run.gaussian,
-        run.spec,
-        run.cache_dir,
-        run.progress,
-        run.threads,
-    )
-    heads = len(table["head"])
-    extra = {c: np.full(heads, np.nan) for c in null_columns()}
-    extra["symmetric_energy_p_tail"] = np.full(heads, np.nan)
-    floor = np.zeros(heads, dtype=bool)
-    if null:
+    extra = _blank("", len(table["head"]))
+    if run.gaussian:
         from qkenergy.analysis.null_cache import null_law  # with its Monte Carlo engine, only when drawn
 
         for n, N in dict.fromkeys(zip(table["n"].tolist(), table["N"].tolist(), strict=True)):
             law = laws.get((int(n), int(N))) or null_law(
-                spec,
-                int(n),
-                int(N),
-                cache_dir=cache_dir,
-                progress=progress,
-                names=NULL_STATISTICS,
-                threads=threads,
-            )
+                run.spec, int(n), int(N), cache_dir=run.cache_dir, progress=run.progress,
+                names=NULL_STATISTICS, threads=run.threads,
+            )  # fmt: skip
             if used is not None:
                 used[(int(n), int(N))] = law
-            rows = (table["n"] == n) & (table["N"] == N)
-            for x in NULL_STATISTICS:
-                judged = judge(law, x, np.asarray(table[x][rows], dtype=np.float64))
-                for suffix in ("null_mean", "null_sd", "z", "p"):
-                    extra[f"{x}_{suffix}"][rows] = judged[suffix]
-                if x in TAIL_STATISTICS:
-                    extra[f"{x}_p_tail"][rows] = judged["p_tail"]
-                    floor[rows] = judged["floor"]
-    extra["symmetric_energy_p_bh"] = bh_with_tail(
-        extra["symmetric_energy_p"], extra["symmetric_energy_p_tail"], floor
-    )
-    base = {c: v for c, v in table.items() if c not in ("alpha", "beta")}
-    return {**base, **extra, "alpha": table["alpha"], "beta": table["beta"]}
+            _judge_into(extra, "", law, table, (table["n"] == n) & (table["N"] == N))
+    return {c: v for c, v in extra.items() if c[0] == "_"} | table | extra
