@@ -23,7 +23,7 @@ from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.run_config import RunConfig
 
-__all__ = ["head_null_rows", "rotation_seed", "with_bh", "with_null_columns"]
+__all__ = ["rotation_seed", "with_bh", "with_null_columns"]
 
 
 def null_columns(infix: str = "") -> list[str]:
@@ -54,28 +54,7 @@ def rotation_seed(seed: int, layer: int, head: int) -> int:
 def head_null_rows(
     grams: np.ndarray, N: int, table: Columns, layer: int, spec: NullSpec | None, threads: int = 1
 ) -> dict[str, np.ndarray]:
-    """The columns of every null per head, registered or drawn (NaN unless ``spec`` draws it), and floor flags.
-
-    Parameters
-    ----------
-    grams : ndarray, shape (heads, 2n, 2n)
-        The heads' Gram matrices (the laws are drawn from them).
-    N : int
-        The residual width.
-    table : Columns
-        The layer's head rows (head, reason and the statistics judged).
-    layer : int
-        The layer (it seeds each head's draws).
-    spec : NullSpec or None
-        The laws drawn (None: none).
-    threads : int
-        Heads drawn at once.
-
-    Returns
-    -------
-    dict
-        Column -> ndarray; private ``_X_{infix}floor`` flags for :func:`with_bh`.
-    """
+    """The columns of every null per head (NaN unless ``spec`` draws it) and their floor flags for :func:`with_bh`."""
     heads, out = len(table["head"]), {}
     drawn = () if spec is None else spec.kinds  # a spec carries its kinds to Dask workers
     for kind in (k for k in dict.fromkeys([*KINDS.values(), *drawn]) if k.sampler is not None):

@@ -5,7 +5,7 @@ drawn: ``samples`` Monte Carlo draws of the Gaussian null per head shape (n, N)
 with ``seed``, ``kind`` (a registered :class:`NullKind` or a selection of several: "both"),
 and ``rotation_samples`` draws of the rotation null per head (docs/mathematics.md §6).
 :data:`KINDS` is the one registry of null laws: a new law is its sampler plus one
-:func:`register` (its columns, settings, judgement and summary lines follow from it). The API, the command
+:func:`register` (columns, settings, judgement, summary follow). The API, the command
 line, analyze, the survey (its settings, units and shared laws) and the null-law
 cache (whose keys derive from it: :mod:`qkenergy.analysis.null_cache`) read the
 same four values from it (the Type II radius only names head types: it is the
@@ -30,17 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     HeadSampler = Callable[[np.ndarray, int, int, int, Sequence[str]], NullLaw]
 
-__all__ = [
-    "KINDS",
-    "ROTATION_SAMPLES",
-    "SAMPLES",
-    "SELECTIONS",
-    "NullKind",
-    "NullSpec",
-    "null_kinds",
-    "register",
-    "selected",
-]
+__all__ = ["KINDS", "ROTATION_SAMPLES", "SAMPLES", "SELECTIONS", "NullKind", "NullSpec", "register"]
 
 SAMPLES = 2000
 """Default draws of the Gaussian null law per head shape (its smallest p is 2/(SAMPLES + 1))."""
@@ -57,18 +47,15 @@ class NullKind:
     name : str
         The ``--null`` choice.
     infix : str
-        Inserted in its columns: ``X_{infix}null_mean``, ``X_{infix}z``, ``X_{infix}p``, ...
+        In its columns' names: ``X_{infix}null_mean``, ``X_{infix}z``, ``X_{infix}p``, ...
     samples : {"samples", "rotation_samples"}
         The NullSpec field (and recorded setting) holding its draws K.
-    label : str
-        The summary's name of the law ("... heads under the {label} null").
-    header : str
-        The summary's header text, ``{K}`` its draws and ``{floor}`` the smallest p.
-    verdict : str
-        The summary's sentence on it opens with this (None: the Gaussian verdict).
+    label, header, verdict : str
+        The summary's words: "... under the {label} null", the header's text (``{K}`` draws,
+        ``{floor}`` smallest p), the opening of its sentence (None: the Gaussian verdict's).
     sampler : callable, optional
-        ``sampler(gram, N, samples, seed, names) -> NullLaw``: one law per head, drawn from its
-        2n x 2n Gram matrix (None: one law per head shape (n, N), the cached Gaussian null).
+        ``sampler(gram, N, samples, seed, names) -> NullLaw``, one law per head from its
+        Gram matrix (None: one law per head shape (n, N), the cached Gaussian null).
     """
 
     name: str
@@ -81,74 +68,46 @@ class NullKind:
 
 
 def _rotation_sampler(gram: np.ndarray, N: int, samples: int, seed: int, names: Sequence[str]) -> NullLaw:
-    """The rotation null law of one head (:func:`qkenergy.math.rotation.rotation_law`)."""
     from qkenergy.math.rotation import rotation_law  # only when the rotation null is drawn
 
     return rotation_law(gram, N, samples=samples, seed=seed, names=names)
 
 
 KINDS: dict[str, NullKind] = {}
-"""The registered null laws by name, in the order of their columns."""
+"""The registered null laws by name, in the order of their columns (``del KINDS[name]`` unregisters)."""
 SELECTIONS: dict[str, tuple[str, ...]] = {"both": ("gaussian", "rotation")}
 """Names of a ``kind`` that select several laws (every registered name selects itself)."""
 
 
-def register(kind: NullKind) -> NullKind:
-    """Register a null law (a name taken is refused); ``del KINDS[name]`` undoes it.
+def register(kind: NullKind) -> None:
+    """Register a null law: its sampler and this call are all a new law needs.
 
     Parameters
     ----------
     kind : NullKind
-        The law.
-
-    Returns
-    -------
-    NullKind
+        The law (a name taken is refused).
     """
-    if kind.name in KINDS or kind.name in SELECTIONS:
+    if kind.name in null_kinds():
         raise QKEnergyError(f"null kind {kind.name!r} is already registered", parameter="kind")
     KINDS[kind.name] = kind
-    return kind
-
-
-register(NullKind("gaussian", "", "samples", "Gaussian", "{K} null samples per shape (smallest p {floor})"))
-register(
-    NullKind(
-        "rotation",
-        "rotation_",
-        "rotation_samples",
-        "rotation",
-        "rotation null {K} draws per head (smallest p {floor})",
-        "Rotation null (each head's own W_K, W_Q, query input space rotated at random)",
-        _rotation_sampler,
-    )
-)
 
 
 def null_kinds() -> tuple[str, ...]:
-    """Every ``kind`` a NullSpec accepts: the registered laws, then the selections.
-
-    Returns
-    -------
-    tuple of str
-    """
+    """Every ``kind`` a NullSpec accepts: the registered laws, then the selections."""
     return (*KINDS, *SELECTIONS)
 
 
 def selected(kind: object) -> tuple[NullKind, ...]:
-    """The laws a ``kind`` (a recorded ``null_kind``) draws, in registry order; every law for an unknown one.
-
-    Parameters
-    ----------
-    kind : str or None
-        A registered law, a selection, or anything else (older settings).
-
-    Returns
-    -------
-    tuple of NullKind
-    """
+    """The laws a (recorded) ``null_kind`` draws, in registry order; every law for an unknown one."""
     chosen = SELECTIONS.get(kind, (kind,)) if isinstance(kind, str) and kind in null_kinds() else tuple(KINDS)
     return tuple(k for name, k in KINDS.items() if name in chosen)
+
+
+register(NullKind("gaussian", "", "samples", "Gaussian", "{K} null samples per shape (smallest p {floor})"))
+register(NullKind("rotation", "rotation_", "rotation_samples", "rotation",
+                  "rotation null {K} draws per head (smallest p {floor})",
+                  "Rotation null (each head's own W_K, W_Q, query input space rotated at random)",
+                  _rotation_sampler))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,6 @@ from qkenergy.base.errors import QKEnergyError
 __all__ = [
     "MANIFEST_COLUMNS",
     "UNIT_KEY",
-    "bh_columns",
     "clean_partial_files",
     "file_sha256",
     "load_survey",
@@ -60,12 +59,7 @@ _PART = re.compile(r"layer-(\d{5,})\.parquet")
 # BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
 # holding that null's sample count K).
 def bh_columns() -> dict[str, tuple[str, str, str]]:
-    """BH column -> (its p column, its p_tail column, its samples setting), one per registered null.
-
-    Returns
-    -------
-    dict
-    """
+    """BH column -> (its p column, its p_tail column, its samples setting), one per registered null."""
     at = [(f"symmetric_energy_{k.infix}", k.samples) for k in KINDS.values()]
     return {f"{a}p_bh": (f"{a}p", f"{a}p_tail", samples) for a, samples in at}
 
