@@ -167,9 +167,9 @@ def analyze_model(
     mean and variance: an approximation, :mod:`qkenergy.math.tails`),
     symmetric_energy_p_bh (Benjamini-Hochberg over the analysed heads with a
     defined p; a p at the Monte Carlo floor 2/(K+1) enters as its p_tail), the
-    same under the rotation null (X_rotation_null_mean, X_rotation_null_sd,
-    X_rotation_z, X_rotation_p, symmetric_energy_rotation_p_tail,
-    symmetric_energy_rotation_p_bh; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
+    same under each null per head of :data:`~qkenergy.analysis.nullspec.KINDS` (its infix
+    in the names: X_rotation_null_mean, ..., symmetric_energy_rotation_p_bh for the rotation
+    null; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
     trimmed; in units of ||L||, as statistics.HeadStatistics gives them).
 
     Columns of ``layers`` (``per_layer=True``): (offset, first, with

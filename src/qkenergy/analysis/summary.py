@@ -208,16 +208,13 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         if np.ptp(base) == 0
         else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     )
-    p = _floats(df, "symmetric_energy_p_bh") if "symmetric_energy_p_bh" in df else np.full(len(s), np.nan)
-    if not null or not np.isfinite(p).any():
+    counts = _significant(df, "symmetric_energy") if null else None
+    if counts is None:
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
             f"over {total} heads{among}; null laws were skipped, so no significance is claimed."
         )
-    z = _floats(df, "symmetric_energy_z")
-    significant = np.isfinite(p) & (p < SIGNIFICANCE)
-    above = int((significant & (z > 0)).sum())
-    below = int((significant & (z < 0)).sum())
+    above, below, _ = counts
     return (
         f"{above} of {total} heads ({100 * above / total:.0f}%) are significantly more symmetric "
         f"and {below} ({100 * below / total:.0f}%) significantly more skew than a random head of "
