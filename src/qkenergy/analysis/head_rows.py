@@ -42,13 +42,13 @@ def head_rows(
     rope: Rope | None = None,
     offsets: Sequence[int] | None = None,
 ) -> Columns:
-    """The selected heads of one layer (and their rotation nulls), per RoPE offset if any;
+    """The selected heads of one layer (and their nulls per head), per RoPE offset if any;
     GQA keys are never copied per query head.
 
     Parameters
     ----------
     run : RunConfig
-        The type rule, the rotation null (drawn or not, its draws and seed), the threads.
+        The type rule, the nulls per head (drawn or not, their draws and seed), the threads.
     model : str
         The model's name (the ``model`` column).
     arch : Architecture

@@ -199,13 +199,14 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         Parameters
         ----------
         samples : int
-            Draws: of a Gaussian head for "gaussian" (the table's ``samples``), of Haar rotations
-            for "rotation" (the table's ``rotation_samples``).
+            Draws (the table's setting the kind names: ``samples`` for "gaussian",
+            ``rotation_samples`` for "rotation").
         seed : int
             The table's seed: the same draws as its null columns.
         kind : str
-            "gaussian": a Gaussian head of the same shape (n, N) (docs/mathematics.md §6);
-            "rotation": this head's own W_K, W_Q with the query's input space rotated at random.
+            A registered null (:data:`~qkenergy.analysis.nullspec.KINDS`): "gaussian", a Gaussian head
+            of the same shape (n, N) (docs/mathematics.md §6); "rotation", this head's own W_K, W_Q
+            with the query's input space rotated at random.
         cache_dir : path, optional
             Keep a Gaussian law on disk (the null-law cache).
         statistics : tuple of str, optional
@@ -252,7 +253,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         samples, seed : int
             As :meth:`null_law`'s.
         kind : str
-            "gaussian" or "rotation" (:meth:`null_law`).
+            A registered null (:meth:`null_law`).
         statistic : str
             The statistic's column name.
         cache_dir : path, optional
@@ -300,7 +301,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         samples, seed : int
             As :meth:`null_law`'s (the table's).
         kind : str
-            "gaussian" or "rotation" (:meth:`null_law`).
+            A registered null (:meth:`null_law`).
         statistic : str
             The statistic's column name.
         tail : {"auto", "empirical", "beta"}
