@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 
 from qkenergy.analysis.head_rows import head_rows, with_quantization
-from qkenergy.analysis.judgement import rotation_seed, with_null_columns, with_rotation_bh
+from qkenergy.analysis.judgement import rotation_seed, with_bh, with_null_columns
 from qkenergy.analysis.layer_forms import finite_heads, layer_form_statistics, layer_rows, with_layer_null
-from qkenergy.analysis.nullspec import NULL_KINDS, ROTATION_SAMPLES, NullSpec
+from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
 from qkenergy.analysis.read_ahead import LayerItem, RunPlan, read_ahead
 from qkenergy.analysis.record import layer_list, nothing_left, run_settings, stack_settings
 from qkenergy.analysis.rope_offsets import plan_stacks, rope_description
@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DIRECTIONALITY_GAMMA",
-    "NULL_KINDS",
     "NULL_STATISTICS",
     "ROTATION_SAMPLES",
     "AnalysisResult",
@@ -168,9 +167,9 @@ def analyze_model(
     mean and variance: an approximation, :mod:`qkenergy.math.tails`),
     symmetric_energy_p_bh (Benjamini-Hochberg over the analysed heads with a
     defined p; a p at the Monte Carlo floor 2/(K+1) enters as its p_tail), the
-    same under the rotation null (X_rotation_null_mean, X_rotation_null_sd,
-    X_rotation_z, X_rotation_p, symmetric_energy_rotation_p_tail,
-    symmetric_energy_rotation_p_bh; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
+    same under each null per head of :data:`~qkenergy.analysis.nullspec.KINDS` (its infix
+    in the names: X_rotation_null_mean, ..., symmetric_energy_rotation_p_bh for the rotation
+    null; NaN unless ``null_kind`` asks for it), and the lobes ``alpha``, ``beta`` as lists (zero padding
     trimmed; in units of ||L||, as statistics.HeadStatistics gives them).
 
     Columns of ``layers`` (``per_layer=True``): (offset, first, with
@@ -233,7 +232,7 @@ def analyze_run(
         heads, forms, skipped = _read_heads(run, plan, source, tensors)
         model_source = provenance.model_source(model, source, tensors.fingerprints())
     used: dict[tuple[int, int], NullLaw] = {}
-    table = with_rotation_bh(with_null_columns(concat(heads), run, laws=null_laws or {}, used=used))
+    table = with_bh(with_null_columns(concat(heads), run, laws=null_laws or {}, used=used))
     used_layer_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = {}
     layer_table = (
         with_layer_null(forms, run, laws=layer_null_laws or {}, used=used_layer_laws)

@@ -1,4 +1,4 @@
-"""Head statistics: the rows of one layer's selected heads (per RoPE offset), and their rotation nulls.
+"""Head statistics: the rows of one layer's selected heads (per RoPE offset), and their nulls per head.
 
 The statistics of all the layer's heads come from one batched Gram-route call
 (docs/mathematics.md §4); GQA keys are never copied per query head.
@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkenergy.analysis.judgement import rotation_rows
+from qkenergy.analysis.judgement import head_null_rows
 from qkenergy.analysis.rope_offsets import offset_grams
 from qkenergy.formats.columns import Columns, broadcast, concat, list_column
 from qkenergy.math.gram import head_gram
 from qkenergy.math.statistics import HeadStatistics, gram_statistics, head_statistics
 
 if TYPE_CHECKING:  # pragma: no cover
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.analysis.run_config import RunConfig
     from qkenergy.math.rope import Rope
     from qkenergy.weights.architecture import Architecture
@@ -41,13 +42,13 @@ def head_rows(
     rope: Rope | None = None,
     offsets: Sequence[int] | None = None,
 ) -> Columns:
-    """The selected heads of one layer (and their rotation nulls), per RoPE offset if any;
+    """The selected heads of one layer (and their nulls per head), per RoPE offset if any;
     GQA keys are never copied per query head.
 
     Parameters
     ----------
     run : RunConfig
-        The type rule, the rotation null (drawn or not, its draws and seed), the threads.
+        The type rule, the nulls per head (drawn or not, their draws and seed), the threads.
     model : str
         The model's name (the ``model`` column).
     arch : Architecture
@@ -67,8 +68,8 @@ def head_rows(
         One row per head (and offset).
     """
     types = run.types.keywords()
-    rotation_samples = run.spec.rotation_samples if run.rotation else 0
-    seed, threads = run.spec.seed, int(run.threads or 1)
+    drawn = run.spec if run.null else None  # its laws per head are drawn from the heads' G
+    threads = int(run.threads or 1)
     sel = np.asarray(head_ids)
     kv = np.asarray(weights.kv_head)[sel]
     N = weights.w_query.shape[-1]
@@ -77,14 +78,12 @@ def head_rows(
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
         return concat(
             [
-                _head_columns(
-                    model, arch, weights, sel, kv, grams_d, offset, rotation_samples, seed, types, threads
-                )
+                _head_columns(model, arch, weights, sel, kv, grams_d, offset, drawn, types, threads)
                 for offset, grams_d in offset_grams(grams, rope, offsets)
             ]
         )
-    if rotation_samples:
-        # the rotation null starts from each head's G
+    if drawn is not None and any(k.sampler for k in drawn.kinds):
+        # a null per head (the rotation null) starts from each head's G
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
         stats = gram_statistics(grams, int(N), **types)
     else:
@@ -92,9 +91,7 @@ def head_rows(
         stats = head_statistics(
             weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, **types
         )
-    return _head_columns(
-        model, arch, weights, sel, kv, grams, None, rotation_samples, seed, types, threads, stats
-    )
+    return _head_columns(model, arch, weights, sel, kv, grams, None, drawn, types, threads, stats)
 
 
 def with_quantization(table: Columns, label: str) -> Columns:
@@ -127,8 +124,7 @@ def _head_columns(
     kv: np.ndarray,
     grams: np.ndarray,
     offset: int | None,
-    rotation_samples: int,
-    seed: int,
+    drawn: NullSpec | None,
     types: Mapping[str, Any],
     threads: int,
     stats: HeadStatistics | None = None,
@@ -151,7 +147,7 @@ def _head_columns(
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     table = broadcast(values, len(sel))
-    table.update(rotation_rows(grams, int(N), table, weights.layer, rotation_samples, seed, threads))
+    table.update(head_null_rows(grams, int(N), table, weights.layer, drawn, threads))
     table["alpha"] = list_column(_trimmed(stats.alpha.reshape(len(sel), -1)))
     table["beta"] = list_column(_trimmed(stats.beta.reshape(len(sel), -1)))
     return table

@@ -84,9 +84,9 @@ def run_settings(
         "quantization": None,  # plain weights; a quantised checkpoint's notes say how it is stored
         **source.notes,
         "null": run.null,
-        "samples": spec.samples if run.gaussian else 0,
+        "samples": spec.draws("samples") if run.null else 0,
         "null_kind": spec.kind if run.null else None,
-        "rotation_samples": spec.rotation_samples if run.rotation else 0,
+        "rotation_samples": spec.draws("rotation_samples") if run.null else 0,
         "seed": spec.seed,
         **run.types.settings(),
         "radius": run.types.radius,

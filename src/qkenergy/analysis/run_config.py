@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from qkenergy.analysis.nullspec import NULL_KINDS, NullSpec
+from qkenergy.analysis.nullspec import NullSpec, null_kinds
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.parallel import resolve_threads
@@ -76,9 +76,9 @@ class AnalyzeOptions(TypedDict, total=False):
     ``progress`` (bool)
         Show progress bars on stderr.
     ``null_kind`` (str)
-        "gaussian" (the law of a Gaussian head of the same shape), "rotation" (the head's own
-        W_K, W_Q with the query's input space rotated at random, :mod:`qkenergy.math.rotation`)
-        or "both".
+        A registered null law (:data:`~qkenergy.analysis.nullspec.KINDS`: "gaussian", the law of
+        a Gaussian head of the same shape; "rotation", the head's own W_K, W_Q with the query's
+        input space rotated at random) or a selection of several ("both").
     ``rotation_samples`` (int)
         Draws of the rotation null per head.
     ``threads`` (int or None)
@@ -234,11 +234,6 @@ class RunConfig:
         return self.null and self.spec.gaussian
 
     @property
-    def rotation(self) -> bool:
-        """Whether the rotation null law is drawn."""
-        return self.null and self.spec.rotation
-
-    @property
     def hub_cache(self) -> Path | None:
         """Where the byte ranges of hub models are kept (the cache's hub/)."""
         return None if self.cache_dir is None else Path(self.cache_dir) / "hub"
@@ -307,9 +302,9 @@ def _null_spec(options: Mapping[str, Any]) -> NullSpec:
             )
         return null
     kind = options.get("null_kind", NullSpec.kind)
-    if kind not in NULL_KINDS:
+    if kind not in null_kinds():
         raise QKEnergyError(
-            f"null_kind must be one of {', '.join(NULL_KINDS)}, got {kind!r}", parameter="null_kind"
+            f"null_kind must be one of {', '.join(null_kinds())}, got {kind!r}", parameter="null_kind"
         )
     drawn = NullSpec(kind=kind)  # the defaults stand in for values the run does not use
     return NullSpec(
@@ -317,7 +312,7 @@ def _null_spec(options: Mapping[str, Any]) -> NullSpec:
         seed=options.get("seed", drawn.seed),
         kind=kind,
         rotation_samples=options.get("rotation_samples", drawn.rotation_samples)
-        if null and drawn.rotation
+        if null and drawn.draws("rotation_samples")
         else drawn.rotation_samples,
     )
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from qkenergy.analysis.nullspec import KINDS, selected
 from qkenergy.base.formatting import (
     format_fixed,
     format_p,
@@ -39,8 +40,8 @@ __all__ = [
     "baseline",
     "layer_summary",
     "notable_heads",
+    "null_verdicts",
     "print_summary",
-    "rotation_verdict",
     "skipped_lines",
     "tail_note",
     "verdict",
@@ -207,16 +208,13 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         if np.ptp(base) == 0
         else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     )
-    p = _floats(df, "symmetric_energy_p_bh") if "symmetric_energy_p_bh" in df else np.full(len(s), np.nan)
-    if not null or not np.isfinite(p).any():
+    counts = _significant(df, "symmetric_energy") if null else None
+    if counts is None:
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
             f"over {total} heads{among}; null laws were skipped, so no significance is claimed."
         )
-    z = _floats(df, "symmetric_energy_z")
-    significant = np.isfinite(p) & (p < SIGNIFICANCE)
-    above = int((significant & (z > 0)).sum())
-    below = int((significant & (z < 0)).sum())
+    above, below, _ = counts
     return (
         f"{above} of {total} heads ({100 * above / total:.0f}%) are significantly more symmetric "
         f"and {below} ({100 * below / total:.0f}%) significantly more skew than a random head of "
@@ -238,8 +236,8 @@ def _significant(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int
     return int((significant & (z > 0)).sum()), int((significant & (z < 0)).sum()), int(np.isfinite(p).sum())
 
 
-def rotation_verdict(df: pd.DataFrame | Columns) -> str | None:
-    """One sentence on the rotation null (the heads' own spectra, random orientation); None if not drawn.
+def null_verdicts(df: pd.DataFrame | Columns) -> list[str]:
+    """One sentence on each null per head drawn (the rotation null: the heads' own spectra, random orientation).
 
     Parameters
     ----------
@@ -248,20 +246,23 @@ def rotation_verdict(df: pd.DataFrame | Columns) -> str | None:
 
     Returns
     -------
-    str or None
-        The sentence.
+    list of str
+        The sentences (none for a null not drawn).
     """
-    counts = _significant(df, "symmetric_energy_rotation")
-    if counts is None:
-        return None
-    above, below, total = counts
-    sd = _floats(df, "symmetric_energy_rotation_null_sd")
-    sd = sd[np.isfinite(sd)]
-    return (
-        f"Rotation null (each head's own W_K, W_Q, query input space rotated at random): {above} of "
-        f"{total} heads significantly more symmetric and {below} more skew (BH-adjusted p < "
-        f"{SIGNIFICANCE:g}); null sd of s {format_fixed(sd.min())}–{format_fixed(sd.max())}."
-    )
+    lines = []
+    for kind in (k for k in KINDS.values() if k.verdict is not None):
+        counts = _significant(df, f"symmetric_energy_{kind.infix}".rstrip("_"))
+        if counts is None:
+            continue
+        above, below, total = counts
+        sd = _floats(df, f"symmetric_energy_{kind.infix}null_sd")
+        sd = sd[np.isfinite(sd)]
+        lines.append(
+            f"{kind.verdict}: {above} of {total} heads significantly more symmetric and {below} more "
+            f"skew (BH-adjusted p < {SIGNIFICANCE:g}); null sd of s "
+            f"{format_fixed(sd.min())}–{format_fixed(sd.max())}."
+        )
+    return lines
 
 
 def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | None:
@@ -281,8 +282,7 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
     """
     parts = []
     for prefix, key, label in (
-        ("symmetric_energy", "samples", "Gaussian"),
-        ("symmetric_energy_rotation", "rotation_samples", "rotation"),
+        (f"symmetric_energy_{k.infix}".rstrip("_"), k.samples, k.label) for k in KINDS.values()
     ):
         K = int(settings.get(key) or 0)
         if K < 2 or f"{prefix}_p" not in df:
@@ -294,7 +294,10 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
     if not parts:
         return None
     floor = format_p(
-        0.0, resolved_floor(int(settings.get("samples") or settings.get("rotation_samples") or 0))
+        0.0,
+        resolved_floor(
+            next((int(settings[k.samples]) for k in KINDS.values() if settings.get(k.samples)), 0)
+        ),
     )
     return (
         "At the Monte Carlo floor 2/(K+1): " + ", ".join(parts) + " enter BH through *_p_tail, a Beta law "
@@ -528,10 +531,10 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
     if top > 0:
         print_table(console, _notable_table(df, top, int(samples or 0)))
         console.print(skew_note(df, top))
-    rotation_line = rotation_verdict(df)
-    if samples or rotation_line is None:  # the Gaussian verdict, unless only the rotation null was drawn
+    lines = null_verdicts(df)
+    if samples or not lines:  # the Gaussian verdict, unless only nulls per head were drawn
         console.print(verdict(df, null=null))
-    for line in (rotation_line, tail_note(df, settings)):
+    for line in (*lines, tail_note(df, settings)):
         if line is not None:
             console.print(line)
 
@@ -542,19 +545,14 @@ def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console:
 
     settings = analysis.settings
     null = bool(settings.get("null", True))
-    samples = settings.get("samples", 0)
     fold = "used" if settings.get("fold_norm") else "not used"
     # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
     # of trained heads often lie far beyond what K null samples can resolve.
     if not null:
         null_text = "null laws skipped"
     else:
-        texts = []
-        if samples:
-            texts.append(f"{samples} null samples per shape (smallest p {2 / (samples + 1):.2g})")
-        rotation = int(settings.get("rotation_samples") or 0)
-        if rotation:
-            texts.append(f"rotation null {rotation} draws per head (smallest p {2 / (rotation + 1):.2g})")
+        draws = [(k, int(settings.get(k.samples) or 0)) for k in selected(settings.get("null_kind"))]
+        texts = [k.header.format(K=K, floor=f"{2 / (K + 1):.2g}") for k, K in draws if K]
         null_text = " · ".join(texts)
     # Names are data: a model called "[red]m" prints as written (markup escaped), never as markup.
     skipped = settings.get("skipped_heads") or []

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkenergy.analysis.analyze import rotation_seed
-from qkenergy.analysis.nullspec import NULL_KINDS, NullSpec
+from qkenergy.analysis.nullspec import KINDS, NullSpec
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_ml_dtypes
 from qkenergy.math.energies import power_of_two_scale
@@ -199,13 +199,14 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         Parameters
         ----------
         samples : int
-            Draws: of a Gaussian head for "gaussian" (the table's ``samples``), of Haar rotations
-            for "rotation" (the table's ``rotation_samples``).
+            Draws (the table's setting the kind names: ``samples`` for "gaussian",
+            ``rotation_samples`` for "rotation").
         seed : int
             The table's seed: the same draws as its null columns.
         kind : str
-            "gaussian": a Gaussian head of the same shape (n, N) (docs/mathematics.md §6);
-            "rotation": this head's own W_K, W_Q with the query's input space rotated at random.
+            A registered null (:data:`~qkenergy.analysis.nullspec.KINDS`): "gaussian", a Gaussian head
+            of the same shape (n, N) (docs/mathematics.md §6); "rotation", this head's own W_K, W_Q
+            with the query's input space rotated at random.
         cache_dir : path, optional
             Keep a Gaussian law on disk (the null-law cache).
         statistics : tuple of str, optional
@@ -221,22 +222,16 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         QKEnergyError
             An unknown ``kind``, or samples or seed out of range (the message names the parameter).
         """
-        if kind not in NULL_KINDS[:2]:
-            raise QKEnergyError(f"kind must be 'gaussian' or 'rotation', got {kind!r}", parameter="kind")
-        if kind == "gaussian":
-            spec = NullSpec(samples=samples, seed=seed)
-            names = NULL_STATISTICS if statistics is None else statistics
+        law = KINDS.get(kind)
+        if law is None:
+            raise QKEnergyError(
+                f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}", parameter="kind"
+            )
+        spec = NullSpec(seed=seed, kind=kind, **{law.samples: samples})  # checks samples and seed
+        names = NULL_STATISTICS if statistics is None else statistics
+        if law.sampler is None:
             return spec.null_law(self.n, self.N, names=names, cache_dir=cache_dir)
-        from qkenergy.math.rotation import ROTATION_STATISTICS, rotation_law
-
-        spec = NullSpec(seed=seed, kind="rotation", rotation_samples=samples)
-        return rotation_law(
-            self.gram,
-            self.N,
-            samples=spec.rotation_samples,
-            seed=rotation_seed(spec.seed, self.layer, self.head),
-            names=ROTATION_STATISTICS if statistics is None else statistics,
-        )
+        return law.sampler(self.gram, self.N, samples, rotation_seed(spec.seed, self.layer, self.head), names)
 
     def null(
         self,
@@ -258,7 +253,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         samples, seed : int
             As :meth:`null_law`'s.
         kind : str
-            "gaussian" or "rotation" (:meth:`null_law`).
+            A registered null (:meth:`null_law`).
         statistic : str
             The statistic's column name.
         cache_dir : path, optional
@@ -306,7 +301,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         samples, seed : int
             As :meth:`null_law`'s (the table's).
         kind : str
-            "gaussian" or "rotation" (:meth:`null_law`).
+            A registered null (:meth:`null_law`).
         statistic : str
             The statistic's column name.
         tail : {"auto", "empirical", "beta"}

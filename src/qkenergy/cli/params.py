@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from qkenergy.analysis.nullspec import null_kinds
 from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.cli.output import one_line
@@ -209,7 +210,7 @@ def null_options(command: F) -> F:
         click.option(
             "--null",
             "null_kind",
-            type=click.Choice(["gaussian", "rotation", "both"]),
+            type=click.Choice(null_kinds()),
             default="gaussian",
             show_default=True,
             help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "

@@ -35,11 +35,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from qkenergy.analysis.nullspec import KINDS
 from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 
 __all__ = [
-    "BH_COLUMNS",
     "MANIFEST_COLUMNS",
     "UNIT_KEY",
     "clean_partial_files",
@@ -55,16 +55,15 @@ UNIT_KEY = "qkenergy_unit"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,199}")
 _PART = re.compile(r"layer-(\d{5,})\.parquet")
 
+
 # BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
 # holding that null's sample count K).
-BH_COLUMNS = {
-    "symmetric_energy_p_bh": ("symmetric_energy_p", "symmetric_energy_p_tail", "samples"),
-    "symmetric_energy_rotation_p_bh": (
-        "symmetric_energy_rotation_p",
-        "symmetric_energy_rotation_p_tail",
-        "rotation_samples",
-    ),
-}
+def bh_columns() -> dict[str, tuple[str, str, str]]:
+    """BH column -> (its p column, its p_tail column, its samples setting), one per registered null."""
+    at = [(f"symmetric_energy_{k.infix}", k.samples) for k in KINDS.values()]
+    return {f"{a}p_bh": (f"{a}p", f"{a}p_tail", samples) for a, samples in at}
+
+
 MANIFEST_COLUMNS = ("group", "step", "source", "revision")
 TABLES = ("heads", "layers")
 
@@ -152,7 +151,7 @@ def file_sha256(path: Path) -> str | None:
 
 def _unit_frame(frame: Any, extra: dict[str, Any]) -> Any:
     """The unit's frame as its file holds it: without ``model`` and the BH columns, with the manifest's."""
-    frame = frame.drop(columns=[c for c in ("model", *BH_COLUMNS) if c in frame.columns])
+    frame = frame.drop(columns=[c for c in ("model", *bh_columns()) if c in frame.columns])
     for key in MANIFEST_COLUMNS:
         frame[key] = extra.get(key)
     return frame
@@ -313,7 +312,7 @@ def _with_bh(frame: Any, settings: dict[str, Any]) -> Any:
 
     from qkenergy.analysis.significance import bh_with_tail
 
-    for column, (p_column, tail_column, samples_key) in BH_COLUMNS.items():
+    for column, (p_column, tail_column, samples_key) in bh_columns().items():
         if p_column not in frame.columns or tail_column not in frame.columns:
             continue
         p = frame[p_column].to_numpy(np.float64)
