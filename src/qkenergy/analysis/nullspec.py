@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkenergy.base.errors import QKEnergyError, check_integer
+from qkenergy.math.defaults import SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -30,10 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     HeadSampler = Callable[[np.ndarray, int, int, int, Sequence[str]], NullLaw]
 
-__all__ = ["KINDS", "ROTATION_SAMPLES", "SAMPLES", "SELECTIONS", "NullKind", "NullSpec", "register"]
+__all__ = ["KINDS", "ROTATION_SAMPLES", "SELECTIONS", "NullKind", "NullSpec", "register"]
 
-SAMPLES = 2000
-"""Default draws of the Gaussian null law per head shape (its smallest p is 2/(SAMPLES + 1))."""
 ROTATION_SAMPLES = 500
 """Default draws of the rotation null per head (one 2n x 2n eigenproblem each)."""
 

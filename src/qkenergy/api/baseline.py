@@ -21,6 +21,7 @@ import numpy as np
 
 from qkenergy.api.shown import ShownAsJson
 from qkenergy.base.formatting import format_number, json_safe, print_table, rich_table
+from qkenergy.math.defaults import SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -216,7 +217,7 @@ def baseline(
     N: int,
     *,
     dist: str = "gaussian",
-    samples: int = 2000,
+    samples: int = SAMPLES,
     seed: int = 0,
     cache_dir: str | Path | None = None,
     progress: bool = False,

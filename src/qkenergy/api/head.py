@@ -19,6 +19,7 @@ from qkenergy.analysis.analyze import rotation_seed
 from qkenergy.analysis.nullspec import KINDS, NullSpec
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_ml_dtypes
+from qkenergy.math.defaults import RADIUS, SAMPLES
 from qkenergy.math.energies import power_of_two_scale
 from qkenergy.math.gram import head_gram, max_abs
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
@@ -87,7 +88,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         stack: str = "",
         offset: int = 0,
         rope: Rope | None = None,
-        radius: float = 0.02,
+        radius: float = RADIUS,
         model: str = "",
     ) -> None:
         if w_query.ndim != 2 or w_query.shape != w_key.shape:
@@ -187,7 +188,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
 
     def null_law(
         self,
-        samples: int = 2000,
+        samples: int = SAMPLES,
         seed: int = 0,
         kind: str = "gaussian",
         *,
@@ -235,7 +236,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
 
     def null(
         self,
-        samples: int = 2000,
+        samples: int = SAMPLES,
         seed: int = 0,
         kind: str = "gaussian",
         *,
@@ -281,7 +282,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
 
     def pvalue(
         self,
-        samples: int = 2000,
+        samples: int = SAMPLES,
         seed: int = 0,
         kind: str = "gaussian",
         *,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
+from qkenergy.math.defaults import RADIUS
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.finite import bad_heads, nonfinite_error, nonfinite_findings
@@ -175,7 +176,7 @@ class Model:
         stack: str | None = None,
         offset: int = 0,
         fold_norm: bool = False,
-        radius: float = 0.02,
+        radius: float = RADIUS,
     ) -> Head:
         """One head, read from its layer's weights (the layer is read once and kept).
 

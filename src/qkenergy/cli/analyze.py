@@ -19,6 +19,7 @@ from qkenergy.cli.params import (
     null_options,
     plot_options,
 )
+from qkenergy.math.defaults import SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.type_rule import TypeRule
@@ -57,7 +58,9 @@ if TYPE_CHECKING:  # pragma: no cover
 )
 @click.option("--heads", type=IndexSelectionType(), default=None, help="Heads to analyze, e.g. 0,1,5 or 0-3.")
 @draws_option(
-    "--samples", default=None, help="Null-law samples per head shape (cached per shape).  [default: 2000]"
+    "--samples",
+    default=None,
+    help=f"Null-law samples per head shape (cached per shape).  [default: {SAMPLES}]",
 )
 @null_options
 @draws_option(

@@ -15,11 +15,12 @@ from qkenergy.analysis.nullspec import null_kinds
 from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.errors import QKEnergyError, check_memory
 from qkenergy.cli.output import one_line
+from qkenergy.math.defaults import EDGE_CUT, IMBALANCE_CUT, RADIUS, SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.analysis.nullspec import NullSpec
 
-DEFAULT_BASELINE_SAMPLES = 2_000  # as nulls.null_law and analyze: shares their cache
+DEFAULT_BASELINE_SAMPLES = SAMPLES  # as nulls.null_law and analyze: shares their cache
 
 
 class IntListType(click.ParamType):
@@ -219,7 +220,7 @@ def null_options(command: F) -> F:
         click.option(
             "--radius",
             type=click.FloatRange(min=0, max=1, max_open=True),
-            default=0.02,
+            default=RADIUS,
             show_default=True,
             help="Type II radius of --type-rule radius: c_sym + d_sym at most this.",
         ),
@@ -235,14 +236,14 @@ def null_options(command: F) -> F:
         click.option(
             "--imbalance-cut",
             type=click.FloatRange(min=0, max=1, max_open=True),
-            default=0.20,
+            default=IMBALANCE_CUT,
             show_default=True,
             help="Imbalance rule: Type I+ above this imbalance (c - d)/(c + d), I- below minus it.",
         ),
         click.option(
             "--edge-cut",
             type=click.FloatRange(min=0, max=1, max_open=True),
-            default=0.01,
+            default=EDGE_CUT,
             show_default=True,
             help="Imbalance rule: Type II whenever c + d is at most this.",
         ),

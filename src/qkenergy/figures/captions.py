@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from qkenergy.analysis.type_rule import TypeRule
-from qkenergy.math.head_types import RADIUS
+from qkenergy.math.defaults import RADIUS
 
 __all__ = ["recorded_type_rule", "report_type_rules", "type_rule_text"]
 

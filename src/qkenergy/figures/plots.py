@@ -39,12 +39,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
-from qkenergy.analysis.nullspec import SAMPLES
 from qkenergy.analysis.summary import HEAD_TYPES, baseline
 from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
+from qkenergy.math.defaults import RADIUS, SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -539,7 +539,7 @@ def accumulation_limit(rho: np.ndarray) -> np.ndarray:
 def _simplex(
     df: pd.DataFrame,
     *,
-    radius: float = 0.02,
+    radius: float = RADIUS,
     population: str = "heads",
     type_rule: str = "radius",
     imbalance_cut: float = 0.2,
@@ -884,7 +884,6 @@ def _type_rule(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     imbalance rule when the settings record none)."""
     from qkenergy.analysis.type_rule import TypeRule
     from qkenergy.figures.captions import recorded_type_rule
-    from qkenergy.math.head_types import RADIUS
 
     rule, radius = recorded_type_rule(settings) or (TypeRule(), RADIUS)
     return {"radius": radius, "type_rule": rule.rule, "imbalance_cut": rule.imbalance_cut}

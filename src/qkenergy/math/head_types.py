@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.math.defaults import EDGE_CUT, IMBALANCE_CUT, RADIUS
 from qkenergy.math.energies import divide_or_nan
 
 __all__ = [
@@ -32,12 +33,6 @@ __all__ = [
 ]
 
 TYPE_RULES: tuple[str, ...] = ("imbalance", "radius")
-IMBALANCE_CUT = 0.20
-"""Type I+ above it, I- below minus it (the imbalance rule)."""
-EDGE_CUT = 0.01
-"""Type II whenever c + d is at most this (the imbalance rule)."""
-RADIUS = 0.02
-"""Type II when c_sym + d_sym is at most this (the radius rule)."""
 
 
 def profile_imbalance(c: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.math import montecarlo
+from qkenergy.math.defaults import SAMPLES
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, dense_norms, directionality
 from qkenergy.math.nulls import NullLaw
 
@@ -175,7 +176,7 @@ def layer_null_law(
     head_dim: int,
     N: int,
     *,
-    samples: int = 2000,
+    samples: int = SAMPLES,
     seed: int = 0,
     route: str | None = None,
     progress: bool = False,

@@ -22,6 +22,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError, check_integer, check_memory
 from qkenergy.base.parallel import resolve_threads, single_threaded_blas
 from qkenergy.math.baselines import gaussian_head_ratio_expectations
+from qkenergy.math.defaults import SAMPLES
 from qkenergy.math.moments import MOMENT_STATISTICS
 from qkenergy.math.spectrum import CORE_STACK, CoreBuffers, core_eigenvalues, fill_core
 
@@ -575,7 +576,7 @@ def null_law(
     n: int,
     N: int,
     *,
-    samples: int = 2000,
+    samples: int = SAMPLES,
     seed: int = 0,
     progress: bool = False,
     chunk_size: int | None = None,
@@ -652,7 +653,7 @@ def null_law_blocks(
     first: int,
     last: int,
     *,
-    samples: int = 2000,
+    samples: int = SAMPLES,
     seed: int = 0,
     names: Sequence[str] | None = None,
 ) -> np.ndarray:

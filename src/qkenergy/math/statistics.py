@@ -534,7 +534,7 @@ def statistic_columns(
     N: int,
     names: Sequence[str] = STATISTICS,
     *,
-    radius: float = 0.02,
+    radius: float = RADIUS,
     zero_tol: float = 1e-9,
 ) -> np.ndarray:
     """``gram_statistics(G, N).stack(names)`` reshaped to (..., len(names)), computing only what names need.
@@ -569,7 +569,7 @@ def spectra_statistic_columns(
     N: int,
     names: Sequence[str] = STATISTICS,
     *,
-    radius: float = 0.02,
+    radius: float = RADIUS,
     zero_tol: float = 1e-9,
 ) -> np.ndarray:
     """:func:`statistic_columns` (H, len(names)) of full-rank heads given by their spectra: the null fast path.

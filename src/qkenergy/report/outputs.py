@@ -62,8 +62,8 @@ def write_outputs(
                 transaction=outputs,
             )
         if plot_dir is not None:
-            from qkenergy.analysis.nullspec import SAMPLES
             from qkenergy.figures import plots
+            from qkenergy.math.defaults import SAMPLES
 
             # the laws the heads were judged against, where drawn as the figures' null laws are
             samples, seed = plot_options.get("null_samples", SAMPLES), plot_options.get("seed", 0)

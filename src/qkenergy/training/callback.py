@@ -31,6 +31,7 @@ from transformers import DefaultFlowCallback, TrainerCallback, TrainerControl, T
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError, check_integer
+from qkenergy.math.defaults import RADIUS, SAMPLES
 from qkenergy.training.tracker import Tracker
 
 __all__ = ["LAYER_TABLE", "TABLE", "QKEnergyCallback"]
@@ -91,11 +92,11 @@ class QKEnergyCallback(TrainerCallback):
     def __init__(
         self,
         every: int | None = None,
-        samples: int = 2000,
+        samples: int = SAMPLES,
         stack: str | None = None,
         *,
         seed: int = 0,
-        radius: float = 0.02,
+        radius: float = RADIUS,
         name: str | None = None,
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,

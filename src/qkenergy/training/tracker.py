@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError, check_integer
+from qkenergy.math.defaults import RADIUS, SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -123,9 +124,9 @@ class Tracker:
         model: Any,
         out: str | os.PathLike[str] | None = None,
         *,
-        samples: int = 2000,
+        samples: int = SAMPLES,
         seed: int = 0,
-        radius: float = 0.02,
+        radius: float = RADIUS,
         stack: str | None = None,
         name: str | None = None,
         config: Mapping[str, Any] | None = None,
