@@ -151,7 +151,8 @@ def file_sha256(path: Path) -> str | None:
 
 def _unit_frame(frame: Any, extra: dict[str, Any]) -> Any:
     """The unit's frame as its file holds it: without ``model`` and the BH columns, with the manifest's."""
-    frame = frame.drop(columns=[c for c in ("model", *bh_columns()) if c in frame.columns])
+    # copy(): one block again, so that the columns added below do not fragment it (pandas warns)
+    frame = frame.drop(columns=[c for c in ("model", *bh_columns()) if c in frame.columns]).copy()
     for key in MANIFEST_COLUMNS:
         frame[key] = extra.get(key)
     return frame
