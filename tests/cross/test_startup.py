@@ -176,3 +176,20 @@ def test_bf16_checkpoint_reads_without_ml_dtypes_and_exactly(tmp_path: Path) -> 
     layer1 = [float(r[column]) for r in rows[1:] if r[rows[0].index("layer")] == "1"]
     assert layer1 == want.symmetric_energy.tolist()
     assert seen["energy"] == Head(wq[3], wk[1], layer=1, head=3).symmetric_energy  # the API's route
+
+
+def test_help_imports_no_numpy() -> None:
+    # `qkenergy --help` is click alone: a command module importing a numpy helper at the top
+    # made it 1.8x slower (53 -> 95 ms by benchmarks/bench_startup.py) before this test.
+    probe = (
+        "import contextlib, io, sys\n"
+        "from qkenergy import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        cli.main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from qkenergy.base.formatting import plural
-
 
 @click.command("report")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
@@ -37,6 +35,7 @@ def report_command(
 ) -> None:
     """Compare models in one report: a survey's OUT directory, or head tables from analyze -o."""
     from qkenergy.api.survey import write_report
+    from qkenergy.base.formatting import plural  # numpy: not at --help
 
     if output.suffix.lower() not in (".html", ".htm"):
         raise click.BadParameter(
