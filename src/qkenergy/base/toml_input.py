@@ -19,7 +19,7 @@ from typing import Any
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.json_input import MAX_DEPTH, MAX_INT_DIGITS, bracket_depth, read_bytes
 
-__all__ = ["MAX_TOML_BYTES", "parse_toml", "read_text", "read_toml"]
+__all__ = ["MAX_TOML_BYTES", "parse_toml", "read_toml"]
 
 MAX_TOML_BYTES = 1 << 20
 """Largest manifest or layout file read (1 MiB: some ten thousand [[model]] tables)."""
@@ -27,32 +27,6 @@ MAX_TOML_BYTES = 1 << 20
 # Strings and comments, removed before brackets are counted: multi-line strings first.
 _SKIPPED = re.compile(rb'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
 _DIGITS = re.compile(rb"[0-9_]{%d,}" % (MAX_INT_DIGITS + 1))
-
-
-def read_text(path: str | os.PathLike[str], where: str, what: str, limit: int = MAX_TOML_BYTES) -> bytes:
-    """The bytes of regular file ``path`` (at most ``limit``, default 1 MiB); one-line QKEnergyError otherwise.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-    where : str
-        The file as shown in messages.
-    what : str
-        What the file is, in messages.
-    limit : int
-        The largest size accepted, in bytes.
-
-    Returns
-    -------
-    bytes
-
-    Raises
-    ------
-    QKEnergyError
-        The file cannot be read, is not a regular file, or is larger than ``limit``.
-    """
-    return read_bytes(path, where, what, limit)
 
 
 def read_toml(
@@ -78,9 +52,9 @@ def read_toml(
     Raises
     ------
     QKEnergyError
-        As :func:`read_text` and :func:`parse_toml`.
+        As :func:`~qkenergy.base.json_input.read_bytes` and :func:`parse_toml`.
     """
-    return parse_toml(read_text(path, where, what, limit), where, what)
+    return parse_toml(read_bytes(path, where, what, limit), where, what)
 
 
 def _table_depth(data: Any) -> int:

@@ -35,8 +35,8 @@ from typing import Any
 
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.json_input import describe
-from qkenergy.base.toml_input import parse_toml, read_text
+from qkenergy.base.json_input import describe, read_bytes
+from qkenergy.base.toml_input import MAX_TOML_BYTES, parse_toml
 
 __all__ = ["EMBEDDED", "KEYS", "MAX_LAYER", "MAX_NAME_BYTES", "ModelEntry", "model_name", "read_manifest"]
 
@@ -273,7 +273,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[list[ModelEntry], str]:
         The manifest is unreadable, an entry invalid, or a name used twice.
     """
     manifest = Path(path)
-    raw = read_text(manifest, show_path(manifest), "the manifest")
+    raw = read_bytes(manifest, show_path(manifest), "the manifest", MAX_TOML_BYTES)
     reader = _read_toml if manifest.suffix.lower() == ".toml" else _read_lines
     entries = reader(manifest, raw)
     seen: dict[str, int] = {}
