@@ -384,9 +384,11 @@ def test_sigterm_stops_cleanly(tmp_path: Path, scheduler: str) -> None:
     """SIGTERM (a batch system's cancel): exit 130, in-flight units back to pending, the run recorded
     as interrupted, finished units kept."""
     root = tmp_path / "models"
+    # 64 units: enough that the survey cannot finish between the first unit done and the signal on
+    # a loaded machine (with 12 it once did, and exited 0)
     many = {
-        f"m{i}": write_checkpoint(root / f"m{i}", "llama", layers=6, N=48, heads=4, head_dim=6, seed=i)
-        for i in range(2)
+        f"m{i}": write_checkpoint(root / f"m{i}", "llama", layers=16, N=48, heads=4, head_dim=6, seed=i)
+        for i in range(4)
     }
     out = tmp_path / "out"
     command = [
