@@ -43,18 +43,8 @@ def test_bad_values_name_the_parameter(kwargs: dict, message: str) -> None:
     assert caught.value.parameter == next(iter(kwargs))
 
 
-def test_read_back_from_settings_and_cache_key(tmp_path) -> None:
+def test_cache_key(tmp_path) -> None:
     spec = NullSpec(samples=300, seed=4, kind="both", rotation_samples=60)
-    settings = {
-        "null": True,
-        "samples": 300,
-        "seed": 4,
-        "null_kind": "both",
-        "radius": 0.05,
-        "rotation_samples": 60,
-    }
-    assert NullSpec.from_settings(settings) == spec
-    assert NullSpec.from_settings({**settings, "null": False, "null_kind": None}) is None
     assert spec.cache_path(tmp_path, 8, 64) == null_cache_path(tmp_path, spec, 8, 64)
     law = spec.null_law(2, 8, names=("symmetric_energy",), cache_dir=tmp_path)
     assert law.size == 300 and spec.cache_path(tmp_path, 2, 8, ("symmetric_energy",)).is_file()

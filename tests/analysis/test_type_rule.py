@@ -1,4 +1,4 @@
-"""TypeRule: the head-type rule and its tolerances travel together, checked once, read back from settings."""
+"""TypeRule: the head-type rule and its tolerances travel together, checked once."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
 
 
-def test_defaults_settings_and_round_trip() -> None:
+def test_defaults_and_keywords() -> None:
     rule = TypeRule()
-    assert rule.settings() == {"type_rule": "imbalance", "imbalance_cut": 0.2, "edge_cut": 0.01}
-    assert rule.keywords() == {"radius": 0.02, **rule.settings()}
-    other = TypeRule("radius", 0.3, 0.02, radius=0.05)
-    assert TypeRule.from_settings({**other.settings(), "radius": 0.05, "samples": 10}) == other
-    assert TypeRule.from_settings({}) == rule  # a table written before the rule was recorded
+    assert rule.keywords() == {
+        "radius": 0.02,
+        "type_rule": "imbalance",
+        "imbalance_cut": 0.2,
+        "edge_cut": 0.01,
+    }
     with pytest.raises(dataclasses.FrozenInstanceError):
         rule.rule = "radius"  # type: ignore[misc]
 
@@ -36,4 +37,4 @@ def test_analyze_takes_the_rule_as_one_object() -> None:
     loose = analyze_model(layers=[0], null=False, type_rule="radius", imbalance_cut=0.3)
     bundled = analyze_model(layers=[0], null=False, type_rule=TypeRule("radius", 0.3))
     assert list(loose.heads["head_type"]) == list(bundled.heads["head_type"])
-    assert {k: bundled.settings[k] for k in TypeRule().settings()} == TypeRule("radius", 0.3).settings()
+    assert {k: bundled.settings[k] for k in TypeRule().keywords()} == TypeRule("radius", 0.3).keywords()

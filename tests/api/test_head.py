@@ -136,3 +136,14 @@ def test_bad_indices_name_the_parameter(minilm) -> None:
         minilm.head(0, 0, offset=2)  # MiniLM has absolute positions
     with pytest.raises(qk.QKEnergyError, match="^kind must be"):
         minilm.head(0, 0).null(kind="uniform")
+
+
+def test_a_read_heads_type_follows_the_recorded_rule(tmp_path) -> None:
+    # the head of an analysis is named by the rule the analysis used, not by the default one
+    analysis = qk.analyze(layers=[2], null=False, type_rule="radius", radius=0.3)
+    table = list(analysis.heads["head_type"])
+    assert table != list(qk.analyze(layers=[2], null=False).heads["head_type"])  # the rules disagree here
+    assert [analysis.head(2, h).head_type for h in range(len(table))] == table
+    analysis.write(tmp_path / "heads.csv")
+    written = qk.read(tmp_path / "heads.csv")
+    assert [written.head(2, h).head_type for h in range(len(table))] == table

@@ -1,6 +1,6 @@
 """docs/ARCHITECTURE.md names what exists: every module it lists is a file of src/qkenergy, every module
 of src/qkenergy is listed, and every dotted name it cites (``gram.head_gram``, ``qk.open``,
-``NullSpec.from_settings``, ``analysis.analyze.rotation_seed``) resolves by import."""
+``NullSpec.null_law``, ``analysis.analyze.rotation_seed``) resolves by import."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_every_dotted_name_cited_exists() -> None:
         ("gram.head_gram", True),
         ("qk.open", True),
         ("analysis.analyze.rotation_seed", True),
-        ("NullSpec.from_settings", True),
+        ("NullSpec.null_law", True),
         ("Layout.stack", True),  # a dataclass field
         ("QKEnergyError.parameter", True),  # set in __init__
         ("gram.no_such_function", False),

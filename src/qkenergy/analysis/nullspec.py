@@ -9,14 +9,14 @@ and ``rotation_samples`` draws of the rotation null per head (docs/mathematics.m
 line, analyze, the survey (its settings, units and shared laws) and the null-law
 cache (whose keys derive from it: :mod:`qkenergy.analysis.null_cache`) read the
 same four values from it (the Type II radius only names head types: it is the
-:class:`~qkenergy.analysis.type_rule.TypeRule`'s); :meth:`NullSpec.from_settings` reads them back from the settings of a
-table or a survey.
+:class:`~qkenergy.analysis.type_rule.TypeRule`'s); :mod:`qkenergy.analysis.record` writes
+them into a table's or a survey's settings and reads them back.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,50 +189,6 @@ class NullSpec:
             samples, seed, kind, rotation_samples.
         """
         return asdict(self)
-
-    def settings(self, *, null: bool = True) -> dict[str, Any]:
-        """The four values under the keys of a survey's settings (``null``: whether laws are drawn).
-
-        Parameters
-        ----------
-        null : bool
-            Whether null laws are drawn (the survey's ``null`` key).
-
-        Returns
-        -------
-        dict
-            samples, seed, null, null_kind, rotation_samples.
-        """
-        return {
-            "samples": self.samples,
-            "seed": self.seed,
-            "null": bool(null),
-            "null_kind": self.kind,
-            "rotation_samples": self.rotation_samples,
-        }
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> NullSpec | None:
-        """The spec a table's settings record (analyze's keys), or None when the run drew no null law.
-
-        Parameters
-        ----------
-        settings : mapping
-            The settings dict an output records (``Analysis.settings``, ``read_settings``).
-
-        Returns
-        -------
-        NullSpec or None
-        """
-        if not settings.get("null", True) or settings.get("null_kind") is None:
-            return None
-        kind = str(settings["null_kind"])
-        return cls(
-            samples=int(settings.get("samples") or SAMPLES),
-            seed=int(settings.get("seed", 0)),
-            kind=kind,
-            rotation_samples=int(settings.get("rotation_samples") or ROTATION_SAMPLES),
-        )
 
     def cache_path(
         self, cache_dir: str | os.PathLike[str], n: int, N: int, names: Sequence[str] | None = None

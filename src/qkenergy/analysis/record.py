@@ -9,25 +9,35 @@ provenance (version, date, command line, model source and fingerprints) first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.version import __version__
 from qkenergy.formats import provenance
 from qkenergy.formats.columns import Columns
+from qkenergy.math.defaults import EDGE_CUT, IMBALANCE_CUT, RADIUS, SAMPLES
 from qkenergy.math.directionality import DIRECTIONALITY_GAMMA
+from qkenergy.math.head_types import TYPE_RULES
 from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.families import FAMILIES
 from qkenergy.weights.finite import heads_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.analysis.read_ahead import RunPlan
     from qkenergy.analysis.run_config import RunConfig
-    from qkenergy.analysis.type_rule import TypeRule
     from qkenergy.weights.source import ModelSource
 
-__all__ = ["layer_list", "nothing_left", "run_settings", "stack_settings", "survey_settings"]
+__all__ = [
+    "RecordedRun",
+    "layer_list",
+    "nothing_left",
+    "recorded_run",
+    "run_settings",
+    "stack_settings",
+    "survey_settings",
+]
 
 
 def run_settings(
@@ -88,7 +98,7 @@ def run_settings(
         "null_kind": spec.kind if run.null else None,
         "rotation_samples": spec.draws("rotation_samples") if run.null else 0,
         "seed": spec.seed,
-        **run.types.settings(),
+        **_type_rule_settings(run.types),
         "radius": run.types.radius,
         "cache_dir": None if run.cache_dir is None else str(run.cache_dir),
         "directionality_gamma": DIRECTIONALITY_GAMMA if run.per_layer else None,
@@ -126,11 +136,69 @@ def survey_settings(spec: NullSpec, types: TypeRule, *, null: bool, per_layer: b
         edge_cut, per_layer.
     """
     return {
-        **spec.settings(null=null),
+        "samples": spec.samples,
+        "seed": spec.seed,
+        "null": bool(null),
+        "null_kind": spec.kind,
+        "rotation_samples": spec.rotation_samples,
         "radius": types.radius,
-        **types.settings(),
+        **_type_rule_settings(types),
         "per_layer": bool(per_layer),
     }
+
+
+def _type_rule_settings(types: TypeRule) -> dict[str, Any]:
+    # the radius apart: analyze records it after these keys, a survey before them
+    return {"type_rule": types.rule, "imbalance_cut": types.imbalance_cut, "edge_cut": types.edge_cut}
+
+
+class RecordedRun(NamedTuple):
+    """How a recorded run judged its heads (:func:`recorded_run`).
+
+    Parameters
+    ----------
+    null : NullSpec or None
+        How its null laws were drawn; None when it drew none.
+    types : TypeRule
+        How its head types were named.
+    """
+
+    null: NullSpec | None
+    types: TypeRule
+
+
+def recorded_run(settings: Mapping[str, Any]) -> RecordedRun:
+    """The null laws and the head-type rule that a table's or a survey's settings record.
+
+    The one reader of what :func:`run_settings` and :func:`survey_settings` write. A key an
+    older table lacks takes its default, except one: a table written before the imbalance rule
+    records a ``radius`` and no ``type_rule``, and its heads were named by the radius rule.
+
+    Parameters
+    ----------
+    settings : mapping
+        A table's settings (``Analysis.settings``, ``read_settings``) or a survey's.
+
+    Returns
+    -------
+    RecordedRun
+    """
+    null = None
+    if settings.get("null", True) and settings.get("null_kind") is not None:
+        null = NullSpec(
+            samples=int(settings.get("samples") or SAMPLES),  # 0 when only the rotation null was drawn
+            seed=int(settings.get("seed", 0)),
+            kind=str(settings["null_kind"]),
+            rotation_samples=int(settings.get("rotation_samples") or ROTATION_SAMPLES),
+        )
+    rule = TYPE_RULES[0] if "type_rule" in settings or "radius" not in settings else "radius"
+    types = TypeRule(
+        str(settings.get("type_rule", rule)),
+        float(settings.get("imbalance_cut", IMBALANCE_CUT)),
+        float(settings.get("edge_cut", EDGE_CUT)),
+        float(settings.get("radius", RADIUS)),
+    )
+    return RecordedRun(null, types)
 
 
 def stack_settings(arch: Architecture) -> dict[str, Any]:

@@ -2,14 +2,14 @@
 
 The rule, ``imbalance_cut``, ``edge_cut`` and the radius rule's ``radius`` travel
 together from the API and the command line to analyze, the survey's units and the
-tables' settings (keys ``type_rule``, ``imbalance_cut``, ``edge_cut``, ``radius``).
+tables' settings (keys ``type_rule``, ``imbalance_cut``, ``edge_cut``, ``radius``, written
+and read back by :mod:`qkenergy.analysis.record`).
 They only name head types: no null law depends on them (nor the null-law cache's
 keys). The rules are :mod:`qkenergy.math.head_types`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,8 @@ class TypeRule:
 
     Examples
     --------
-    >>> TypeRule().settings()
-    {'type_rule': 'imbalance', 'imbalance_cut': 0.2, 'edge_cut': 0.01}
+    >>> TypeRule().keywords()
+    {'radius': 0.02, 'type_rule': 'imbalance', 'imbalance_cut': 0.2, 'edge_cut': 0.01}
     >>> TypeRule("nope")
     Traceback (most recent call last):
     ...
@@ -56,16 +56,6 @@ class TypeRule:
         for name in ("imbalance_cut", "edge_cut", "radius"):
             object.__setattr__(self, name, float(getattr(self, name)))
 
-    def settings(self) -> dict[str, Any]:
-        """The rule under the keys of a table's settings (the radius apart: each record places it).
-
-        Returns
-        -------
-        dict
-            type_rule, imbalance_cut, edge_cut.
-        """
-        return {"type_rule": self.rule, "imbalance_cut": self.imbalance_cut, "edge_cut": self.edge_cut}
-
     def keywords(self) -> dict[str, Any]:
         """The keywords of :func:`qkenergy.math.statistics.gram_statistics` and its kin.
 
@@ -74,24 +64,9 @@ class TypeRule:
         dict
             radius, type_rule, imbalance_cut, edge_cut.
         """
-        return {"radius": self.radius, **self.settings()}
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> TypeRule:
-        """The rule a table's (or a survey's) settings record; defaults for what they lack.
-
-        Parameters
-        ----------
-        settings : mapping
-            A table's or a survey's settings.
-
-        Returns
-        -------
-        TypeRule
-        """
-        return cls(
-            str(settings.get("type_rule", TYPE_RULES[0])),
-            float(settings.get("imbalance_cut", IMBALANCE_CUT)),
-            float(settings.get("edge_cut", EDGE_CUT)),
-            float(settings.get("radius", RADIUS)),
-        )
+        return {
+            "radius": self.radius,
+            "type_rule": self.rule,
+            "imbalance_cut": self.imbalance_cut,
+            "edge_cut": self.edge_cut,
+        }

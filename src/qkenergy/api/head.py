@@ -17,9 +17,10 @@ import numpy as np
 
 from qkenergy.analysis.analyze import rotation_seed
 from qkenergy.analysis.nullspec import KINDS, NullSpec
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_ml_dtypes
-from qkenergy.math.defaults import RADIUS, SAMPLES
+from qkenergy.math.defaults import SAMPLES
 from qkenergy.math.energies import power_of_two_scale
 from qkenergy.math.gram import head_gram, max_abs
 from qkenergy.math.nulls import NULL_STATISTICS, NullLaw
@@ -52,8 +53,8 @@ class Head:
         RoPE models: the relative offset d of the form L_d = W_K^T R_d W_Q (0: L itself).
     rope : Rope, optional
         The layer's rotary settings (needed for ``offset`` > 0).
-    radius : float
-        The type II radius of ``head_type`` (docs/mathematics.md §3).
+    types : TypeRule, optional
+        How ``head_type`` is named (default: ``TypeRule()``, as analyze's default; docs/mathematics.md §3).
     model : str
         The model's name (for display).
 
@@ -88,7 +89,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         stack: str = "",
         offset: int = 0,
         rope: Rope | None = None,
-        radius: float = RADIUS,
+        types: TypeRule | None = None,
         model: str = "",
     ) -> None:
         if w_query.ndim != 2 or w_query.shape != w_key.shape:
@@ -105,7 +106,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
         self.stack = stack
         self.offset = int(offset)
         self.rope = rope
-        self.radius = float(radius)
+        self.types = TypeRule() if types is None else types
         self.model = model
 
     def __repr__(self) -> str:
@@ -147,7 +148,7 @@ leading_share, limit_b_sym, limit_c_sym, limit_d_sym, limit_distance : float
     @functools.cached_property
     def statistics(self) -> HeadStatistics:
         """Every statistic of the head (``statistics.gram_statistics``), batch shape (1,)."""
-        return gram_statistics(self.gram[None], self.N, radius=self.radius)
+        return gram_statistics(self.gram[None], self.N, **self.types.keywords())
 
     def _value(self, name: str) -> float:
         return float(getattr(self.statistics, name)[0])

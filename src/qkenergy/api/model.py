@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
-from qkenergy.math.defaults import RADIUS
 from qkenergy.weights.architecture import Architecture, architectures
 from qkenergy.weights.checkpoint import open_model
 from qkenergy.weights.finite import bad_heads, nonfinite_error, nonfinite_findings
@@ -28,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
     from qkenergy.analysis.run_config import AnalyzeOptions, RunConfig
+    from qkenergy.analysis.type_rule import TypeRule
     from qkenergy.api.head import Head
     from qkenergy.api.results import Analysis
     from qkenergy.weights.source import ModelSource
@@ -176,7 +176,7 @@ class Model:
         stack: str | None = None,
         offset: int = 0,
         fold_norm: bool = False,
-        radius: float = RADIUS,
+        types: TypeRule | None = None,
     ) -> Head:
         """One head, read from its layer's weights (the layer is read once and kept).
 
@@ -190,8 +190,8 @@ class Model:
             RoPE models: the relative offset d of the form L_d = W_K^T R_d W_Q (docs/models.md).
         fold_norm : bool
             Fold the gain of the norm feeding attention into W_Q, W_K (as analyze's option).
-        radius : float
-            The type II radius of the head's ``head_type``.
+        types : TypeRule, optional
+            How the head's ``head_type`` is named (default: analyze's default rule).
 
         Returns
         -------
@@ -241,7 +241,7 @@ class Model:
             stack=arch.stack,
             offset=offset,
             rope=rope,
-            radius=radius,
+            types=types,
             model=self.name,
         )
 

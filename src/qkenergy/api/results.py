@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkenergy.analysis.analyze import AnalysisResult as Result
 from qkenergy.analysis.nullspec import NullSpec
-from qkenergy.analysis.type_rule import TypeRule
+from qkenergy.analysis.record import recorded_run
 from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
@@ -134,7 +134,7 @@ class Analysis(Shown):
 
     @property
     def null(self) -> NullSpec | None:
-        return NullSpec.from_settings(self.settings)
+        return recorded_run(self.settings).null
 
     @property
     def null_laws(self) -> Mapping[tuple[int, int], NullLaw]:
@@ -181,7 +181,7 @@ class Analysis(Shown):
             stack=stack,
             offset=offset,
             fold_norm=bool(self.settings.get("fold_norm", False)),
-            radius=TypeRule.from_settings(self.settings).radius,
+            types=recorded_run(self.settings).types,
         )
 
     def top(self, k: int = 5, *, columns: str | Sequence[str] = "summary") -> pd.DataFrame:

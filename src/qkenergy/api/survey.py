@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.record import recorded_run
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.api.shown import Shown
 from qkenergy.base.errors import QKEnergyError
@@ -104,12 +105,12 @@ class Survey(Shown):
     @property
     def null(self) -> NullSpec | None:
         """How the null laws were drawn (None when the survey drew none)."""
-        return NullSpec.from_settings(self.settings)
+        return recorded_run(self.settings).null
 
     @property
     def types(self) -> TypeRule:
         """The head-type rule the heads were named by."""
-        return TypeRule.from_settings(self.settings)
+        return recorded_run(self.settings).types
 
     @property
     def status(self) -> str:

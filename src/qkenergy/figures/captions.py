@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from qkenergy.analysis.record import recorded_run
 from qkenergy.analysis.type_rule import TypeRule
-from qkenergy.math.defaults import RADIUS
 
 __all__ = ["recorded_type_rule", "report_type_rules", "type_rule_text"]
 
@@ -21,7 +21,7 @@ def recorded_type_rule(settings: Mapping[str, Any] | None) -> tuple[TypeRule, fl
     """The head-type rule and the radius a run recorded; None when its settings say nothing of types.
 
     Tables written before the imbalance rule record a ``radius`` and no ``type_rule``: theirs
-    was the radius rule.
+    was the radius rule (:func:`~qkenergy.analysis.record.recorded_run`).
 
     Parameters
     ----------
@@ -35,11 +35,8 @@ def recorded_type_rule(settings: Mapping[str, Any] | None) -> tuple[TypeRule, fl
     """
     if not settings or not ({"type_rule", "radius"} & set(settings)):
         return None
-    if "type_rule" in settings:
-        rule = TypeRule.from_settings(settings)
-    else:
-        rule = TypeRule("radius")
-    return rule, float(settings.get("radius", RADIUS))
+    rule = recorded_run(settings).types
+    return rule, rule.radius
 
 
 def type_rule_text(settings: Mapping[str, Any] | None) -> str | None:

@@ -31,7 +31,7 @@ from transformers import DefaultFlowCallback, TrainerCallback, TrainerControl, T
 from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError, check_integer
-from qkenergy.math.defaults import RADIUS, SAMPLES
+from qkenergy.math.defaults import SAMPLES
 from qkenergy.training.tracker import Tracker
 
 __all__ = ["LAYER_TABLE", "TABLE", "QKEnergyCallback"]
@@ -55,9 +55,10 @@ class QKEnergyCallback(TrainerCallback):
         The null laws' Monte Carlo size.
     stack : str, optional
         Only the heads of this attention stack (multi-stack models).
-    seed, radius : int, float
-        The null laws' seed and the radius rule's tolerance, as for
-        :class:`~qkenergy.training.tracker.Tracker`.
+    seed : int
+        The null laws' seed, as for :class:`~qkenergy.training.tracker.Tracker`.
+    types : TypeRule, optional
+        How ``head_type`` is named, as for the Tracker.
     name : str, optional
         The model's name in the table, as for the Tracker.
     threads : int or None
@@ -96,7 +97,7 @@ class QKEnergyCallback(TrainerCallback):
         stack: str | None = None,
         *,
         seed: int = 0,
-        radius: float = RADIUS,
+        types: TypeRule | None = None,
         name: str | None = None,
         threads: int | None = 1,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -107,12 +108,12 @@ class QKEnergyCallback(TrainerCallback):
     ) -> None:
         self.every = None if every is None else check_integer(every, "every", 1)
         # checked here, not at the first step
-        self.null, self.types = NullSpec(samples=samples, seed=seed), TypeRule(radius=radius)
+        self.null, self.types = NullSpec(samples=samples, seed=seed), types or TypeRule()
         # The Tracker's settings, kept as given: each step's Tracker is made with them.
         self.options: dict[str, Any] = {
             "samples": self.null.samples,
             "seed": self.null.seed,
-            "radius": self.types.radius,
+            "types": self.types,
             "stack": stack,
             "name": name,
             "threads": threads,

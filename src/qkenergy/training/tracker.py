@@ -12,7 +12,7 @@ call and reused at every later step: a step costs the statistics alone.
 
 The rows are ``analyze_model(model).heads`` with a ``step`` column in front,
 equal to what ``qkenergy analyze`` reports on a checkpoint saved at that step
-with the same ``samples``, ``seed`` and ``radius``. With ``out`` they are
+with the same ``samples``, ``seed`` and head-type rule. With ``out`` they are
 written as a Parquet dataset, one part file per step
 (``out/step-<SSSSSSSSS>.parquet``), each written atomically with the run's
 settings in its metadata: an interrupted run leaves no partial file, a
@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError, check_integer
-from qkenergy.math.defaults import RADIUS, SAMPLES
+from qkenergy.math.defaults import SAMPLES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -84,8 +86,8 @@ class Tracker:
         The folder of the table's part files (None: keep nothing on disk).
     samples, seed : int
         The null laws' Monte Carlo size and seed, as for ``qkenergy analyze``.
-    radius : float
-        The Type II radius.
+    types : TypeRule, optional
+        How ``head_type`` is named (default: analyze's, ``TypeRule()``).
     stack : str, optional
         Keep the heads of one attention stack only (``encoder``, ``decoder``, ...: multi-stack
         models).
@@ -126,7 +128,7 @@ class Tracker:
         *,
         samples: int = SAMPLES,
         seed: int = 0,
-        radius: float = RADIUS,
+        types: TypeRule | None = None,
         stack: str | None = None,
         name: str | None = None,
         config: Mapping[str, Any] | None = None,
@@ -141,9 +143,7 @@ class Tracker:
         self.out = None if out is None else Path(out)
         self.layers_out = None if layers_out is None else Path(layers_out)
         self.per_layer = bool(per_layer) or self.layers_out is not None
-        self.samples = check_integer(samples, "samples", 2)
-        self.seed = check_integer(seed, "seed", 0)
-        self.radius = radius
+        self.null, self.types = NullSpec(samples=samples, seed=seed), types or TypeRule()
         self.stack = stack
         self.name = name
         self.config = None if config is None else dict(config)
@@ -184,9 +184,9 @@ class Tracker:
         return analyze_model(
             self._weights(),
             config=self.config,
-            samples=self.samples,
-            seed=self.seed,
-            radius=self.radius,
+            samples=self.null.samples,
+            seed=self.null.seed,
+            type_rule=self.types,
             threads=self.threads,
             skip_nonfinite=self.skip_nonfinite,
             **options,
@@ -194,13 +194,11 @@ class Tracker:
 
     def _draw_laws(self) -> None:
         """The Gaussian null law of every head shape of the model, drawn once for the whole run."""
-        from qkenergy.analysis.nullspec import NullSpec
         from qkenergy.math.nulls import NULL_STATISTICS
 
         shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
-        spec = NullSpec(samples=self.samples, seed=self.seed)
         for n, N in shapes.itertuples(index=False):
-            self.laws[(int(n), int(N))] = spec.null_law(
+            self.laws[(int(n), int(N))] = self.null.null_law(
                 int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.threads
             )
 
