@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -317,16 +316,9 @@ def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray
     return direct_gram(rng, n, N, size)
 
 
-def _statistics_module() -> ModuleType:
-    try:
-        from qkenergy.math import statistics
-    except ImportError as exc:  # pragma: no cover - only while statistics.py is missing
-        raise QKEnergyError(f"qkenergy.math.statistics is unavailable: {exc}") from exc
-    return statistics
-
-
 def _statistic_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
-    every = tuple(_statistics_module().STATISTICS)
+    from qkenergy.math.statistics import STATISTICS as every
+
     if names is None:
         return every
     names = tuple(names)
@@ -357,7 +349,8 @@ def null_statistics_sampler(n: int, N: int, names: Sequence[str]) -> montecarlo.
     callable
         ``sampler(rng, size) -> (size, len(names)) ndarray``.
     """
-    statistics = _statistics_module()
+    from qkenergy.math import statistics
+
     names = _statistic_names(names)
     with_h = any(name in statistics.SINGULAR_VALUE_STATISTICS for name in names)
 
