@@ -12,6 +12,7 @@ one chunk. Results are therefore bitwise identical for every ``chunk_size``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -214,10 +215,8 @@ def draw(
 
     out: np.ndarray | None = None
     bar = progress_bar("{task.description}", remaining=True) if progress and n_chunks > 1 else None
-    task = bar.add_task(description, total=samples) if bar is not None else None
-    if bar is not None:
-        bar.start()
-    try:
+    with bar if bar is not None else contextlib.nullcontext():
+        task = bar.add_task(description, total=samples) if bar is not None else None
         for start, chunk in _chunks_in_threads(run_chunk, n_chunks, threads):
             if out is None:
                 check_memory(samples * chunk[:1].nbytes, f"{samples} Monte Carlo samples")
@@ -225,9 +224,6 @@ def draw(
             out[start : start + chunk.shape[0]] = chunk
             if bar is not None and task is not None:
                 bar.update(task, advance=chunk.shape[0])
-    finally:
-        if bar is not None:
-            bar.stop()
     assert out is not None
     return out
 

@@ -16,6 +16,7 @@ statistic and a `reason`. A statistic undefined on its own for a fine head
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -525,8 +526,7 @@ def gram_statistics(
         Batch shape ``G.shape[:-2]``, lobes of length n.
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
-    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types)
-    return _assemble(values, batch)
+    return _assemble(*_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types))
 
 
 def statistic_columns(
@@ -745,11 +745,11 @@ def head_statistics(
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     N = np.shape(w_query)[-1]
+    values_of = functools.partial(
+        _gram_values, N=N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types
+    )
     if kv_head is None and heads is None and threads <= 1:
-        G = head_gram(w_query, w_key)
-        return _assemble(
-            *_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)
-        )
+        return _assemble(*values_of(head_gram(w_query, w_key)))
     if kv_head is None:
         w_query, w_key = np.asarray(w_query), np.asarray(w_key)
         if w_query.ndim != 3:
@@ -757,13 +757,8 @@ def head_statistics(
         kv_head = np.arange(w_query.shape[0])
     n = w_query.shape[-2]
     pieces = query_pieces(kv_head, n, N, None if heads is None else np.asarray(heads, dtype=np.intp))
-
-    def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
-        G = piece_gram(w_query, w_key, kv_head, piece)
-        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)[
-            0
-        ]
-
-    parts = thread_map(piece_values, pieces, threads)
+    parts = thread_map(
+        lambda piece: values_of(piece_gram(w_query, w_key, kv_head, piece))[0], pieces, threads
+    )
     values = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     return _assemble(values, (sum(len(piece) for piece in pieces),))
