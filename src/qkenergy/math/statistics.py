@@ -497,20 +497,14 @@ def gram_statistics(
     V lower triangular), the eigenvalues of S are those of the block core
     1/2 [[X + X^T, Y], [Y^T, 0]], X, Y from one (n x n)(n x 2n) product of V's
     blocks (spectrum.triangular_blocks); ||S||^2 and ||T||^2 are the norms of
-    its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK. N is
-    needed for n_zero (zero eigenvalues of the N x N S). Counts use the
-    tolerance zero_tol * max|eigenvalue of S|. The head type follows
-    ``type_rule`` ("imbalance": Type II when c + d <= edge_cut, else by the
-    imbalance (c - d)/(c + d) against +-imbalance_cut; "radius": Type II when
-    c_sym + d_sym <= radius, else by the sign of c_sym - d_sym), see
-    :mod:`qkenergy.math.head_types`.
+    its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK.
 
     Parameters
     ----------
     G : (..., 2n, 2n) ndarray
         Gram matrices of C = [W_K; W_Q] (:func:`qkenergy.math.gram.head_gram`).
     N : int
-        Residual width.
+        Residual width (for n_zero: the zero eigenvalues of the N x N S).
     radius : float
         The radius rule's tolerance on c_sym + d_sym.
     zero_tol : float
@@ -699,12 +693,9 @@ def head_statistics(
 ) -> HeadStatistics:
     """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N).
 
-    With ``kv_head`` (grouped-query attention): w_query (H, n, N), w_key
-    (H_kv, n, N), query head h paired with key head kv_head[h] (no key copied
-    per query head); ``heads`` then picks query heads (default: all), in that
-    order. The work goes in pieces of query heads sharing a key head
-    (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
-    results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
+    With ``kv_head`` (grouped-query attention) no key is copied per query head. The work goes in
+    pieces of query heads sharing a key head (gram.query_pieces) over ``threads`` threads, BLAS on
+    one thread each; results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
 
     Parameters
     ----------
@@ -713,9 +704,9 @@ def head_statistics(
     w_key : (..., n, N) ndarray
         The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
     kv_head : (H,) ndarray of int, optional
-        The key head of each query head.
+        The key head of each query head: query head h pairs with key head kv_head[h].
     heads : sequence of int, optional
-        With ``kv_head``: the query heads, in order.
+        With ``kv_head``: the query heads, in order (default: all).
     threads : int
         Threads for the pieces.
     radius : float

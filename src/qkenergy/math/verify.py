@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -1211,17 +1211,13 @@ CHECKS: tuple[CheckFunction, ...] = (
 def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = False) -> list[Check]:
     """Every claim of the specification checked numerically: one Check per claim per setting.
 
-    ``samples`` is the number of Monte Carlo draws per row (the skewed-law
-    rows use at least MIN_DEPARTURE_SAMPLES, the KS rows samples/4 per side);
-    ``seed`` makes the run reproducible; ``progress`` shows a transient
-    progress bar on stderr.
-
     Parameters
     ----------
     samples : int
-        Monte Carlo draws per row.
+        Monte Carlo draws per row (the skewed-law rows use at least MIN_DEPARTURE_SAMPLES, the KS
+        rows samples/4 per side).
     seed : int
-        The run's seed.
+        The run's seed: the run is reproducible.
     progress : bool
         Show a transient progress bar on stderr.
 
@@ -1232,17 +1228,14 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
     """
     samples = check_integer(samples, "samples", 2)
     seed = check_integer(seed, "seed", 0)
-    checks: Sequence[CheckFunction] = CHECKS
-    rows: list[Check] = []
     if not progress:
-        for check in checks:
-            rows.extend(check(samples, seed))
-        return rows
+        return [row for check in CHECKS for row in check(samples, seed)]
     from qkenergy.base.formatting import progress_bar
 
+    rows: list[Check] = []
     with progress_bar("verifying {task.fields[claim]}", stderr=True) as bar:
-        task = bar.add_task("verify", total=len(checks), claim="")
-        for check in checks:
+        task = bar.add_task("verify", total=len(CHECKS), claim="")
+        for check in CHECKS:
             bar.update(task, claim=check.__name__.removeprefix("check_"))
             rows.extend(check(samples, seed))
             bar.advance(task)
