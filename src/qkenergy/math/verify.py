@@ -495,10 +495,9 @@ def check_lemma6(samples: int, seed: int) -> list[Check]:
         curve = lobes.lobe_departure_curve(
             law, rho, LOBE_SIZES, seed=_subseed(seed, f"lemma6 {law} {rho}"), repeats=LOBE_REPEATS
         )
-        finite = lobes.positive_law(law).finite_second_moment
         trail = ", ".join(f"{m:.3g}" for m in curve.mean)
         sizes = f"n = {LOBE_SIZES[0]:,} .. {LOBE_SIZES[-1]:,}"
-        if finite:
+        if lobes.positive_law(law).finite_second_moment:
             passed = bool(np.all(np.diff(curve.mean) < 0) and curve.mean[-1] <= curve.mean[0] / 10)
             setting = f"{curve.law}, rho = {rho:g}, {sizes}, {LOBE_REPEATS} repeats: D_n decreases towards 0"
             note = (
