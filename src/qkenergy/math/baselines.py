@@ -104,6 +104,17 @@ def skew_ratio(N: int) -> float:
     return (N - 1) / (2 * N)
 
 
+def _expectations(n: int, N: int, v: float) -> EnergyExpectations:
+    """E||L||^2 = n N^2 v, E||S||^2 = n N(N+1)/2 v, E||T||^2 = n N(N-1)/2 v (n = 1: the square L)."""
+    return EnergyExpectations(
+        total=n * N * N * v,
+        symmetric=n * N * (N + 1) / 2 * v,
+        skew=n * N * (N - 1) / 2 * v,
+        symmetric_ratio=symmetric_ratio(N),
+        skew_ratio=skew_ratio(N),
+    )
+
+
 def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
     """Corollary 1: E||L||^2 = N^2 s2, E||S||^2 = N(N+1)/2 s2, E||T||^2 = N(N-1)/2 s2.
 
@@ -122,15 +133,7 @@ def iid_square_expectations(N: int, sigma2: float = 1.0) -> EnergyExpectations:
     EnergyExpectations
         The three expected energies and the ratios of expectations (N+1)/(2N), (N-1)/(2N).
     """
-    N = check_integer(N, "N")
-    sigma2 = check_positive(sigma2, "sigma2")
-    return EnergyExpectations(
-        total=N * N * sigma2,
-        symmetric=N * (N + 1) / 2 * sigma2,
-        skew=N * (N - 1) / 2 * sigma2,
-        symmetric_ratio=symmetric_ratio(N),
-        skew_ratio=skew_ratio(N),
-    )
+    return _expectations(1, check_integer(N, "N"), check_positive(sigma2, "sigma2"))
 
 
 def qk_product_expectations(
@@ -163,14 +166,7 @@ def qk_product_expectations(
     """
     n = check_integer(n, "n")
     N = check_integer(N, "N")
-    v = check_positive(sigma2_K, "sigma2_K") * check_positive(sigma2_Q, "sigma2_Q")
-    return EnergyExpectations(
-        total=n * N * N * v,
-        symmetric=n * N * (N + 1) / 2 * v,
-        skew=n * N * (N - 1) / 2 * v,
-        symmetric_ratio=symmetric_ratio(N),
-        skew_ratio=skew_ratio(N),
-    )
+    return _expectations(n, N, check_positive(sigma2_K, "sigma2_K") * check_positive(sigma2_Q, "sigma2_Q"))
 
 
 def gaussian_head_ratio_expectations(n: int, N: int) -> RatioExpectations:

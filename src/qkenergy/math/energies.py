@@ -80,9 +80,7 @@ def power_of_two_scale(max_abs: np.ndarray) -> np.ndarray:
         e, of the shape of ``max_abs``.
     """
     max_abs = np.asarray(max_abs, dtype=np.float64)
-    finite = np.isfinite(max_abs)
-    _, exponent = np.frexp(np.where(finite, max_abs, 0.0))
-    return exponent
+    return np.frexp(np.where(np.isfinite(max_abs), max_abs, 0.0))[1]
 
 
 def scale_by_power_of_two(x: np.ndarray, exponent: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -289,10 +289,6 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
     (float32 for 16-bit weights, else float64). A head with a non-finite
     weight gets a G full of NaN.
 
-    Grouped-query attention: with ``kv_head`` (H,), ``w_query`` is (H, n, N)
-    and ``w_key`` (H_kv, n, N); query head h pairs with key head kv_head[h],
-    and no key is copied per query head (see :func:`piece_gram`).
-
     Parameters
     ----------
     w_query : (..., n, N) ndarray
@@ -300,7 +296,8 @@ def head_gram(w_query: np.ndarray, w_key: np.ndarray, kv_head: np.ndarray | None
     w_key : (..., n, N) ndarray
         The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
     kv_head : (H,) ndarray of int, optional
-        The key head of each query head.
+        Grouped-query attention: the key head of each query head (no key is copied per query
+        head, see :func:`piece_gram`).
 
     Returns
     -------

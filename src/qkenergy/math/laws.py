@@ -303,9 +303,5 @@ class Law:
                 f"the law of {self.name!r} ({self.description or 'samples only'}) cannot be drawn"
             )
         size = check_integer(size, "size")
-        rng = (
-            random_state
-            if isinstance(random_state, np.random.Generator)
-            else np.random.default_rng(random_state)
-        )
+        rng = np.random.default_rng(random_state)  # a Generator comes back as it is
         return np.asarray(self._sampler(rng, size), dtype=np.float64).reshape(size)

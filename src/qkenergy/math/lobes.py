@@ -286,17 +286,14 @@ def lobe_departure_curve(
         y = rho * law.sample(rng, n_max)
         for j, n in enumerate(ns_arr):
             # Decreasing sort of both lobes; ascending then reversed pairs the same ranks.
-            alpha = np.sort(x[:n])
-            beta = np.sort(y[:n])
-            values[r, j] = lobe_departure(alpha, beta, rho)
-    mean = values.mean(axis=0)
+            values[r, j] = lobe_departure(np.sort(x[:n]), np.sort(y[:n]), rho)
     stderr = values.std(axis=0, ddof=1) / math.sqrt(repeats) if repeats > 1 else np.full(ns_arr.size, np.nan)
     return LobeCurve(
         law=law.spec,
         rho=rho,
         ns=ns_arr,
         values=values,
-        mean=mean,
+        mean=values.mean(axis=0),
         stderr=stderr,
         median=np.median(values, axis=0),
         seed=seed,

@@ -131,19 +131,13 @@ def moment_statistics(lam: np.ndarray, kept: np.ndarray) -> dict[str, np.ndarray
     """
     lam = np.asarray(lam, dtype=np.float64)
     defined = np.sum(kept, axis=-1) >= 2
-    q = _one_minus_square(lam, kept)  # 1 - lambda^2 > 0 on the kept entries of a defined head
-    q = np.where(kept & defined[..., None], q, 1.0)
+    use = kept & defined[..., None]
+    q = np.where(use, _one_minus_square(lam, kept), 1.0)  # 1 - lambda^2 > 0 where used
     # 1 - lambda = (1 - lambda^2)/(1 + lambda) for lambda > 0, where 1 - lambda would cancel
     one_minus = np.where(lam > 0, q / np.where(lam > 0, 1.0 + lam, 1.0), 1.0 - lam)
-    use = kept & defined[..., None]
-    O = np.sum(np.where(use, lam / q, 0.0), axis=-1)
-    E = np.sum(np.where(use, lam * lam / q, 0.0), axis=-1)
-    R = np.sum(np.where(use, 1.0 / one_minus, 0.0), axis=-1)
-    nan = np.nan
+    terms = {"moment_O": lam / q, "moment_E": lam * lam / q, "moment_R": 1.0 / one_minus}
     return {
-        "moment_O": np.where(defined, O, nan),
-        "moment_E": np.where(defined, E, nan),
-        "moment_R": np.where(defined, R, nan),
+        name: np.where(defined, np.sum(np.where(use, t, 0.0), axis=-1), np.nan) for name, t in terms.items()
     }
 
 

@@ -12,6 +12,7 @@ one chunk. Results are therefore bitwise identical for every ``chunk_size``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -214,10 +215,8 @@ def draw(
 
     out: np.ndarray | None = None
     bar = progress_bar("{task.description}", remaining=True) if progress and n_chunks > 1 else None
-    task = bar.add_task(description, total=samples) if bar is not None else None
-    if bar is not None:
-        bar.start()
-    try:
+    with bar if bar is not None else contextlib.nullcontext():
+        task = bar.add_task(description, total=samples) if bar is not None else None
         for start, chunk in _chunks_in_threads(run_chunk, n_chunks, threads):
             if out is None:
                 check_memory(samples * chunk[:1].nbytes, f"{samples} Monte Carlo samples")
@@ -225,9 +224,6 @@ def draw(
             out[start : start + chunk.shape[0]] = chunk
             if bar is not None and task is not None:
                 bar.update(task, advance=chunk.shape[0])
-    finally:
-        if bar is not None:
-            bar.stop()
     assert out is not None
     return out
 
@@ -278,14 +274,14 @@ class Estimate:
         return f"{self.value:.6g} ± {self.stderr:.2g}"
 
 
-def _interval(value: float, stderr: float, confidence: float, samples: int) -> tuple[float, float]:
+def _estimate(value: float, stderr: float, confidence: float, samples: int) -> Estimate:
     if not 0 < confidence < 1:
         raise QKEnergyError(f"confidence must be in (0, 1), got {confidence!r}")
     # Student t with K-1 degrees of freedom; equals the normal interval for large K.
     from scipy import stats  # ~0.7 s to import: only when an interval is asked for
 
     q = float(stats.t.ppf(0.5 + confidence / 2, samples - 1)) if samples > 1 else math.nan
-    return value - q * stderr, value + q * stderr
+    return Estimate(value, stderr, value - q * stderr, value + q * stderr, samples)
 
 
 def _as_samples(x: np.ndarray, name: str) -> np.ndarray:
@@ -313,8 +309,7 @@ def estimate_mean(x: np.ndarray, confidence: float = 0.95) -> Estimate:
     k = x.size
     value = float(np.mean(x))
     stderr = float(np.std(x, ddof=1) / math.sqrt(k)) if k > 1 else math.nan
-    lo, hi = _interval(value, stderr, confidence, k)
-    return Estimate(value, stderr, lo, hi, k)
+    return _estimate(value, stderr, confidence, k)
 
 
 def estimate_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) -> Estimate:
@@ -344,8 +339,7 @@ def estimate_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) -
         raise QKEnergyError("den has mean 0: the ratio of expectations is undefined")
     value = float(np.mean(num)) / mden
     stderr = float(np.std(num - value * den, ddof=1) / (math.sqrt(k) * abs(mden))) if k > 1 else math.nan
-    lo, hi = _interval(value, stderr, confidence, k)
-    return Estimate(value, stderr, lo, hi, k)
+    return _estimate(value, stderr, confidence, k)
 
 
 @dataclass(frozen=True)

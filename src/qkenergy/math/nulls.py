@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -204,9 +203,7 @@ def bartlett_spectra(
     for the samples drawn as G = L^T L), so this route and the Gram route see
     the same G. Each factor is read in place in the draw buffer by
     ``spectrum.fill_core`` (one triangular product per sample, G never formed
-    nor re-factored) and their eigenvalues taken a stack at a time: keys ``eigs`` (size, 2n),
-    ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,) and ``h`` (size, n)
-    with ``with_h``, else None (docs/mathematics.md §6).
+    nor re-factored) and their eigenvalues taken a stack at a time (docs/mathematics.md §6).
 
     Parameters
     ----------
@@ -224,7 +221,8 @@ def bartlett_spectra(
     Returns
     -------
     dict of str to ndarray or None
-        ``eigs``, ``norm_s_sq``, ``norm_l_sq``, ``trace_l``, ``h``.
+        ``eigs`` (size, 2n), ``norm_s_sq``, ``norm_l_sq``, ``trace_l`` (size,), ``h`` (size, n)
+        with ``with_h``, else None.
     """
     p = 2 * n
     _load_scipy_blas()
@@ -317,16 +315,9 @@ def null_gram(rng: np.random.Generator, n: int, N: int, size: int) -> np.ndarray
     return direct_gram(rng, n, N, size)
 
 
-def _statistics_module() -> ModuleType:
-    try:
-        from qkenergy.math import statistics
-    except ImportError as exc:  # pragma: no cover - only while statistics.py is missing
-        raise QKEnergyError(f"qkenergy.math.statistics is unavailable: {exc}") from exc
-    return statistics
-
-
 def _statistic_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
-    every = tuple(_statistics_module().STATISTICS)
+    from qkenergy.math.statistics import STATISTICS as every
+
     if names is None:
         return every
     names = tuple(names)
@@ -357,7 +348,8 @@ def null_statistics_sampler(n: int, N: int, names: Sequence[str]) -> montecarlo.
     callable
         ``sampler(rng, size) -> (size, len(names)) ndarray``.
     """
-    statistics = _statistics_module()
+    from qkenergy.math import statistics
+
     names = _statistic_names(names)
     with_h = any(name in statistics.SINGULAR_VALUE_STATISTICS for name in names)
 
@@ -588,9 +580,7 @@ def null_law(
     Draws G ~ Wishart_2n(N, I) through :func:`montecarlo.draw` (seeded,
     chunk-invariant) and evaluates the statistics on them with
     :func:`null_statistics_sampler` (Bartlett factors read in place, no G formed, for N >= 2n).
-    ``threads`` (None: every available core) spreads the seeded blocks over
-    threads with BLAS on one thread each; the values are bitwise the same for
-    any ``threads`` and ``chunk_size``. This module does no I/O:
+    This module does no I/O:
     :func:`qkenergy.analysis.null_cache.null_law` (same parameters plus ``cache_dir``)
     keeps the samples on disk and calls this function on a miss.
 
@@ -611,7 +601,8 @@ def null_law(
     names : sequence of str, optional
         The statistics drawn.
     threads : int or None
-        Threads for the blocks (None: every core); the values do not depend on it.
+        Threads for the seeded blocks, BLAS on one thread each (None: every core); the values
+        do not depend on it.
 
     Returns
     -------

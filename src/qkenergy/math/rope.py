@@ -307,17 +307,12 @@ def rotate(x: np.ndarray, rope: Rope, offset: int, *, axis: int = -2) -> np.ndar
         raise ValueError(
             f"rotary coordinates up to {int(second[-1])} do not fit a head of {x.shape[axis]} coordinates"
         )
-    shape = [1] * x.ndim
-    shape[axis] = -1
-    cos = (gain * np.cos(angles)).reshape(shape).astype(out.dtype)
-    sin = (gain * np.sin(angles)).reshape(shape).astype(out.dtype)
-    a = np.take(out, first, axis=axis)  # x's values in out's dtype, before out is overwritten
-    b = np.take(out, second, axis=axis)
-    index: list[slice | np.ndarray] = [slice(None)] * x.ndim
-    index[axis] = first
-    out[tuple(index)] = cos * a - sin * b
-    index[axis] = second
-    out[tuple(index)] = sin * a + cos * b
+    cos = (gain * np.cos(angles)).astype(out.dtype)
+    sin = (gain * np.sin(angles)).astype(out.dtype)
+    view = np.moveaxis(out, axis, -1)  # writes through to out
+    a, b = view[..., first], view[..., second]  # copies of x's values in out's dtype
+    view[..., first] = cos * a - sin * b
+    view[..., second] = sin * a + cos * b
     return out
 
 

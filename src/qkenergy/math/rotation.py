@@ -234,8 +234,7 @@ def rotation_gram(rng: np.random.Generator, head: RotatedHead, size: int) -> np.
     -------
     (size, 2n, 2n) ndarray
     """
-    r_Q, r_K = head.ranks
-    B = haar_block(rng, r_Q, r_K, head.N, size)
+    B = haar_block(rng, *head.ranks, head.N, size)
     cross = head.query_factor @ B @ head.key_factor.T  # G_QK(U) = F_Q B F_K^T
     n = head.n
     out = np.empty((size, 2 * n, 2 * n))
@@ -262,19 +261,10 @@ def rotation_symmetric_energy(rng: np.random.Generator, head: RotatedHead, size:
     -------
     (size,) ndarray
     """
-    r_Q, r_K = head.ranks
-    B = haar_block(rng, r_Q, r_K, head.N, size)
+    B = haar_block(rng, *head.ranks, head.N, size)
     BK = B @ (head.key_factor.T @ head.query_factor)  # (size, r_Q, r_Q); tr((G_QK)^2) = tr((B K)^2)
     trace_sq = np.einsum("bij,bji->b", BK, BK)
     return 0.5 + 0.5 * trace_sq / head.norm_l_sq
-
-
-def _columns(head: RotatedHead, names: tuple[str, ...]) -> montecarlo.Transform:
-    def transform(G: np.ndarray) -> np.ndarray:
-        # Only what ``names`` need: no singular values of L, no n x n eigenproblem beyond S's.
-        return statistic_columns(G, head.N, names)
-
-    return transform
 
 
 def rotation_law(
@@ -325,7 +315,8 @@ def rotation_law(
                 samples,
                 seed=seed,
                 chunk_size=max(montecarlo.BLOCK_SIZE, _CHUNK_VALUES // (4 * head.n * head.n)),
-                transform=_columns(head, names),
+                # only what ``names`` need: no singular values of L, no n x n eigenproblem beyond S's
+                transform=lambda G: statistic_columns(G, head.N, names),
             )
     values.flags.writeable = False
     return NullLaw(n=head.n, N=head.N, seed=seed, names=names, values=values, kind="rotation")

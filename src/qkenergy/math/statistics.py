@@ -16,6 +16,7 @@ statistic and a `reason`. A statistic undefined on its own for a fine head
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -496,20 +497,14 @@ def gram_statistics(
     V lower triangular), the eigenvalues of S are those of the block core
     1/2 [[X + X^T, Y], [Y^T, 0]], X, Y from one (n x n)(n x 2n) product of V's
     blocks (spectrum.triangular_blocks); ||S||^2 and ||T||^2 are the norms of
-    its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK. N is
-    needed for n_zero (zero eigenvalues of the N x N S). Counts use the
-    tolerance zero_tol * max|eigenvalue of S|. The head type follows
-    ``type_rule`` ("imbalance": Type II when c + d <= edge_cut, else by the
-    imbalance (c - d)/(c + d) against +-imbalance_cut; "radius": Type II when
-    c_sym + d_sym <= radius, else by the sign of c_sym - d_sym), see
-    :mod:`qkenergy.math.head_types`.
+    its symmetric and skew parts, h^2 = eig(Z Z^T), tr L = tr G_QK.
 
     Parameters
     ----------
     G : (..., 2n, 2n) ndarray
         Gram matrices of C = [W_K; W_Q] (:func:`qkenergy.math.gram.head_gram`).
     N : int
-        Residual width.
+        Residual width (for n_zero: the zero eigenvalues of the N x N S).
     radius : float
         The radius rule's tolerance on c_sym + d_sym.
     zero_tol : float
@@ -525,8 +520,7 @@ def gram_statistics(
         Batch shape ``G.shape[:-2]``, lobes of length n.
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
-    values, batch = _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types)
-    return _assemble(values, batch)
+    return _assemble(*_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, types=types))
 
 
 def statistic_columns(
@@ -699,12 +693,9 @@ def head_statistics(
 ) -> HeadStatistics:
     """Per-head statistics of heads (..., n, N): gram_statistics(head_gram(w_query, w_key), N).
 
-    With ``kv_head`` (grouped-query attention): w_query (H, n, N), w_key
-    (H_kv, n, N), query head h paired with key head kv_head[h] (no key copied
-    per query head); ``heads`` then picks query heads (default: all), in that
-    order. The work goes in pieces of query heads sharing a key head
-    (gram.query_pieces) over ``threads`` threads, BLAS on one thread each;
-    results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
+    With ``kv_head`` (grouped-query attention) no key is copied per query head. The work goes in
+    pieces of query heads sharing a key head (gram.query_pieces) over ``threads`` threads, BLAS on
+    one thread each; results do not depend on ``threads``. Head types as in :func:`gram_statistics`.
 
     Parameters
     ----------
@@ -713,9 +704,9 @@ def head_statistics(
     w_key : (..., n, N) ndarray
         The key blocks, of the same shape (with ``kv_head``: (H_kv, n, N)).
     kv_head : (H,) ndarray of int, optional
-        The key head of each query head.
+        The key head of each query head: query head h pairs with key head kv_head[h].
     heads : sequence of int, optional
-        With ``kv_head``: the query heads, in order.
+        With ``kv_head``: the query heads, in order (default: all).
     threads : int
         Threads for the pieces.
     radius : float
@@ -745,11 +736,11 @@ def head_statistics(
     """
     types = {"type_rule": type_rule, "imbalance_cut": imbalance_cut, "edge_cut": edge_cut}
     N = np.shape(w_query)[-1]
+    values_of = functools.partial(
+        _gram_values, N=N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types
+    )
     if kv_head is None and heads is None and threads <= 1:
-        G = head_gram(w_query, w_key)
-        return _assemble(
-            *_gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)
-        )
+        return _assemble(*values_of(head_gram(w_query, w_key)))
     if kv_head is None:
         w_query, w_key = np.asarray(w_query), np.asarray(w_key)
         if w_query.ndim != 3:
@@ -757,13 +748,8 @@ def head_statistics(
         kv_head = np.arange(w_query.shape[0])
     n = w_query.shape[-2]
     pieces = query_pieces(kv_head, n, N, None if heads is None else np.asarray(heads, dtype=np.intp))
-
-    def piece_values(piece: np.ndarray) -> dict[str, np.ndarray]:
-        G = piece_gram(w_query, w_key, kv_head, piece)
-        return _gram_values(G, N, radius=radius, zero_tol=zero_tol, with_h=True, symmetric=True, types=types)[
-            0
-        ]
-
-    parts = thread_map(piece_values, pieces, threads)
+    parts = thread_map(
+        lambda piece: values_of(piece_gram(w_query, w_key, kv_head, piece))[0], pieces, threads
+    )
     values = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     return _assemble(values, (sum(len(piece) for piece in pieces),))

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -169,19 +169,10 @@ def _exact_row(
 
 def _within(claim: str, setting: str, theory: float, estimate: montecarlo.Estimate, note: str = "") -> Check:
     """A Monte Carlo row: passes within TOLERANCE_SE standard errors."""
-    passed = bool(
-        np.isfinite(estimate.value) and abs(estimate.value - theory) <= TOLERANCE_SE * estimate.stderr
-    )
+    value, stderr = float(estimate.value), float(estimate.stderr)
+    passed = bool(np.isfinite(value) and abs(value - theory) <= TOLERANCE_SE * stderr)
     tolerance = f"tolerance {TOLERANCE_SE:g} SE"
-    return Check(
-        claim,
-        setting,
-        theory,
-        float(estimate.value),
-        float(estimate.stderr),
-        passed,
-        f"{tolerance}; {note}" if note else tolerance,
-    )
+    return Check(claim, setting, theory, value, stderr, passed, f"{tolerance}; {note}" if note else tolerance)
 
 
 # ---------------------------------------------------------------------------
@@ -210,8 +201,7 @@ def _lemma5_errors(L: np.ndarray, expected_s: np.ndarray | float | None = None) 
     ]
     if expected_s is not None:
         errors.append(np.abs(e.symmetric_ratio - expected_s))
-    worst = np.max(np.stack([np.asarray(x, dtype=np.float64).ravel() for x in errors]))
-    return float(worst) if np.all(np.isfinite(worst)) else math.inf
+    return float(np.max(np.stack([np.asarray(x, dtype=np.float64).ravel() for x in errors])))
 
 
 def _lemma5_families(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np.ndarray | float | None]]:
@@ -254,24 +244,12 @@ def check_lemma5(samples: int, seed: int) -> list[Check]:
     The claim: docs/mathematics.md §2.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma5"))
-    rows = []
-    for setting, L, expected_s in _lemma5_families(rng):
-        worst = _lemma5_errors(L, expected_s)
-        rows.append(
-            Check(
-                "Lemma 5",
-                setting,
-                0.0,
-                worst,
-                None,
-                worst <= LEMMA5_TOLERANCE,
-                f"largest relative error of the identities (energies.py, float64); pass below "
-                f"{LEMMA5_TOLERANCE:g}",
-            )
-        )
-    rows.append(_lemma5_extreme_float64(rng))
-    rows.append(_lemma5_gram_route(rng))
-    return rows
+    what = "largest relative error of the identities (energies.py, float64)"
+    rows = [
+        _exact_row("Lemma 5", setting, _lemma5_errors(L, expected_s), what, LEMMA5_TOLERANCE)
+        for setting, L, expected_s in _lemma5_families(rng)
+    ]
+    return [*rows, _lemma5_extreme_float64(rng), _lemma5_gram_route(rng)]
 
 
 def _lemma5_extreme_float64(rng: np.random.Generator) -> Check:
@@ -280,9 +258,7 @@ def _lemma5_extreme_float64(rng: np.random.Generator) -> Check:
     for exponent in (-200, 200):
         base = rng.standard_normal((16, 20, 20))
         reference = energies.energies(base)
-        with np.errstate(
-            over="ignore", under="ignore"
-        ):  # the energies themselves may leave float64: expected
+        with np.errstate(over="ignore", under="ignore"):  # the energies may leave float64: expected
             e = energies.energies(base * 10.0**exponent)
         worst = max(
             worst,
@@ -448,11 +424,6 @@ PROPOSITION6_N = 12
 PROPOSITION6_NS: tuple[int, ...] = (1, 3, 6, 12)
 
 
-def _gram_symmetric_energy(G: np.ndarray) -> np.ndarray:
-    """s of each Gram matrix (Lemma 5 on the Gram route's invariants)."""
-    return gram.gram_energies(G).symmetric_ratio[:, None]
-
-
 @_shared_sections
 def check_proposition6(samples: int, seed: int) -> list[Check]:
     """Proposition 6: E[||S||^2/||L||^2] = (N+1)/(2N) for Gaussian heads, independently of 1 <= n <= N.
@@ -468,7 +439,7 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
             cast(montecarlo.Sampler, lambda rng, size, n=n: nulls.null_gram(rng, n, N, size)),
             samples,
             seed=_subseed(seed, f"proposition6 null {n}"),
-            transform=_gram_symmetric_energy,
+            transform=lambda G: gram.gram_energies(G).symmetric_ratio[:, None],
         )
         rows.append(
             _within(
@@ -513,11 +484,6 @@ LEMMA6_SETTINGS: tuple[tuple[str, float], ...] = (
 )
 
 
-def _decreases_to_zero(mean: np.ndarray) -> bool:
-    """The finite-moment behaviour: D_n falls at every step and by at least 10x over the range."""
-    return bool(np.all(np.diff(mean) < 0) and mean[-1] <= mean[0] / 10)
-
-
 @_shared_sections
 def check_lemma6(samples: int, seed: int) -> list[Check]:
     """Lemma 6: D_n = ||beta_n - rho alpha_n||/||alpha_n|| -> 0 iff (here) the second moment is finite.
@@ -529,11 +495,10 @@ def check_lemma6(samples: int, seed: int) -> list[Check]:
         curve = lobes.lobe_departure_curve(
             law, rho, LOBE_SIZES, seed=_subseed(seed, f"lemma6 {law} {rho}"), repeats=LOBE_REPEATS
         )
-        finite = lobes.positive_law(law).finite_second_moment
         trail = ", ".join(f"{m:.3g}" for m in curve.mean)
         sizes = f"n = {LOBE_SIZES[0]:,} .. {LOBE_SIZES[-1]:,}"
-        if finite:
-            passed = _decreases_to_zero(curve.mean)
+        if lobes.positive_law(law).finite_second_moment:
+            passed = bool(np.all(np.diff(curve.mean) < 0) and curve.mean[-1] <= curve.mean[0] / 10)
             setting = f"{curve.law}, rho = {rho:g}, {sizes}, {LOBE_REPEATS} repeats: D_n decreases towards 0"
             note = (
                 f"mean D_n = {trail}; pass when it falls at every step and D at the largest n is at most "
@@ -624,17 +589,21 @@ KS_SHAPES: tuple[tuple[int, int], ...] = ((4, 12), (2, 40))
 
 def _ks_row(claim: str, setting: str, result: Any, sizes: str) -> Check:
     """A KS row from scipy's result (statistic, pvalue): passes when p > KS_ALPHA."""
-    statistic = float(result.statistic)
     p = float(result.pvalue)
-    return Check(
-        claim,
-        setting,
-        None,
-        p,
-        None,
-        bool(p > KS_ALPHA),
-        f"KS p-value, D = {statistic:.4f}, {sizes}; pass when p > {KS_ALPHA:g}",
+    note = f"KS p-value, D = {float(result.statistic):.4f}, {sizes}; pass when p > {KS_ALPHA:g}"
+    return Check(claim, setting, None, p, None, bool(p > KS_ALPHA), note)
+
+
+def _ks_finite(claim: str, setting: str, x: np.ndarray, y: np.ndarray, size: int) -> Check:
+    """A two-sample KS row on the finite values of x and y, ``size`` draws each."""
+    return _ks_row(
+        claim, setting, stats.ks_2samp(x[np.isfinite(x)], y[np.isfinite(y)]), f"K = {size} vs {size}"
     )
+
+
+def _ks_exact(setting: str, s: np.ndarray, law: Any, size: int) -> Check:
+    """A one-sample KS row of the exact samplers: ``size`` draws s against the exact law's cdf."""
+    return _ks_row("Exact samplers", setting, stats.kstest(s, law.cdf), f"K = {size} against the exact cdf")
 
 
 def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
@@ -661,44 +630,22 @@ def check_samplers(samples: int, seed: int) -> list[Check]:
             transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
         )
         for j, name in enumerate(KS_STATISTICS):
-            x, y = exact[:, j], direct[:, j]
-            result = stats.ks_2samp(x[np.isfinite(x)], y[np.isfinite(y)])
-            rows.append(
-                _ks_row(
-                    "Exact samplers",
-                    f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}",
-                    result,
-                    f"K = {size} vs {size}",
-                )
-            )
+            setting = f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}"
+            rows.append(_ks_finite("Exact samplers", setting, exact[:, j], direct[:, j], size))
     for N in (3, 10):
         s = montecarlo.energy_samples(
             "square", "gaussian", N, samples=size, seed=_subseed(seed, f"ks beta {N}")
         )[:, 3]
-        law = baselines.gaussian_square_law(N)
-        rows.append(
-            _ks_row(
-                "Exact samplers",
-                f"N = {N}: Beta(N(N+1)/4, N(N-1)/4) law vs simulated iid Gaussian square L, s",
-                stats.kstest(s, law.cdf),
-                f"K = {size} against the exact cdf",
-            )
-        )
+        setting = f"N = {N}: Beta(N(N+1)/4, N(N-1)/4) law vs simulated iid Gaussian square L, s"
+        rows.append(_ks_exact(setting, s, baselines.gaussian_square_law(N), size))
     for N in (2, 10):
         s = montecarlo.draw(
             cast(montecarlo.Sampler, lambda rng, k, N=N: _direct_symmetric_energy(rng, 1, N, k)),
             size,
             seed=_subseed(seed, f"ks rank one {N}"),
         )
-        law = baselines.rank_one_law(N)
-        rows.append(
-            _ks_row(
-                "Exact samplers",
-                f"n = 1, N = {N}: rank-one law (1 + Beta(1/2, (N-1)/2))/2 vs simulated Gaussian head, s",
-                stats.kstest(s, law.cdf),
-                f"K = {size} against the exact cdf",
-            )
-        )
+        setting = f"n = 1, N = {N}: rank-one law (1 + Beta(1/2, (N-1)/2))/2 vs simulated Gaussian head, s"
+        rows.append(_ks_exact(setting, s, baselines.rank_one_law(N), size))
     return rows
 
 
@@ -762,16 +709,11 @@ def check_rotation(samples: int, seed: int) -> list[Check]:
 
     reference = montecarlo.draw(direct, size, seed=_subseed(seed, "rotation direct"))
     for j, name in enumerate(rotation.ROTATION_STATISTICS):
-        x, y = law.samples(name), reference[:, j]
-        rows.append(
-            _ks_row(
-                "Rotation null",
-                f"n = {n}, N = {N}, W_Q of rank {rank}: exact block sampler B = X R^-1, R^T R = X^T X + W "
-                f"vs direct Haar U, {name}",
-                stats.ks_2samp(x[np.isfinite(x)], y[np.isfinite(y)]),
-                f"K = {size} vs {size}",
-            )
+        setting = (
+            f"n = {n}, N = {N}, W_Q of rank {rank}: exact block sampler B = X R^-1, R^T R = X^T X + W "
+            f"vs direct Haar U, {name}"
         )
+        rows.append(_ks_finite("Rotation null", setting, law.samples(name), reference[:, j], size))
     return rows
 
 
@@ -830,24 +772,21 @@ def check_tails(samples: int, seed: int) -> list[Check]:
 
     The claim: docs/mathematics.md §7.
     """
-    rows: list[Check] = []
     N = 10
     exact = baselines.gaussian_square_law(N)
     matched = tails.matched_beta(exact.mean(), exact.var())
     assert matched is not None  # an exact Beta law always matches its own moments
     error = float(np.max(np.abs(np.subtract(matched.args, exact.args)) / np.asarray(exact.args)))
-    rows.append(
-        Check(
+    rows = [
+        _exact_row(
             "Beta tail",
             f"iid Gaussian square L, N = {N}: the Beta matched to the mean and variance of s is "
             "Beta(N(N+1)/4, N(N-1)/4), the exact law",
-            0.0,
             error,
-            None,
-            error <= 1e-10,
-            "largest relative error of the two parameters; pass below 1e-10",
+            "largest relative error of the two parameters",
+            1e-10,
         )
-    )
+    ]
     n, N = TAIL_SHAPE
     s = montecarlo.draw(
         lambda rng, size: gram.gram_energies(nulls.null_gram(rng, n, N, size)).symmetric_ratio,
@@ -934,6 +873,10 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
     The claim: docs/mathematics.md §9.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma7"))
+    what = (
+        "largest error of the four identities (I, C, pairing from the Gram route, lobes from the "
+        "N x N S) and of 0 <= 2C <= 1"
+    )
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
         stats_ = head_stats.head_statistics(w_query, w_key)
@@ -947,16 +890,7 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
             np.minimum(2 * C, 0.0),
             np.maximum(2 * C - 1, 0.0),
         ]
-        worst = float(np.max(np.abs(errors)))
-        rows.append(
-            _exact_row(
-                "Lemma 7",
-                setting,
-                worst,
-                "largest error of the four identities (I, C, pairing from the Gram route, lobes from the "
-                "N x N S) and of 0 <= 2C <= 1",
-            )
-        )
+        rows.append(_exact_row("Lemma 7", setting, float(np.max(np.abs(errors))), what))
     return rows
 
 
@@ -967,6 +901,10 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
     The claim: docs/mathematics.md §9.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma8"))
+    what = (
+        "largest error of iota^2 = id, <iota x, iota y> = <x, y>, I o iota = -I, C o iota = C, "
+        "P o iota = P, P = 1 - ||lambda - iota lambda||/sqrt 2, and of the columns of -L against L's"
+    )
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
         plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
@@ -984,10 +922,7 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
         I, C, P = lobe_stats(plus, minus)
         I_i, C_i, P_i = lobe_stats(plus_i, minus_i)
         # on the heads: -L has spectrum iota lambda; the Gram route's columns follow
-        mine, negated = (
-            head_stats.head_statistics(w_query, w_key),
-            head_stats.head_statistics(-w_query, w_key),
-        )
+        mine, negated = (head_stats.head_statistics(q, w_key) for q in (w_query, -w_query))
         errors = [
             np.max(np.abs(moments.involution(mirrored) - lam), axis=-1),
             np.sum(moments.involution(x) * moments.involution(y), axis=-1) - np.sum(x * y, axis=-1),
@@ -999,15 +934,7 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
             negated.lobe_overlap - mine.lobe_overlap,
             negated.pairing - mine.pairing,
         ]
-        rows.append(
-            _exact_row(
-                "Lemma 8",
-                setting,
-                float(np.max(np.abs(errors))),
-                "largest error of iota^2 = id, <iota x, iota y> = <x, y>, I o iota = -I, C o iota = C, "
-                "P o iota = P, P = 1 - ||lambda - iota lambda||/sqrt 2, and of the columns of -L against L's",
-            )
-        )
+        rows.append(_exact_row("Lemma 8", setting, float(np.max(np.abs(errors))), what))
     return rows
 
 
@@ -1020,10 +947,7 @@ def check_lemma9(samples: int, seed: int) -> list[Check]:
     rng = np.random.default_rng(_subseed(seed, "lemma9"))
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
-        mine, negated = (
-            head_stats.head_statistics(w_query, w_key),
-            head_stats.head_statistics(-w_query, w_key),
-        )
+        mine, negated = (head_stats.head_statistics(q, w_key) for q in (w_query, -w_query))
         O, E, R = mine.moment_O, mine.moment_E, mine.moment_R
         R_iota = negated.moment_R  # the spectrum of -L is iota lambda
         lam, k = _dense_spectrum(w_query, w_key)
@@ -1060,6 +984,11 @@ def check_lemma10(samples: int, seed: int) -> list[Check]:
     The claim: docs/mathematics.md §9.
     """
     rng = np.random.default_rng(_subseed(seed, "lemma10"))
+    what = (
+        "largest relative error of S = M^T J M/2, ||S||^2 = tr((JG)^2)/4, tr(S^j) = tr((JG/2)^j) "
+        "(j = 1..6, relative to ||S||^j) and of the moment columns against the traces "
+        "tr(H (I - H^2)^-1), tr(H^2 (I - H^2)^-1), tr((I - H)^-1) - (2n - k)"
+    )
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
         n = w_query.shape[-2]
@@ -1085,16 +1014,7 @@ def check_lemma10(samples: int, seed: int) -> list[Check]:
         for name in ("moment_O", "moment_E", "moment_R"):
             column = getattr(mine, name)
             errors.append(np.abs(column - traced[name]) / (1 + np.abs(traced[name])))
-        rows.append(
-            _exact_row(
-                "Lemma 10",
-                setting,
-                float(np.max(errors)),
-                "largest relative error of S = M^T J M/2, ||S||^2 = tr((JG)^2)/4, tr(S^j) = tr((JG/2)^j) "
-                "(j = 1..6, relative to ||S||^j) and of the moment columns against the traces "
-                "tr(H (I - H^2)^-1), tr(H^2 (I - H^2)^-1), tr((I - H)^-1) - (2n - k)",
-            )
-        )
+        rows.append(_exact_row("Lemma 10", setting, float(np.max(errors)), what))
     return rows
 
 
@@ -1290,17 +1210,13 @@ CHECKS: tuple[CheckFunction, ...] = (
 def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = False) -> list[Check]:
     """Every claim of the specification checked numerically: one Check per claim per setting.
 
-    ``samples`` is the number of Monte Carlo draws per row (the skewed-law
-    rows use at least MIN_DEPARTURE_SAMPLES, the KS rows samples/4 per side);
-    ``seed`` makes the run reproducible; ``progress`` shows a transient
-    progress bar on stderr.
-
     Parameters
     ----------
     samples : int
-        Monte Carlo draws per row.
+        Monte Carlo draws per row (the skewed-law rows use at least MIN_DEPARTURE_SAMPLES, the KS
+        rows samples/4 per side).
     seed : int
-        The run's seed.
+        The run's seed: the run is reproducible.
     progress : bool
         Show a transient progress bar on stderr.
 
@@ -1311,17 +1227,14 @@ def run_checks(samples: int = DEFAULT_SAMPLES, seed: int = 0, progress: bool = F
     """
     samples = check_integer(samples, "samples", 2)
     seed = check_integer(seed, "seed", 0)
-    checks: Sequence[CheckFunction] = CHECKS
-    rows: list[Check] = []
     if not progress:
-        for check in checks:
-            rows.extend(check(samples, seed))
-        return rows
+        return [row for check in CHECKS for row in check(samples, seed)]
     from qkenergy.base.formatting import progress_bar
 
+    rows: list[Check] = []
     with progress_bar("verifying {task.fields[claim]}", stderr=True) as bar:
-        task = bar.add_task("verify", total=len(checks), claim="")
-        for check in checks:
+        task = bar.add_task("verify", total=len(CHECKS), claim="")
+        for check in CHECKS:
             bar.update(task, claim=check.__name__.removeprefix("check_"))
             rows.extend(check(samples, seed))
             bar.advance(task)
