@@ -182,35 +182,30 @@ def _deepseek_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
 
 
 def _t5_stacks() -> tuple[Layout, ...]:
-    sizes: dict[str, Any] = dict(heads_keys=("num_heads",), hidden_keys=("d_model",), head_dim_key="d_kv")
-    decoder_layers = ("num_decoder_layers", "num_layers")
+    def stack(name: str, sublayer: int, attention: str, **kw: Any) -> Layout:
+        """A stack whose layer i has its attention in ``block.{i}.layer.<sublayer>.<attention>``."""
+        side = "encoder" if name == "encoder" else "decoder"
+        return Layout(
+            **_qk(f"{side}.block.{{i}}.layer.{sublayer}.{attention}.", "q", "k"),
+            norm=f"{side}.block.{{i}}.layer.{sublayer}.layer_norm.weight",
+            heads_keys=("num_heads",),
+            hidden_keys=("d_model",),
+            head_dim_key="d_kv",
+            layers_keys=("num_layers",) if side == "encoder" else ("num_decoder_layers", "num_layers"),
+            stack=name,
+            **kw,
+        )
+
     return (
-        Layout(
-            **_qk("encoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
-            norm="encoder.block.{i}.layer.0.layer_norm.weight",
-            layers_keys=("num_layers",),
-            stack="encoder",
+        stack(
+            "encoder",
+            0,
+            "SelfAttention",
             positional="relative_bias",
             final_norm="encoder.final_layer_norm.weight",
-            **sizes,
         ),
-        Layout(
-            **_qk("decoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
-            norm="decoder.block.{i}.layer.0.layer_norm.weight",
-            layers_keys=decoder_layers,
-            stack="decoder",
-            positional="relative_bias",
-            **sizes,
-        ),
-        Layout(
-            **_qk("decoder.block.{i}.layer.1.EncDecAttention.", "q", "k"),
-            norm="decoder.block.{i}.layer.1.layer_norm.weight",
-            layers_keys=decoder_layers,
-            stack="cross",
-            positional="none",
-            key_stack="encoder",
-            **sizes,
-        ),
+        stack("decoder", 0, "SelfAttention", positional="relative_bias"),
+        stack("cross", 1, "EncDecAttention", positional="none", key_stack="encoder"),
     )
 
 
