@@ -215,43 +215,34 @@ def _seq2seq_stacks(post_norm: bool, unnormed: tuple[str, ...] = ()) -> tuple[La
     ``unnormed``: post-norm stacks whose layer 0 is not fed by a norm's output (Marian; the
     BlenderBot-small decoder, which adds its positions after the embeddings norm).
     """
-    stacks = []
-    for stack in ("encoder", "decoder"):
-        common: dict[str, Any] = dict(
-            heads_keys=(f"{stack}_attention_heads",),
-            hidden_keys=("d_model",),
-            layers_keys=(f"{stack}_layers",),
+
+    def sizes(side: str) -> dict[str, Any]:
+        return dict(
+            heads_keys=(f"{side}_attention_heads",), hidden_keys=("d_model",), layers_keys=(f"{side}_layers",)
         )
+
+    stacks = []
+    for side in ("encoder", "decoder"):
+        layer = f"{side}.layers.{{i}}."
         if post_norm:
+            first = None if side in unnormed else f"{side}.layernorm_embedding.weight"
             norm: dict[str, Any] = dict(
-                norm=f"{stack}.layers.{{i}}.final_layer_norm.weight",
-                post_norm=True,
-                first_norm=None if stack in unnormed else f"{stack}.layernorm_embedding.weight",
+                norm=layer + "final_layer_norm.weight", post_norm=True, first_norm=first
             )
         else:
-            norm = dict(norm=f"{stack}.layers.{{i}}.self_attn_layer_norm.weight")
-            if stack == "encoder":
+            norm = dict(norm=layer + "self_attn_layer_norm.weight")
+            if side == "encoder":
                 norm["final_norm"] = "encoder.layer_norm.weight"
-        stacks.append(
-            Layout(
-                **_qk(f"{stack}.layers.{{i}}.self_attn."),
-                stack=stack,
-                **common,
-                **norm,
-            )
-        )
-        if stack == "decoder":
-            cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
-            stacks.append(
-                Layout(
-                    **_qk("decoder.layers.{i}.encoder_attn."),
-                    norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
-                    stack="cross",
-                    key_stack="encoder",
-                    **common,
-                )
-            )
-    return tuple(stacks)
+        stacks.append(Layout(**_qk(layer + "self_attn."), stack=side, **sizes(side), **norm))
+    cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
+    cross = Layout(
+        **_qk("decoder.layers.{i}.encoder_attn."),
+        norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
+        stack="cross",
+        key_stack="encoder",
+        **sizes("decoder"),
+    )
+    return (*stacks, cross)
 
 
 def _clip_tower(tower: str) -> Layout:
