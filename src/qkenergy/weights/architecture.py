@@ -52,7 +52,7 @@ class Architecture:
         How the stack's tensors are named and combined.
     key_norm : str or None
         Cross-attention: the norm (relative name) on the output of the stack the keys read,
-        folded into W_K; None for self-attention.
+        folded into W_K by fold_norm; None for self-attention (keys see the query's norm).
     latent : (int, int, int, int) or None
         Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
     layers : tuple of int or None
@@ -60,12 +60,13 @@ class Architecture:
     rope_layers : tuple of int or None
         Models with NoPE layers: the layers that rotate; None for all of them (in a RoPE stack).
     layer_shapes : tuple of (int, int, int)
-        (layer, key heads, head_dim) of each layer whose heads differ from ``n_kv_heads`` and ``head_dim``.
+        (layer, key heads, head_dim) of each layer whose heads differ from ``n_kv_heads`` and
+        ``head_dim`` (gemma4's full layers, mimo_v2_flash's sliding layers).
     key_layers : tuple of (int, int)
         KV sharing: (layer, source layer) of each layer that reuses an earlier layer's keys.
     block_layers : tuple of (int, int, int, bool)
-        Shared attention blocks: (layer, the block's first layer, application index, whether
-        the application has adapters of its own).
+        Shared attention blocks (zamba2): (layer, the block's first layer, application index,
+        whether the application has adapters of its own).
     """
 
     model_type: str
@@ -75,22 +76,12 @@ class Architecture:
     head_dim: int
     hidden_size: int
     layout: Layout
-    # Cross-attention: the norm (relative name) on the output of the stack its keys read,
-    # folded into W_K by fold_norm; None for self-attention (keys see the query's norm).
     key_norm: str | None = None
-    # Latent attention: (d_nope, d_rope, d_value, kv_rank) from config.json.
     latent: tuple[int, int, int, int] | None = None
-    # Hybrid models: the model's layer indices that have softmax attention (None: all n_layers).
     layers: tuple[int, ...] | None = None
-    # Models with NoPE layers: the layers that rotate (None: all of them, in a ``rope`` stack).
     rope_layers: tuple[int, ...] | None = None
-    # Per-layer shapes: (layer, key heads, head_dim) of each layer whose heads differ from the
-    # stack's n_kv_heads and head_dim (gemma4's full layers, mimo_v2_flash's sliding layers).
     layer_shapes: tuple[tuple[int, int, int], ...] = ()
-    # KV sharing: (layer, source layer) of each layer that reuses an earlier layer's keys.
     key_layers: tuple[tuple[int, int], ...] = ()
-    # Shared attention blocks (zamba2): (layer, the block's first layer, application index,
-    # whether the application has adapters of its own).
     block_layers: tuple[tuple[int, int, int, bool], ...] = ()
 
     @property
@@ -103,9 +94,7 @@ class Architecture:
 
     @functools.cached_property
     def _blocks(self) -> dict[int, tuple[int, int, bool]]:
-        return {
-            index: (first, application, adapted) for index, first, application, adapted in self.block_layers
-        }
+        return {block[0]: block[1:] for block in self.block_layers}
 
     @functools.cached_property
     def _sources(self) -> dict[int, int]:

@@ -47,14 +47,20 @@ def _sizes(heads: str, hidden: str, layers: str) -> dict[str, Any]:
     )
 
 
-def _bert_like(root: str, **kw: Any) -> Layout:
+def _bert_like(**kw: Any) -> Layout:
+    """Post-LayerNorm encoder with separate query / key, its layer 0 fed by the embeddings norm."""
     fields: dict[str, Any] = dict(
-        **_qk(f"{root}.layer.{{i}}.attention.self.", "query", "key"),
-        norm=f"{root}.layer.{{i}}.output.LayerNorm.weight",
+        **_qk("encoder.layer.{i}.attention.self.", "query", "key"),
+        norm="encoder.layer.{i}.output.LayerNorm.weight",
         post_norm=True,
         first_norm="embeddings.LayerNorm.weight",
     )
     return Layout(**{**fields, **kw})
+
+
+def _bert_pre_norm(norm: str) -> Layout:
+    """BERT's names, pre-norm: the norm ``attention.<norm>`` feeds attention."""
+    return _bert_like(norm=f"encoder.layer.{{i}}.attention.{norm}.weight", post_norm=False, first_norm=None)
 
 
 def _llama_like(**kw: Any) -> Layout:
@@ -81,8 +87,43 @@ def _opt_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return layout
 
 
-def _family(layout: Layout, proof: str, models: str = "", note: str = "", variants: str = "") -> Family:
-    return Family((layout,), models=models, note=note, proof=proof, variants=variants)
+def _opt_like(**kw: Any) -> Layout:
+    """Pre-LayerNorm decoder with separate q_proj / k_proj (OPT, XGLM, BioGPT, Whisper-like encoders)."""
+    return Layout(**_qk("layers.{i}.self_attn."), norm="layers.{i}.self_attn_layer_norm.weight", **kw)
+
+
+def _gpt2_like(**kw: Any) -> Layout:
+    """GPT-2's names: the fused c_attn (its storage set by the caller), ln_1 feeding attention."""
+    fields: dict[str, Any] = dict(
+        query="h.{i}.attn.c_attn.weight", norm="h.{i}.ln_1.weight", **_sizes("n_head", "n_embd", "n_layer")
+    )
+    return Layout(**{**fields, **kw})
+
+
+def _neox_like(attention: str, **kw: Any) -> Layout:
+    """GPT-NeoX's fused query_key_value (each head's q, k, v rows in turn), pre-norm, RoPE."""
+    return Layout(
+        query=f"layers.{{i}}.{attention}.query_key_value.weight",
+        storage="interleaved",
+        norm="layers.{i}.input_layernorm.weight",
+        positional="rope",
+        **kw,
+    )
+
+
+def _modernbert(**kw: Any) -> Layout:
+    """ModernBERT's layers; layer 0 has no attn_norm: the embeddings norm feeds it."""
+    return Layout(
+        norm="layers.{i}.attn_norm.weight", first_norm="embeddings.norm.weight", positional="rope", **kw
+    )
+
+
+def _family(
+    stacks: Layout | tuple[Layout, ...], proof: str, models: str = "", note: str = "", variants: str = ""
+) -> Family:
+    """A family of one stack (a Layout) or several (a tuple of them)."""
+    stacks = stacks if isinstance(stacks, tuple) else (stacks,)
+    return Family(stacks, models=models, note=note, proof=proof, variants=variants)
 
 
 def _qk_norm(
@@ -141,77 +182,67 @@ def _deepseek_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
 
 
 def _t5_stacks() -> tuple[Layout, ...]:
-    sizes: dict[str, Any] = dict(heads_keys=("num_heads",), hidden_keys=("d_model",), head_dim_key="d_kv")
-    decoder_layers = ("num_decoder_layers", "num_layers")
+    def stack(name: str, sublayer: int, attention: str, **kw: Any) -> Layout:
+        """A stack whose layer i has its attention in ``block.{i}.layer.<sublayer>.<attention>``."""
+        side = "encoder" if name == "encoder" else "decoder"
+        return Layout(
+            **_qk(f"{side}.block.{{i}}.layer.{sublayer}.{attention}.", "q", "k"),
+            norm=f"{side}.block.{{i}}.layer.{sublayer}.layer_norm.weight",
+            heads_keys=("num_heads",),
+            hidden_keys=("d_model",),
+            head_dim_key="d_kv",
+            layers_keys=("num_layers",) if side == "encoder" else ("num_decoder_layers", "num_layers"),
+            stack=name,
+            **kw,
+        )
+
     return (
-        Layout(
-            **_qk("encoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
-            norm="encoder.block.{i}.layer.0.layer_norm.weight",
-            layers_keys=("num_layers",),
-            stack="encoder",
+        stack(
+            "encoder",
+            0,
+            "SelfAttention",
             positional="relative_bias",
             final_norm="encoder.final_layer_norm.weight",
-            **sizes,
         ),
-        Layout(
-            **_qk("decoder.block.{i}.layer.0.SelfAttention.", "q", "k"),
-            norm="decoder.block.{i}.layer.0.layer_norm.weight",
-            layers_keys=decoder_layers,
-            stack="decoder",
-            positional="relative_bias",
-            **sizes,
-        ),
-        Layout(
-            **_qk("decoder.block.{i}.layer.1.EncDecAttention.", "q", "k"),
-            norm="decoder.block.{i}.layer.1.layer_norm.weight",
-            layers_keys=decoder_layers,
-            stack="cross",
-            positional="none",
-            key_stack="encoder",
-            **sizes,
-        ),
+        stack("decoder", 0, "SelfAttention", positional="relative_bias"),
+        stack("cross", 1, "EncDecAttention", positional="none", key_stack="encoder"),
     )
 
 
-def _seq2seq_stacks(post_norm: bool) -> tuple[Layout, ...]:
-    """BART (post-norm, normed embeddings) and Whisper (pre-norm, a final encoder norm)."""
-    stacks = []
-    for stack in ("encoder", "decoder"):
-        common: dict[str, Any] = dict(
-            heads_keys=(f"{stack}_attention_heads",),
-            hidden_keys=("d_model",),
-            layers_keys=(f"{stack}_layers",),
+def _seq2seq_stacks(post_norm: bool, unnormed: tuple[str, ...] = ()) -> tuple[Layout, ...]:
+    """BART (post-norm, normed embeddings) and Whisper (pre-norm, a final encoder norm).
+
+    ``unnormed``: post-norm stacks whose layer 0 is not fed by a norm's output (Marian; the
+    BlenderBot-small decoder, which adds its positions after the embeddings norm).
+    """
+
+    def sizes(side: str) -> dict[str, Any]:
+        return dict(
+            heads_keys=(f"{side}_attention_heads",), hidden_keys=("d_model",), layers_keys=(f"{side}_layers",)
         )
+
+    stacks = []
+    for side in ("encoder", "decoder"):
+        layer = f"{side}.layers.{{i}}."
         if post_norm:
+            first = None if side in unnormed else f"{side}.layernorm_embedding.weight"
             norm: dict[str, Any] = dict(
-                norm=f"{stack}.layers.{{i}}.final_layer_norm.weight",
-                post_norm=True,
-                first_norm=f"{stack}.layernorm_embedding.weight",
+                norm=layer + "final_layer_norm.weight", post_norm=True, first_norm=first
             )
         else:
-            norm = dict(norm=f"{stack}.layers.{{i}}.self_attn_layer_norm.weight")
-            if stack == "encoder":
+            norm = dict(norm=layer + "self_attn_layer_norm.weight")
+            if side == "encoder":
                 norm["final_norm"] = "encoder.layer_norm.weight"
-        stacks.append(
-            Layout(
-                **_qk(f"{stack}.layers.{{i}}.self_attn."),
-                stack=stack,
-                **common,
-                **norm,
-            )
-        )
-        if stack == "decoder":
-            cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
-            stacks.append(
-                Layout(
-                    **_qk("decoder.layers.{i}.encoder_attn."),
-                    norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
-                    stack="cross",
-                    key_stack="encoder",
-                    **common,
-                )
-            )
-    return tuple(stacks)
+        stacks.append(Layout(**_qk(layer + "self_attn."), stack=side, **sizes(side), **norm))
+    cross_norm = "self_attn_layer_norm" if post_norm else "encoder_attn_layer_norm"
+    cross = Layout(
+        **_qk("decoder.layers.{i}.encoder_attn."),
+        norm=f"decoder.layers.{{i}}.{cross_norm}.weight",
+        stack="cross",
+        key_stack="encoder",
+        **sizes("decoder"),
+    )
+    return (*stacks, cross)
 
 
 def _clip_tower(tower: str) -> Layout:
@@ -223,10 +254,11 @@ def _clip_tower(tower: str) -> Layout:
     )
 
 
-def _vit_like(norm: str) -> Layout:
+def _vit_like(norm: str, **kw: Any) -> Layout:
     return Layout(
         **_qk("encoder.layer.{i}.attention.attention.", "query", "key"),
         norm=f"encoder.layer.{{i}}.{norm}.weight",
+        **kw,
     )
 
 
@@ -316,14 +348,13 @@ _LLAMA4_NOTE = (
 )
 
 
-def _qwen3_5_text(**kw: Any) -> Layout:
-    """Qwen3.5's decoder, as Qwen3-Next's: gated queries, full attention every few layers."""
+def _qwen3_next(**kw: Any) -> Layout:
+    """Qwen3-Next's decoder (and Qwen3.5's): gated queries, full attention every few layers."""
     return _llama_like(
         norm_offset=1.0,
         query_gate=True,
         qk_norm=_qk_norm(offset=1.0),
         attention_layers=(_FULL_ATTENTION,),
-        section_optional=True,
         **kw,
     )
 
@@ -355,17 +386,6 @@ def _qwen_vision() -> Layout:
     )
 
 
-def _qwen3_vl(models: str, proof: str) -> Family:
-    """Qwen3-VL and its MoE variant: a Qwen3 text stack (qk-norm) and the Qwen vision encoder."""
-    text = _llama_like(qk_norm=_qk_norm(), stack="text", config_section="text_config", section_optional=True)
-    return Family(
-        (text, _qwen_vision()),
-        models=models,
-        proof=proof,
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE + _DEEPSTACK_NOTE,
-    )
-
-
 _QWEN_VISION_NOTE = (
     "two towers: the text decoder and the vision encoder, whose fused qkv heads rotate by a 2-D RoPE over "
     "patch rows and columns (the form read is the one at offset (0, 0)); its attention over windows or "
@@ -373,9 +393,27 @@ _QWEN_VISION_NOTE = (
 )
 _QWEN_WINDOWS_NOTE = "; the layers not in fullatt_block_indexes attend within windows of patches"
 _QWEN3_VISION_NOTE = "; learned position embeddings are also added to the patches (absolute)"
-_DEEPSTACK_NOTE = (
+_QWEN3_DEEPSTACK_NOTE = _QWEN3_VISION_NOTE + (
     "; the deepstack mergers feeding vision features into early text layers are MLPs, without attention"
 )
+
+
+def _qwen_vl(
+    proof: str,
+    models: str,
+    text: Layout,
+    tail: str = "",
+    lead: str = _MROPE_NOTE,
+    vision: Layout | None = None,
+) -> Family:
+    """A Qwen vision-language model: its text decoder and the Qwen vision encoder, their notes joined."""
+    text = dataclasses.replace(text, stack="text", config_section="text_config", section_optional=True)
+    return _family((text, vision or _qwen_vision()), proof, models, f"{lead}; {_QWEN_VISION_NOTE}{tail}")
+
+
+def _qwen_vision_alone(proof: str, models: str, tail: str = _QWEN3_VISION_NOTE) -> Family:
+    """The Qwen vision encoder saved as its own model."""
+    return _family(_alone(_qwen_vision()), proof, models, _QWEN_VISION_NOTE + tail)
 
 
 # ------------------------------------------------- issue 18, second round: towers alone, wrappers, decoders
@@ -388,9 +426,7 @@ def _tower_alone(tower: str) -> Layout:
     ``text_model.`` / ``vision_model.`` prefix (found at read time).
     """
     return Layout(
-        **_qk("encoder.layers.{i}.self_attn."),
-        norm="encoder.layers.{i}.layer_norm1.weight",
-        stack=tower,
+        **_qk("encoder.layers.{i}.self_attn."), norm="encoder.layers.{i}.layer_norm1.weight", stack=tower
     )
 
 
@@ -429,22 +465,31 @@ def _sub_model(config: Mapping[str, Any], layout: Layout) -> Layout:
     )
 
 
-def _wrapper(text: Layout, vision: Layout, text_within: str, vision_within: str) -> tuple[Layout, Layout]:
-    """The text and vision stacks of a vision-language wrapper: defaults, delegated by model_type."""
+def _towers(
+    text: Layout, vision: Layout, within: tuple[str, str] = ("language_model", "vision_tower"), **kw: Any
+) -> tuple[Layout, Layout]:
+    """A multimodal model's text and vision stacks, sized by text_config / vision_config, each ``within``."""
     return (
-        dataclasses.replace(
-            text, stack="text", config_section="text_config", within=text_within, adjust=_sub_model
-        ),
-        dataclasses.replace(
-            vision, stack="vision", config_section="vision_config", within=vision_within, adjust=_sub_model
-        ),
+        dataclasses.replace(text, stack="text", config_section="text_config", within=within[0], **kw),
+        dataclasses.replace(vision, stack="vision", config_section="vision_config", within=within[1], **kw),
     )
 
 
-_WRAPPER_NOTE = (
-    "two towers: the decoder and the vision encoder named by text_config / vision_config, each read "
-    "as its own model_type (the projector has no attention)"
-)
+def _wrapper(
+    proof: str,
+    models: str,
+    text: Layout | None = None,
+    within: tuple[str, str] = ("language_model", "vision_tower"),
+) -> Family:
+    """A vision-language wrapper: default text (llama) and vision stacks, each delegated by model_type."""
+    return _family(
+        _towers(text or _llama_like(), _tower_alone("vision"), within, adjust=_sub_model),
+        proof,
+        models,
+        "two towers: the decoder and the vision encoder named by text_config / vision_config, each read "
+        "as its own model_type (the projector has no attention)",
+        "towers read as the model_type of text_config / vision_config",
+    )
 
 
 def _bigcode_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -459,12 +504,6 @@ def _beit_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     if config.get("use_relative_position_bias") or config.get("use_shared_relative_position_bias"):
         return dataclasses.replace(layout, positional="relative_bias")
     return layout
-
-
-def _unnormed_embeddings(stacks: tuple[Layout, ...], names: tuple[str, ...]) -> tuple[Layout, ...]:
-    """Post-norm seq2seq stacks (``names``) whose layer 0 is not fed by a norm's output (Marian; the
-    BlenderBot-small decoder, which adds its positions after the embeddings norm)."""
-    return tuple(dataclasses.replace(s, first_norm=None) if s.stack in names else s for s in stacks)
 
 
 def _sliding_rope_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
@@ -496,18 +535,157 @@ def _cohere2_moe_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
     return layout
 
 
-def _audio_encoder() -> Layout:
+def _audio_encoder(proof: str, models: str) -> Family:
     """A Whisper-like audio encoder saved on its own (Qwen2-Audio's, Voxtral's): pre-norm layers."""
-    return Layout(
-        **_qk("layers.{i}.self_attn."),
-        norm="layers.{i}.self_attn_layer_norm.weight",
-        **_sizes("encoder_attention_heads", "d_model", "encoder_layers"),
+    return _family(
+        _opt_like(**_sizes("encoder_attention_heads", "d_model", "encoder_layers")),
+        proof,
+        models,
+        "a Whisper encoder: the convolutional front end has no attention",
     )
 
 
+def _olmo2_like() -> Layout:
+    """OLMo 2's decoder norms the outputs of its sublayers: attention reads the raw residual stream."""
+    return _llama_like(norm=None, qk_norm=_qk_norm(scope="projection"))
+
+
+def _cohere2_text(**kw: Any) -> Layout:
+    """Cohere 2's decoder: interleaved pairs; only the sliding layers rotate (the global ones are NoPE)."""
+    return _llama_like(rope_pairs="interleaved", rope_layers=(_SLIDING_ATTENTION,), **kw)
+
+
+def _hunyuan(proof: str, models: str) -> Family:
+    """Hunyuan's decoders: qk-norm after RoPE."""
+    return _family(
+        _llama_like(qk_norm=_qk_norm(q="query_layernorm", k="key_layernorm", after_rope=True)),
+        proof,
+        models,
+        "qk-norm after RoPE: its gains do not commute with the rotation, so the form read is the one of "
+        "two tokens at position 0",
+    )
+
+
+def _lfm2(proof: str, models: str) -> Family:
+    """LFM2's hybrid decoder: attention layers between short convolutions."""
+    return _family(
+        _llama_like(
+            norm="layers.{i}.operator_norm.weight",
+            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
+            attention_layers=(_FULL_ATTENTION,),
+        ),
+        proof,
+        models,
+        "hybrid: rows for the attention layers only (the others are short convolutions)",
+    )
+
+
+def _pixtral() -> Layout:
+    """The Pixtral vision encoder: 2-D RoPE over patch rows and columns."""
+    return Layout(
+        **_qk("transformer.layers.{i}.attention."),
+        norm="transformer.layers.{i}.attention_norm.weight",
+        head_dim_key="head_dim",
+        stack="vision",
+        positional="rope_2d",
+    )
+
+
+def _llama4_vision() -> Layout:
+    """Llama 4's vision encoder: 2-D RoPE."""
+    return Layout(
+        **_qk("model.layers.{i}.self_attn."),
+        norm="model.layers.{i}.input_layernorm.weight",
+        stack="vision",
+        positional="rope_2d",
+    )
+
+
+# Notes and variants shared by several families.
+_MLA_NOTE = "latent attention, as deepseek_v3 (qkenergy explain families)"
+_MLA_VARIANTS = "multi-head latent attention; q_proj without a query latent when q_lora_rank is null"
+_QK_LAYERNORM = _with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm")
+_QK_LAYERNORM_VARIANTS = "qk-norm (LayerNorm) with qk_layernorm"
+_BEIT_VARIANTS = "relative_bias with use_relative_position_bias or use_shared_relative_position_bias"
+_POOLING_NOTE = "the attention-pooling head (one learned probe) is not read"
+_TOWER_POOLING = "the vision tower's attention-pooling head (one learned probe) is not read"
+_UNNORMED_NOTE = "post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed"
+
+
+# ---------------------------------------------------------------------- per-layer shapes, KV sharing
+# (gemma4, mimo_v2_flash): layers whose heads differ in size, layers that reuse earlier keys.
+
+
+def _gemma4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Gemma 4's full layers have their own key-head count only with attention_k_eq_v (as transformers)."""
+    if config.get("attention_k_eq_v"):
+        return layout
+    shapes = tuple(dataclasses.replace(shape, kv_heads_key=None) for shape in layout.layer_shapes)
+    return dataclasses.replace(layout, layer_shapes=shapes)
+
+
+def _embedding_gemma2_text(**kw: Any) -> Layout:
+    """EmbeddingGemma 2's bidirectional encoder: Gemma 4's attention without KV sharing."""
+    return _llama_like(
+        qk_norm=_qk_norm(),
+        layer_shapes=(
+            LayerShape(
+                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
+            ),
+        ),
+        **kw,
+    )
+
+
+def _gemma4_text(**kw: Any) -> Layout:
+    """Gemma 4's decoder: qk-norm per head, larger heads in the full layers, KV sharing at the end."""
+    return _embedding_gemma2_text(kv_sharing=KVSharing(), adjust=_gemma4_adjust, **kw)
+
+
+_GEMMA4_NOTE = (
+    "full-attention layers have larger heads (global_head_dim; with attention_k_eq_v fewer key heads, "
+    "whose keys are also the values) and proportional RoPE; the last num_kv_shared_layers layers reuse "
+    "the keys of the last earlier layer of their type: their rows pair their own queries with that "
+    "layer's keys (settings: key_layers)"
+)
+
+
+def _zamba2_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
+    """Zamba2 rotates queries and keys in its shared blocks only with use_mem_rope."""
+    return dataclasses.replace(layout, positional="rope") if config.get("use_mem_rope") else layout
+
+
+_ZAMBA2_BLOCK = "layers.{i}.shared_transformer."
+
+
+def _zamba2_adapter(side: str) -> tuple[str, str]:
+    """The adapter of application {k} on the q or k side: its down (0) and up (1) projections."""
+    name = _ZAMBA2_BLOCK + f"self_attn.linear_{side}_adapter_list.{{k}}"
+    return f"{name}.0.weight", f"{name}.1.weight"
+
+
+def _gemma4_vision() -> Layout:
+    """Gemma 4's vision encoder: clippable linears, qk-norm per head, 2-D axial RoPE."""
+    return Layout(
+        query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
+        key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
+        norm="encoder.layers.{i}.input_layernorm.weight",
+        kv_heads_key="num_key_value_heads",
+        head_dim_key="head_dim",
+        qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
+        positional="rope_2d",
+    )
+
+
+_EMBEDDING_GEMMA2_NOTE = (
+    "a bidirectional encoder; its full-attention layers have larger heads and their own key-head count "
+    "(per_layer_config)"
+)
+
+
 FAMILIES: dict[str, Family] = {
-    "bert": _family(_bert_like("encoder"), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
-    "roberta": _family(_bert_like("encoder"), "RobertaForMaskedLM", "RoBERTa"),
+    "bert": _family(_bert_like(), "BertForMaskedLM", "BERT, MiniLM, sentence-transformers"),
+    "roberta": _family(_bert_like(), "RobertaForMaskedLM", "RoBERTa"),
     "distilbert": _family(
         Layout(
             **_qk("transformer.layer.{i}.attention.", "q_lin", "k_lin"),
@@ -519,26 +697,8 @@ FAMILIES: dict[str, Family] = {
         "DistilBertModel",
         "DistilBERT",
     ),
-    "gpt2": _family(
-        Layout(
-            query="h.{i}.attn.c_attn.weight",
-            storage="conv1d",
-            norm="h.{i}.ln_1.weight",
-            **_sizes("n_head", "n_embd", "n_layer"),
-        ),
-        "GPT2LMHeadModel",
-        "GPT-2",
-    ),
-    "gpt_neox": _family(
-        Layout(
-            query="layers.{i}.attention.query_key_value.weight",
-            storage="interleaved",
-            norm="layers.{i}.input_layernorm.weight",
-            positional="rope",
-        ),
-        "GPTNeoXForCausalLM",
-        "GPT-NeoX, Pythia",
-    ),
+    "gpt2": _family(_gpt2_like(storage="conv1d"), "GPT2LMHeadModel", "GPT-2"),
+    "gpt_neox": _family(_neox_like("attention"), "GPTNeoXForCausalLM", "GPT-NeoX, Pythia"),
     "bloom": _family(
         Layout(
             query="h.{i}.self_attention.query_key_value.weight",
@@ -552,15 +712,7 @@ FAMILIES: dict[str, Family] = {
         "BloomForCausalLM",
         "BLOOM",
     ),
-    "opt": _family(
-        Layout(
-            **_qk("layers.{i}.self_attn."),
-            norm="layers.{i}.self_attn_layer_norm.weight",
-            adjust=_opt_adjust,
-        ),
-        "OPTForCausalLM",
-        "OPT",
-    ),
+    "opt": _family(_opt_like(adjust=_opt_adjust), "OPTForCausalLM", "OPT"),
     "llama": _family(_llama_like(), "LlamaForCausalLM", "Llama 1-3, CodeLlama, TinyLlama"),
     "mistral": _family(_llama_like(), "MistralModel", "Mistral"),
     "qwen2": _family(_llama_like(), "Qwen2ForCausalLM", "Qwen2, Qwen2.5"),
@@ -588,12 +740,7 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": _family(
         _llama_like(norm_offset=1.0, qk_norm=_qk_norm(offset=1.0)), "Gemma3ForCausalLM", "Gemma 3 (text)"
     ),
-    "olmo2": _family(
-        # Olmo2 norms the outputs of its sublayers: attention reads the raw residual stream.
-        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")),
-        "Olmo2ForCausalLM",
-        "OLMo 2",
-    ),
+    "olmo2": _family(_olmo2_like(), "Olmo2ForCausalLM", "OLMo 2"),
     "mixtral": _family(_llama_like(), "MixtralForCausalLM", "Mixtral"),
     "starcoder2": _family(_llama_like(), "Starcoder2ForCausalLM", "StarCoder2"),
     "stablelm": _family(
@@ -607,12 +754,10 @@ FAMILIES: dict[str, Family] = {
         variants="qk-norm (a LayerNorm per head) with qk_layernorm",
     ),
     "phi": _family(
-        _llama_like(
-            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm")
-        ),
+        _llama_like(adjust=_QK_LAYERNORM),
         "PhiForCausalLM",
         "Phi-1, Phi-1.5, Phi-2",
-        variants="qk-norm (LayerNorm) with qk_layernorm",
+        variants=_QK_LAYERNORM_VARIANTS,
     ),
     "gpt_neo": _family(
         Layout(
@@ -663,13 +808,7 @@ FAMILIES: dict[str, Family] = {
         "an MPT with attn_config.clip_qkv clamps q and k entrywise (not linear): the form is the unclamped one",
     ),
     "modernbert": _family(
-        Layout(
-            query="layers.{i}.attn.Wqkv.weight",
-            storage="stacked",
-            norm="layers.{i}.attn_norm.weight",
-            first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
-            positional="rope",
-        ),
+        _modernbert(query="layers.{i}.attn.Wqkv.weight", storage="stacked"),
         "ModernBertForMaskedLM",
         "ModernBERT",
     ),
@@ -685,36 +824,22 @@ FAMILIES: dict[str, Family] = {
         "ALBERT shares one layer's weights across all its layers: each shared layer (group) is one row per "
         "head, layer 0; --fold-norm folds its output norm, which feeds every application but the first",
     ),
-    "xlm-roberta": _family(_bert_like("encoder"), "XLMRobertaForMaskedLM", "XLM-RoBERTa"),
-    "electra": _family(_bert_like("encoder", adjust=_electra_adjust), "ElectraForPreTraining", "ELECTRA"),
-    "t5": Family(_t5_stacks(), models="T5, T5 v1.1, Flan-T5", proof="T5ForConditionalGeneration"),
-    "mt5": Family(_t5_stacks(), models="mT5", proof="MT5ForConditionalGeneration"),
-    "bart": Family(_seq2seq_stacks(post_norm=True), models="BART", proof="BartForConditionalGeneration"),
-    "whisper": Family(
-        _seq2seq_stacks(post_norm=False), models="Whisper", proof="WhisperForConditionalGeneration"
-    ),
+    "xlm-roberta": _family(_bert_like(), "XLMRobertaForMaskedLM", "XLM-RoBERTa"),
+    "electra": _family(_bert_like(adjust=_electra_adjust), "ElectraForPreTraining", "ELECTRA"),
+    "t5": _family(_t5_stacks(), "T5ForConditionalGeneration", "T5, T5 v1.1, Flan-T5"),
+    "mt5": _family(_t5_stacks(), "MT5ForConditionalGeneration", "mT5"),
+    "bart": _family(_seq2seq_stacks(post_norm=True), "BartForConditionalGeneration", "BART"),
+    "whisper": _family(_seq2seq_stacks(post_norm=False), "WhisperForConditionalGeneration", "Whisper"),
     "vit": _family(_vit_like("layernorm_before"), "ViTModel", "ViT"),
     "dinov2": _family(_vit_like("norm1"), "Dinov2Model", "DINOv2"),
-    "clip": Family((_clip_tower("text"), _clip_tower("vision")), models="CLIP", proof="CLIPModel"),
+    "clip": _family((_clip_tower("text"), _clip_tower("vision")), "CLIPModel", "CLIP"),
     "deepseek_v3": _family(
-        Layout(
-            **_qk("layers.{i}.self_attn.", "q_a_proj", "kv_a_proj_with_mqa"),
-            storage="latent",
-            norm="layers.{i}.input_layernorm.weight",
-            positional="rope",
-            latent=LatentAttention(
-                query_norm="layers.{i}.self_attn.q_a_layernorm.weight",
-                query_up="layers.{i}.self_attn.q_b_proj.weight",
-                key_norm="layers.{i}.self_attn.kv_a_layernorm.weight",
-                key_up="layers.{i}.self_attn.kv_b_proj.weight",
-            ),
-            adjust=_deepseek_adjust,
-        ),
+        _mla(),
         "DeepseekV3ForCausalLM",
         "DeepSeek-V3, DeepSeek-R1",
         "latent attention: the non-RoPE and decoupled RoPE parts are one form at offset 0; the key "
         "latent's norm scales only the non-RoPE part (qkenergy explain families)",
-        "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
+        _MLA_VARIANTS,
     ),
     # ------------------------------------------------------------- families of 2025-2026 (issue 18)
     "gpt_oss": _family(
@@ -740,10 +865,7 @@ FAMILIES: dict[str, Family] = {
         variants="qk-norm (a LayerNorm per head, own gains) with use_qk_norm",
     ),
     "cohere2": _family(
-        _llama_like(
-            rope_pairs="interleaved",
-            rope_layers=(_SLIDING_ATTENTION,),
-        ),
+        _cohere2_text(),
         "Cohere2ForCausalLM",
         "Command R7B, Command A",
         "the global (full attention) layers have no positions (NoPE): positional none there",
@@ -761,32 +883,13 @@ FAMILIES: dict[str, Family] = {
     "ernie4_5_moe": _family(
         _llama_like(rope_pairs="interleaved"), "Ernie4_5_MoeForCausalLM", "ERNIE 4.5 MoE"
     ),
-    "hunyuan_v1_dense": _family(
-        _llama_like(qk_norm=_qk_norm(q="query_layernorm", k="key_layernorm", after_rope=True)),
-        "HunYuanDenseV1ForCausalLM",
-        "Hunyuan dense",
-        "qk-norm after RoPE: its gains do not commute with the rotation, so the form read is the one of "
-        "two tokens at position 0",
-    ),
-    "hunyuan_v1_moe": _family(
-        _llama_like(qk_norm=_qk_norm(q="query_layernorm", k="key_layernorm", after_rope=True)),
-        "HunYuanMoEV1ForCausalLM",
-        "Hunyuan-A13B",
-        "qk-norm after RoPE: its gains do not commute with the rotation, so the form read is the one of "
-        "two tokens at position 0",
-    ),
+    "hunyuan_v1_dense": _hunyuan("HunYuanDenseV1ForCausalLM", "Hunyuan dense"),
+    "hunyuan_v1_moe": _hunyuan("HunYuanMoEV1ForCausalLM", "Hunyuan-A13B"),
     "granite": _family(_llama_like(), "GraniteForCausalLM", "Granite 3"),
     "granitemoe": _family(_llama_like(), "GraniteMoeForCausalLM", "Granite 3 MoE"),
     "granitemoeshared": _family(_llama_like(), "GraniteMoeSharedForCausalLM", "Granite MoE (shared experts)"),
-    "olmo3": _family(
-        # Olmo3 norms the outputs of its sublayers, as Olmo2: attention reads the raw residual stream.
-        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")),
-        "Olmo3ForCausalLM",
-        "OLMo 3",
-    ),
-    "flex_olmo": _family(
-        _llama_like(norm=None, qk_norm=_qk_norm(scope="projection")), "FlexOlmoForCausalLM", "FlexOlmo"
-    ),
+    "olmo3": _family(_olmo2_like(), "Olmo3ForCausalLM", "OLMo 3"),
+    "flex_olmo": _family(_olmo2_like(), "FlexOlmoForCausalLM", "FlexOlmo"),
     "olmoe": _family(
         _llama_like(qk_norm=_qk_norm(scope="projection")),
         "OlmoeForCausalLM",
@@ -841,8 +944,8 @@ FAMILIES: dict[str, Family] = {
         _mla(rope_pairs="interleaved"),
         "DeepseekV2ForCausalLM",
         "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
-        "latent attention, as deepseek_v3 (qkenergy explain families)",
-        "multi-head latent attention; q_proj without a query latent when q_lora_rank is null",
+        _MLA_NOTE,
+        _MLA_VARIANTS,
     ),
     "deepseek_v32": _family(
         _mla(rope_pairs="interleaved"),
@@ -851,51 +954,18 @@ FAMILIES: dict[str, Family] = {
         "latent attention, as deepseek_v3; the lightning indexer that picks the keys each query attends "
         "to is a separate score, not the heads' form, and is not read",
     ),
-    "glm4_moe_lite": _family(
-        _mla(),
-        "Glm4MoeLiteForCausalLM",
-        "GLM-4.7-Flash",
-        "latent attention, as deepseek_v3 (qkenergy explain families)",
-    ),
-    "youtu": _family(
-        _mla(),
-        "YoutuForCausalLM",
-        "Youtu-LLM",
-        "latent attention, as deepseek_v3 (qkenergy explain families)",
-    ),
+    "glm4_moe_lite": _family(_mla(), "Glm4MoeLiteForCausalLM", "GLM-4.7-Flash", _MLA_NOTE),
+    "youtu": _family(_mla(), "YoutuForCausalLM", "Youtu-LLM", _MLA_NOTE),
     # ------------------------------------------------------------------ towers, vision, audio
-    "siglip": Family(
-        (_clip_tower("text"), _clip_tower("vision")),
-        models="SigLIP",
-        proof="SiglipModel",
-        note="the vision tower's attention-pooling head (one learned probe) is not read",
+    "siglip": _family((_clip_tower("text"), _clip_tower("vision")), "SiglipModel", "SigLIP", _TOWER_POOLING),
+    "siglip2": _family(
+        (_clip_tower("text"), _clip_tower("vision")), "Siglip2Model", "SigLIP 2", _TOWER_POOLING
     ),
-    "siglip2": Family(
-        (_clip_tower("text"), _clip_tower("vision")),
-        models="SigLIP 2",
-        proof="Siglip2Model",
-        note="the vision tower's attention-pooling head (one learned probe) is not read",
-    ),
-    "gemma3": Family(
-        (
-            _llama_like(
-                norm_offset=1.0,
-                qk_norm=_qk_norm(offset=1.0),
-                stack="text",
-                config_section="text_config",
-                within="language_model",
-            ),
-            Layout(
-                **_qk("encoder.layers.{i}.self_attn."),
-                norm="encoder.layers.{i}.layer_norm1.weight",
-                stack="vision",
-                config_section="vision_config",
-                within="vision_tower",
-            ),
-        ),
-        models="Gemma 3 (multimodal: 4B, 12B, 27B), MedGemma",
-        proof="Gemma3ForConditionalGeneration",
-        note="two towers: the Gemma 3 text decoder and the SigLIP vision encoder (the projector has no attention)",
+    "gemma3": _family(
+        _towers(_llama_like(norm_offset=1.0, qk_norm=_qk_norm(offset=1.0)), _tower_alone("vision")),
+        "Gemma3ForConditionalGeneration",
+        "Gemma 3 (multimodal: 4B, 12B, 27B), MedGemma",
+        "two towers: the Gemma 3 text decoder and the SigLIP vision encoder (the projector has no attention)",
     ),
     "dinov3_vit": _family(
         Layout(
@@ -909,12 +979,7 @@ FAMILIES: dict[str, Family] = {
         "register tokens are not rotated",
     ),
     "modernbert-decoder": _family(
-        Layout(
-            **_qk("layers.{i}.attn."),
-            norm="layers.{i}.attn_norm.weight",
-            first_norm="embeddings.norm.weight",  # layer 0 has no attn_norm: the embeddings norm feeds it
-            positional="rope",
-        ),
+        _modernbert(**_qk("layers.{i}.attn.")),
         "ModernBertDecoderForCausalLM",
         "ModernBERT decoder (Ettin)",
     ),
@@ -929,115 +994,66 @@ FAMILIES: dict[str, Family] = {
     ),
     "data2vec-audio": _family(_speech_encoder(), "Data2VecAudioModel", "data2vec (audio)", _SPEECH_NOTE),
     # encoders laid out as BERT, ViT and DINOv2
-    "camembert": _family(_bert_like("encoder"), "CamembertModel", "CamemBERT"),
-    "data2vec-text": _family(_bert_like("encoder"), "Data2VecTextModel", "data2vec (text)"),
-    "ernie": _family(_bert_like("encoder"), "ErnieModel", "ERNIE 1.0-3.0"),
+    "camembert": _family(_bert_like(), "CamembertModel", "CamemBERT"),
+    "data2vec-text": _family(_bert_like(), "Data2VecTextModel", "data2vec (text)"),
+    "ernie": _family(_bert_like(), "ErnieModel", "ERNIE 1.0-3.0"),
     "roberta-prelayernorm": _family(
-        _bert_like(
-            "encoder", norm="encoder.layer.{i}.attention.LayerNorm.weight", post_norm=False, first_norm=None
-        ),
-        "RobertaPreLayerNormModel",
-        "RoBERTa-PreLayerNorm",
+        _bert_pre_norm("LayerNorm"), "RobertaPreLayerNormModel", "RoBERTa-PreLayerNorm"
     ),
-    "megatron-bert": _family(
-        _bert_like("encoder", norm="encoder.layer.{i}.attention.ln.weight", post_norm=False, first_norm=None),
-        "MegatronBertModel",
-        "Megatron-BERT",
-    ),
+    "megatron-bert": _family(_bert_pre_norm("ln"), "MegatronBertModel", "Megatron-BERT"),
     "deit": _family(_vit_like("layernorm_before"), "DeiTModel", "DeiT"),
     "vit_mae": _family(_vit_like("layernorm_before"), "ViTMAEModel", "ViT-MAE"),
     "vit_msn": _family(_vit_like("layernorm_before"), "ViTMSNModel", "ViT-MSN"),
     "ijepa": _family(_vit_like("layernorm_before"), "IJepaModel", "I-JEPA"),
     "dinov2_with_registers": _family(_vit_like("norm1"), "Dinov2WithRegistersModel", "DINOv2 with registers"),
     # multimodal decoders: the text stack and the vision tower
-    "qwen2_5_vl": Family(
-        (_llama_like(stack="text", config_section="text_config", section_optional=True), _qwen_vision()),
-        models="Qwen2.5-VL",
-        proof="Qwen2_5_VLForConditionalGeneration",
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN_WINDOWS_NOTE,
+    "qwen2_5_vl": _qwen_vl(
+        "Qwen2_5_VLForConditionalGeneration", "Qwen2.5-VL", _llama_like(), _QWEN_WINDOWS_NOTE
     ),
     "qwen2_5_vl_text": _family(
         _llama_like(), "Qwen2_5_VLTextModel", "Qwen2.5-VL (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_vl": _qwen3_vl("Qwen3-VL", "Qwen3VLForConditionalGeneration"),
+    "qwen3_vl": _qwen_vl(
+        "Qwen3VLForConditionalGeneration", "Qwen3-VL", _llama_like(qk_norm=_qk_norm()), _QWEN3_DEEPSTACK_NOTE
+    ),
     "qwen3_vl_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLTextModel", "Qwen3-VL (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_5": Family(
-        (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
-        models="Qwen3.5",
-        proof="Qwen3_5ForConditionalGeneration",
-        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    "qwen3_5": _qwen_vl(
+        "Qwen3_5ForConditionalGeneration", "Qwen3.5", _qwen3_next(), _QWEN3_VISION_NOTE, _QWEN3_5_NOTE
     ),
-    "qwen3_5_text": _family(_qwen3_5_text(), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE),
-    "qwen3_5_moe": Family(
-        (_qwen3_5_text(stack="text", config_section="text_config"), _qwen_vision()),
-        models="Qwen3.5 MoE",
-        proof="Qwen3_5MoeForConditionalGeneration",
-        note=_QWEN3_5_NOTE + "; " + _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
+    "qwen3_5_text": _family(
+        _qwen3_next(section_optional=True), "Qwen3_5ForCausalLM", "Qwen3.5 (text)", _QWEN3_5_NOTE
+    ),
+    "qwen3_5_moe": _qwen_vl(
+        "Qwen3_5MoeForConditionalGeneration", "Qwen3.5 MoE", _qwen3_next(), _QWEN3_VISION_NOTE, _QWEN3_5_NOTE
     ),
     "qwen3_5_moe_text": _family(
-        _qwen3_5_text(), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
+        _qwen3_next(section_optional=True), "Qwen3_5MoeForCausalLM", "Qwen3.5 MoE (text)", _QWEN3_5_NOTE
     ),
-    "mistral3": Family(
-        (
-            _llama_like(stack="text", config_section="text_config", within="language_model"),
-            Layout(
-                **_qk("transformer.layers.{i}.attention."),
-                norm="transformer.layers.{i}.attention_norm.weight",
-                head_dim_key="head_dim",
-                stack="vision",
-                positional="rope_2d",
-                config_section="vision_config",
-                within="vision_tower",
-            ),
-        ),
-        models="Mistral Small 3.1 / 3.2, Magistral Small",
-        proof="Mistral3ForConditionalGeneration",
-        note="two towers: the Mistral text decoder and the Pixtral vision encoder, whose 2-D RoPE over "
+    "mistral3": _family(
+        _towers(_llama_like(), _pixtral()),
+        "Mistral3ForConditionalGeneration",
+        "Mistral Small 3.1 / 3.2, Magistral Small",
+        "two towers: the Mistral text decoder and the Pixtral vision encoder, whose 2-D RoPE over "
         "patch rows and columns makes its form the one at offset (0, 0)",
     ),
-    "llama4": Family(
-        (
-            _llama4_text(stack="text", config_section="text_config", within="language_model"),
-            Layout(
-                **_qk("model.layers.{i}.self_attn."),
-                norm="model.layers.{i}.input_layernorm.weight",
-                stack="vision",
-                positional="rope_2d",
-                config_section="vision_config",
-                within="vision_model",
-            ),
-        ),
-        models="Llama 4 Scout, Maverick",
-        proof="Llama4ForConditionalGeneration",
-        note=_LLAMA4_NOTE + "; two towers: the text decoder and the vision encoder, whose 2-D RoPE (on "
+    "llama4": _family(
+        _towers(_llama4_text(), _llama4_vision(), ("language_model", "vision_model")),
+        "Llama4ForConditionalGeneration",
+        "Llama 4 Scout, Maverick",
+        _LLAMA4_NOTE + "; two towers: the text decoder and the vision encoder, whose 2-D RoPE (on "
         "interleaved pairs, over patch columns and rows; the class token is not rotated) makes its form the "
         "one at offset (0, 0)",
     ),
     # ----------------------------------------------------------------------------- hybrids
     "qwen3_next": _family(
-        _llama_like(
-            norm_offset=1.0,
-            query_gate=True,
-            qk_norm=_qk_norm(offset=1.0),
-            attention_layers=(_FULL_ATTENTION,),
-        ),
+        _qwen3_next(),
         "Qwen3NextForCausalLM",
         "Qwen3-Next",
-        "hybrid: rows for the full-attention layers only (the Gated DeltaNet layers are linear attention); "
-        "the query projection also holds each head's output gate, which does not enter the form",
+        _QWEN3_5_NOTE + ", which does not enter the form",
     ),
-    "lfm2": _family(
-        _llama_like(
-            norm="layers.{i}.operator_norm.weight",
-            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
-            attention_layers=(_FULL_ATTENTION,),
-        ),
-        "Lfm2ForCausalLM",
-        "LFM2",
-        "hybrid: rows for the attention layers only (the others are short convolutions)",
-    ),
+    "lfm2": _lfm2("Lfm2ForCausalLM", "LFM2"),
     "falcon_h1": _family(
         _llama_like(),
         "FalconH1ForCausalLM",
@@ -1115,127 +1131,62 @@ FAMILIES: dict[str, Family] = {
     "clip_vision_model": _family(_tower_alone("vision"), "CLIPVisionModel", "CLIP vision encoder"),
     "siglip_text_model": _family(_tower_alone("text"), "SiglipTextModel", "SigLIP text encoder"),
     "siglip_vision_model": _family(
-        _tower_alone("vision"),
-        "SiglipVisionModel",
-        "SigLIP vision encoder",
-        "the attention-pooling head (one learned probe) is not read",
+        _tower_alone("vision"), "SiglipVisionModel", "SigLIP vision encoder", _POOLING_NOTE
     ),
     "siglip2_text_model": _family(_tower_alone("text"), "Siglip2TextModel", "SigLIP 2 text encoder"),
     "siglip2_vision_model": _family(
-        _tower_alone("vision"),
-        "Siglip2VisionModel",
-        "SigLIP 2 vision encoder",
-        "the attention-pooling head (one learned probe) is not read",
+        _tower_alone("vision"), "Siglip2VisionModel", "SigLIP 2 vision encoder", _POOLING_NOTE
     ),
-    "metaclip_2": Family(
-        (_clip_tower("text"), _clip_tower("vision")), models="MetaCLIP 2", proof="MetaClip2Model"
-    ),
+    "metaclip_2": _family((_clip_tower("text"), _clip_tower("vision")), "MetaClip2Model", "MetaCLIP 2"),
     "metaclip_2_text_model": _family(_tower_alone("text"), "MetaClip2TextModel", "MetaCLIP 2 text encoder"),
     "metaclip_2_vision_model": _family(
         _tower_alone("vision"), "MetaClip2VisionModel", "MetaCLIP 2 vision encoder"
     ),
-    "qwen2_5_vl_vision": _family(
-        _alone(_qwen_vision()),
-        "Qwen2_5_VisionTransformerPretrainedModel",
-        "Qwen2.5-VL vision encoder",
-        _QWEN_VISION_NOTE + _QWEN_WINDOWS_NOTE,
+    "qwen2_5_vl_vision": _qwen_vision_alone(
+        "Qwen2_5_VisionTransformerPretrainedModel", "Qwen2.5-VL vision encoder", _QWEN_WINDOWS_NOTE
     ),
-    "qwen3_vl_vision": _family(
-        _alone(_qwen_vision()),
-        "Qwen3VLVisionModel",
-        "Qwen3-VL vision encoder",
-        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
-    ),
-    "qwen3_5_vision": _family(
-        _alone(_qwen_vision()),
-        "Qwen3_5VisionModel",
-        "Qwen3.5 vision encoder",
-        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
-    ),
-    "qwen3_5_moe_vision": _family(
-        _alone(_qwen_vision()),
-        "Qwen3_5MoeVisionModel",
-        "Qwen3.5 MoE vision encoder",
-        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
-    ),
+    "qwen3_vl_vision": _qwen_vision_alone("Qwen3VLVisionModel", "Qwen3-VL vision encoder"),
+    "qwen3_5_vision": _qwen_vision_alone("Qwen3_5VisionModel", "Qwen3.5 vision encoder"),
+    "qwen3_5_moe_vision": _qwen_vision_alone("Qwen3_5MoeVisionModel", "Qwen3.5 MoE vision encoder"),
     "llama4_vision_model": _family(
-        Layout(
-            **_qk("model.layers.{i}.self_attn."),
-            norm="model.layers.{i}.input_layernorm.weight",
-            stack="vision",
-            positional="rope_2d",
-        ),
+        _llama4_vision(),
         "Llama4VisionModel",
         "Llama 4 vision encoder",
         "2-D RoPE (interleaved pairs, over patch columns and rows; the class token is not rotated): the "
         "form read is the one at offset (0, 0)",
     ),
     "pixtral": _family(
-        Layout(
-            **_qk("transformer.layers.{i}.attention."),
-            norm="transformer.layers.{i}.attention_norm.weight",
-            head_dim_key="head_dim",
-            stack="vision",
-            positional="rope_2d",
-        ),
+        _pixtral(),
         "PixtralVisionModel",
         "Pixtral vision encoder",
         "2-D RoPE over patch rows and columns: the form read is the one at offset (0, 0)",
     ),
     # ------------------------------------------------------------- issue 18, second round: decoders
     "gpt_bigcode": _family(
-        Layout(
-            query="h.{i}.attn.c_attn.weight",
-            norm="h.{i}.ln_1.weight",
-            **_sizes("n_head", "n_embd", "n_layer"),
-            adjust=_bigcode_adjust,
-        ),
+        _gpt2_like(adjust=_bigcode_adjust),
         "GPTBigCodeForCausalLM",
         "StarCoder, SantaCoder, GPT-BigCode",
         "multi-query: one key head shared by every query head",
         "multi-head (c_attn per head) without multi_query",
     ),
     "openai-gpt": _family(
-        Layout(
-            # Post-norm: layer i reads layer i-1's ln_2; the embeddings feeding layer 0 are not normed.
-            query="h.{i}.attn.c_attn.weight",
-            storage="conv1d",
-            norm="h.{i}.ln_2.weight",
-            post_norm=True,
-            **_sizes("n_head", "n_embd", "n_layer"),
-        ),
+        # Post-norm: layer i reads layer i-1's ln_2; the embeddings feeding layer 0 are not normed.
+        _gpt2_like(storage="conv1d", norm="h.{i}.ln_2.weight", post_norm=True),
         "OpenAIGPTLMHeadModel",
         "GPT (OpenAI GPT-1)",
     ),
     "xglm": _family(
-        Layout(
-            **_qk("layers.{i}.self_attn."),
-            norm="layers.{i}.self_attn_layer_norm.weight",
-            **_sizes("attention_heads", "d_model", "num_layers"),
-        ),
+        _opt_like(**_sizes("attention_heads", "d_model", "num_layers")),
         "XGLMForCausalLM",
         "XGLM",
         "sinusoidal positions added to the embeddings (absolute)",
     ),
-    "biogpt": _family(
-        Layout(
-            **_qk("layers.{i}.self_attn."),
-            norm="layers.{i}.self_attn_layer_norm.weight",
-        ),
-        "BioGptForCausalLM",
-        "BioGPT",
-    ),
+    "biogpt": _family(_opt_like(), "BioGptForCausalLM", "BioGPT"),
     "persimmon": _family(
-        Layout(
-            query="layers.{i}.self_attn.query_key_value.weight",
-            storage="interleaved",
-            norm="layers.{i}.input_layernorm.weight",
-            positional="rope",
-            adjust=_with_qk_norm(_qk_norm(q="q_layernorm", k="k_layernorm", centred=True), "qk_layernorm"),
-        ),
+        _neox_like("self_attn", adjust=_QK_LAYERNORM),
         "PersimmonForCausalLM",
         "Persimmon, Fuyu's decoder",
-        variants="qk-norm (LayerNorm) with qk_layernorm",
+        variants=_QK_LAYERNORM_VARIANTS,
     ),
     "bitnet": _family(
         _llama_like(),
@@ -1256,159 +1207,97 @@ FAMILIES: dict[str, Family] = {
         "at offset -d (offset 0 is exact)",
     ),
     "minicpm3": _family(_mla(), "MiniCPM3ForCausalLM", "MiniCPM3", "latent attention, as deepseek_v3"),
-    "lfm2_moe": _family(
-        _llama_like(
-            norm="layers.{i}.operator_norm.weight",
-            qk_norm=_qk_norm(q="q_layernorm", k="k_layernorm"),
-            attention_layers=(_FULL_ATTENTION,),
-        ),
-        "Lfm2MoeForCausalLM",
-        "LFM2-MoE",
-        "hybrid: rows for the attention layers only (the others are short convolutions)",
-    ),
+    "lfm2_moe": _lfm2("Lfm2MoeForCausalLM", "LFM2-MoE"),
     # ------------------------------------------ issue 18, second round: vision-language wrappers
-    "llava": Family(
-        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
-        models="LLaVA 1.5, BakLLaVA, Pixtral 12B (llava with a pixtral tower)",
-        proof="LlavaForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
+    "llava": _wrapper(
+        "LlavaForConditionalGeneration", "LLaVA 1.5, BakLLaVA, Pixtral 12B (llava with a pixtral tower)"
     ),
-    "vipllava": Family(
-        _wrapper(_llama_like(), _tower_alone("vision"), "language_model", "vision_tower"),
-        models="ViP-LLaVA",
-        proof="VipLlavaForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
+    "vipllava": _wrapper("VipLlavaForConditionalGeneration", "ViP-LLaVA"),
+    "paligemma": _wrapper(
+        "PaliGemmaForConditionalGeneration", "PaliGemma, PaliGemma 2", _llama_like(norm_offset=1.0)
     ),
-    "paligemma": Family(
-        _wrapper(_llama_like(norm_offset=1.0), _tower_alone("vision"), "language_model", "vision_tower"),
-        models="PaliGemma, PaliGemma 2",
-        proof="PaliGemmaForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
-    ),
-    "aya_vision": Family(
-        _wrapper(
-            _llama_like(
-                rope_pairs="interleaved",
-                rope_layers=(_SLIDING_ATTENTION,),
-            ),
-            _tower_alone("vision"),
-            "language_model",
-            "vision_tower",
-        ),
-        models="Aya Vision",
-        proof="AyaVisionForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
-    ),
-    "qwen2_vl": Family(
-        (
-            _llama_like(stack="text", config_section="text_config", section_optional=True),
-            dataclasses.replace(_qwen_vision(), hidden_keys=("embed_dim",)),
-        ),
-        models="Qwen2-VL",
-        proof="Qwen2VLForConditionalGeneration",
-        note=_MROPE_NOTE + "; " + _QWEN_VISION_NOTE,
+    "aya_vision": _wrapper("AyaVisionForConditionalGeneration", "Aya Vision", _cohere2_text()),
+    "qwen2_vl": _qwen_vl(
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2-VL",
+        _llama_like(),
+        vision=dataclasses.replace(_qwen_vision(), hidden_keys=("embed_dim",)),
     ),
     "qwen2_vl_text": _family(_llama_like(), "Qwen2VLTextModel", "Qwen2-VL (text tower alone)", _MROPE_NOTE),
-    "qwen3_vl_moe": _qwen3_vl("Qwen3-VL MoE", "Qwen3VLMoeForConditionalGeneration"),
+    "qwen3_vl_moe": _qwen_vl(
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3-VL MoE",
+        _llama_like(qk_norm=_qk_norm()),
+        _QWEN3_DEEPSTACK_NOTE,
+    ),
     "qwen3_vl_moe_text": _family(
         _llama_like(qk_norm=_qk_norm()), "Qwen3VLMoeTextModel", "Qwen3-VL MoE (text tower alone)", _MROPE_NOTE
     ),
-    "qwen3_vl_moe_vision": _family(
-        _alone(_qwen_vision()),
-        "Qwen3VLMoeVisionModel",
-        "Qwen3-VL MoE vision encoder",
-        _QWEN_VISION_NOTE + _QWEN3_VISION_NOTE,
-    ),
+    "qwen3_vl_moe_vision": _qwen_vision_alone("Qwen3VLMoeVisionModel", "Qwen3-VL MoE vision encoder"),
     # -------------------------------------------------------------- issue 18, second round: encoders
     "xlm-roberta-xl": _family(
-        _bert_like(
-            "encoder",
-            norm="encoder.layer.{i}.attention.self_attn_layer_norm.weight",
-            post_norm=False,
-            first_norm=None,
-        ),
+        _bert_pre_norm("self_attn_layer_norm"),
         "XLMRobertaXLModel",
         "XLM-RoBERTa XL, XXL",
         "pre-norm (attention.self_attn_layer_norm feeds attention)",
     ),
     "eurobert": _family(_llama_like(), "EuroBertModel", "EuroBERT", "bidirectional: no causal mask"),
-    "splinter": _family(_bert_like("encoder"), "SplinterModel", "Splinter"),
+    "splinter": _family(_bert_like(), "SplinterModel", "Splinter"),
     "rembert": _family(
-        _bert_like("encoder", first_norm=None),
+        _bert_like(first_norm=None),
         "RemBertModel",
         "RemBERT",
         "the normed input embeddings are projected up before layer 0: no norm feeds it directly",
     ),
     "layoutlm": _family(
-        _bert_like("encoder"),
+        _bert_like(),
         "LayoutLMModel",
         "LayoutLM",
         "2-D box position embeddings are added to the embeddings (absolute)",
     ),
     "markuplm": _family(
-        _bert_like("encoder"),
+        _bert_like(),
         "MarkupLMModel",
         "MarkupLM",
         "XPath embeddings are added to the embeddings (absolute)",
     ),
     "mpnet": _family(
-        Layout(
-            **_qk("encoder.layer.{i}.attention.attn.", "q", "k"),
-            norm="encoder.layer.{i}.output.LayerNorm.weight",
-            post_norm=True,
-            first_norm="embeddings.LayerNorm.weight",
-            positional="relative_bias",
-        ),
+        _bert_like(**_qk("encoder.layer.{i}.attention.attn.", "q", "k"), positional="relative_bias"),
         "MPNetModel",
         "MPNet, all-mpnet-base-v2",
         "a learned relative position bias (shared by the layers) is added to the scores, and absolute "
         "position embeddings to the input: neither is part of L",
     ),
     "data2vec-vision": _family(
-        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
+        _vit_like("layernorm_before", adjust=_beit_adjust),
         "Data2VecVisionModel",
         "data2vec (vision)",
-        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+        variants=_BEIT_VARIANTS,
     ),
     "beit": _family(
-        dataclasses.replace(_vit_like("layernorm_before"), adjust=_beit_adjust),
-        "BeitModel",
-        "BEiT",
-        variants="relative_bias with use_relative_position_bias or use_shared_relative_position_bias",
+        _vit_like("layernorm_before", adjust=_beit_adjust), "BeitModel", "BEiT", variants=_BEIT_VARIANTS
     ),
     # ------------------------------------------------------ issue 18, second round: encoder-decoders
-    "mbart": Family(
-        _seq2seq_stacks(post_norm=False), models="mBART, mBART-50", proof="MBartForConditionalGeneration"
+    "mbart": _family(_seq2seq_stacks(post_norm=False), "MBartForConditionalGeneration", "mBART, mBART-50"),
+    "pegasus": _family(_seq2seq_stacks(post_norm=False), "PegasusForConditionalGeneration", "PEGASUS"),
+    "m2m_100": _family(
+        _seq2seq_stacks(post_norm=False), "M2M100ForConditionalGeneration", "M2M-100, NLLB-200 (dense)"
     ),
-    "pegasus": Family(
-        _seq2seq_stacks(post_norm=False), models="PEGASUS", proof="PegasusForConditionalGeneration"
+    "blenderbot": _family(
+        _seq2seq_stacks(post_norm=False), "BlenderbotForConditionalGeneration", "BlenderBot"
     ),
-    "m2m_100": Family(
-        _seq2seq_stacks(post_norm=False),
-        models="M2M-100, NLLB-200 (dense)",
-        proof="M2M100ForConditionalGeneration",
+    "blenderbot-small": _family(
+        _seq2seq_stacks(post_norm=True, unnormed=("decoder",)),
+        "BlenderbotSmallForConditionalGeneration",
+        "BlenderBot small",
+        "the decoder adds its positions after the embeddings norm: no norm feeds its layer 0 directly",
     ),
-    "blenderbot": Family(
-        _seq2seq_stacks(post_norm=False), models="BlenderBot", proof="BlenderbotForConditionalGeneration"
-    ),
-    "blenderbot-small": Family(
-        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("decoder",)),
-        models="BlenderBot small",
-        proof="BlenderbotSmallForConditionalGeneration",
-        note="the decoder adds its positions after the embeddings norm: no norm feeds its layer 0 directly",
-    ),
-    "plbart": Family(
-        _seq2seq_stacks(post_norm=True), models="PLBART", proof="PLBartForConditionalGeneration"
-    ),
-    "marian": Family(
-        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
-        models="Marian (opus-mt)",
-        proof="MarianMTModel",
-        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
+    "plbart": _family(_seq2seq_stacks(post_norm=True), "PLBartForConditionalGeneration", "PLBART"),
+    "marian": _family(
+        _seq2seq_stacks(post_norm=True, unnormed=("encoder", "decoder")),
+        "MarianMTModel",
+        "Marian (opus-mt)",
+        _UNNORMED_NOTE,
     ),
     # ------------------------------------------------- issue 18, second round: more llama-like decoders
     "aria_text": _family(_llama_like(), "AriaTextForCausalLM", "Aria (text decoder)"),
@@ -1445,12 +1334,10 @@ FAMILIES: dict[str, Family] = {
         _mla(), "DeepseekV3ForCausalLM", "Sarvam (MLA)", "latent attention, as deepseek_v3"
     ),
     "axk1": _family(_mla(), "AXK1ForCausalLM", "A.X K1", "latent attention, as deepseek_v3"),
-    "bert-generation": _family(
-        _bert_like("encoder", first_norm=None), "BertGenerationDecoder", "BertGeneration"
-    ),
-    "roc_bert": _family(_bert_like("encoder"), "RoCBertForCausalLM", "RoCBert"),
+    "bert-generation": _family(_bert_like(first_norm=None), "BertGenerationDecoder", "BertGeneration"),
+    "roc_bert": _family(_bert_like(), "RoCBertForCausalLM", "RoCBert"),
     "xmod": _family(
-        _bert_like("encoder"),
+        _bert_like(),
         "XmodForCausalLM",
         "X-MOD",
         "the per-language adapters sit in the feed-forward blocks, outside attention",
@@ -1458,7 +1345,6 @@ FAMILIES: dict[str, Family] = {
     # ---------------------------------------------- issue 18, second round: disentangled attention
     "deberta": _family(
         _bert_like(
-            "encoder",
             query="encoder.layer.{i}.attention.self.in_proj.weight",
             key=None,
             storage="interleaved",
@@ -1471,7 +1357,6 @@ FAMILIES: dict[str, Family] = {
     ),
     "deberta-v2": _family(
         _bert_like(
-            "encoder",
             **_qk("encoder.layer.{i}.attention.self.", "query_proj", "key_proj"),
             positional="relative_bias",
         ),
@@ -1498,14 +1383,14 @@ FAMILIES: dict[str, Family] = {
     "granite_docling_text": _family(
         _llama_like(), "GraniteDoclingTextModel", "Granite-Docling (text decoder)"
     ),
-    "chinese_clip": Family(
-        (_bert_like("encoder", stack="text", config_section="text_config"), _clip_tower("vision")),
-        models="Chinese-CLIP",
-        proof="ChineseCLIPModel",
-        note="two towers: a BERT text encoder (post-norm) and a CLIP vision encoder",
+    "chinese_clip": _family(
+        (_bert_like(stack="text", config_section="text_config"), _clip_tower("vision")),
+        "ChineseCLIPModel",
+        "Chinese-CLIP",
+        "two towers: a BERT text encoder (post-norm) and a CLIP vision encoder",
     ),
     "chinese_clip_text_model": _family(
-        _bert_like("encoder", stack="text"), "ChineseCLIPTextModel", "Chinese-CLIP text encoder"
+        _bert_like(stack="text"), "ChineseCLIPTextModel", "Chinese-CLIP text encoder"
     ),
     "chinese_clip_vision_model": _family(
         _tower_alone("vision"), "ChineseCLIPVisionModel", "Chinese-CLIP vision encoder"
@@ -1514,281 +1399,161 @@ FAMILIES: dict[str, Family] = {
         _tower_alone("vision"), "Idefics3VisionTransformer", "Idefics3 vision encoder (SigLIP-like)"
     ),
     "smolvlm_vision": _family(_tower_alone("vision"), "SmolVLMVisionTransformer", "SmolVLM vision encoder"),
-    "idefics3": Family(
-        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
-        models="Idefics3",
-        proof="Idefics3ForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
+    "idefics3": _wrapper(
+        "Idefics3ForConditionalGeneration", "Idefics3", within=("text_model", "vision_model")
     ),
-    "smolvlm": Family(
-        _wrapper(_llama_like(), _tower_alone("vision"), "text_model", "vision_model"),
-        models="SmolVLM, SmolVLM2",
-        proof="SmolVLMForConditionalGeneration",
-        note=_WRAPPER_NOTE,
-        variants="towers read as the model_type of text_config / vision_config",
+    "smolvlm": _wrapper(
+        "SmolVLMForConditionalGeneration", "SmolVLM, SmolVLM2", within=("text_model", "vision_model")
     ),
     "cohere2_moe": _family(
-        _llama_like(
-            rope_pairs="interleaved",
-            rope_layers=(_SLIDING_ATTENTION,),
-            adjust=_cohere2_moe_adjust,
-        ),
+        _cohere2_text(adjust=_cohere2_moe_adjust),
         "Cohere2MoeModel",
         "Command A MoE",
         "as cohere2: the global (full attention) layers have no positions (NoPE)",
     ),
     # -------------------------------------------------- issue 18, second round: T5-like seq2seq
-    "umt5": Family(
+    "umt5": _family(
         _t5_stacks(),
-        models="UMT5",
-        proof="UMT5ForConditionalGeneration",
-        note="as t5, with a relative position bias of its own in every layer (added, not part of L)",
+        "UMT5ForConditionalGeneration",
+        "UMT5",
+        "as t5, with a relative position bias of its own in every layer (added, not part of L)",
     ),
-    "switch_transformers": Family(
+    "switch_transformers": _family(
         _t5_stacks(),
-        models="Switch Transformers",
-        proof="SwitchTransformersForConditionalGeneration",
-        note="as t5; the mixture-of-experts feed-forward layers do not touch attention",
+        "SwitchTransformersForConditionalGeneration",
+        "Switch Transformers",
+        "as t5; the mixture-of-experts feed-forward layers do not touch attention",
     ),
-    "pop2piano": Family(_t5_stacks(), models="Pop2Piano", proof="Pop2PianoForConditionalGeneration"),
-    "qwen2_audio_encoder": _family(
-        _audio_encoder(),
-        "Qwen2AudioEncoder",
-        "Qwen2-Audio audio encoder",
-        "a Whisper encoder: the convolutional front end has no attention",
-    ),
-    "voxtral_encoder": _family(
-        _audio_encoder(),
-        "VoxtralEncoder",
-        "Voxtral audio encoder",
-        "a Whisper encoder: the convolutional front end has no attention",
-    ),
-    "speech_to_text": Family(
+    "pop2piano": _family(_t5_stacks(), "Pop2PianoForConditionalGeneration", "Pop2Piano"),
+    "qwen2_audio_encoder": _audio_encoder("Qwen2AudioEncoder", "Qwen2-Audio audio encoder"),
+    "voxtral_encoder": _audio_encoder("VoxtralEncoder", "Voxtral audio encoder"),
+    "speech_to_text": _family(
         _seq2seq_stacks(post_norm=False),
-        models="Speech2Text (S2T)",
-        proof="Speech2TextForConditionalGeneration",
-        note="as whisper: the convolutional subsampler before the encoder has no attention",
+        "Speech2TextForConditionalGeneration",
+        "Speech2Text (S2T)",
+        "as whisper: the convolutional subsampler before the encoder has no attention",
     ),
-    "mvp": Family(
+    "mvp": _family(
         _seq2seq_stacks(post_norm=True),
-        models="MVP",
-        proof="MvpForConditionalGeneration",
-        note="as bart; with use_prompt the learned prompt vectors prepended to the keys are not tokens of "
+        "MvpForConditionalGeneration",
+        "MVP",
+        "as bart; with use_prompt the learned prompt vectors prepended to the keys are not tokens of "
         "the input and are not part of L",
     ),
-    "fsmt": Family(
-        _unnormed_embeddings(_seq2seq_stacks(post_norm=True), ("encoder", "decoder")),
-        models="FSMT (WMT19 translation)",
-        proof="FSMTForConditionalGeneration",
-        note="post-norm, sinusoidal positions; the embeddings feeding layer 0 are not normed",
+    "fsmt": _family(
+        _seq2seq_stacks(post_norm=True, unnormed=("encoder", "decoder")),
+        "FSMTForConditionalGeneration",
+        "FSMT (WMT19 translation)",
+        _UNNORMED_NOTE,
+    ),
+    # ------------------------------------ per-layer shapes, KV sharing, shared blocks, more hybrids
+    "gemma4_text": _family(_gemma4_text(), "Gemma4ForCausalLM", "Gemma 4 (text)", _GEMMA4_NOTE),
+    "gemma4": _family(
+        _towers(_gemma4_text(), _gemma4_vision()),
+        "Gemma4ForConditionalGeneration",
+        "Gemma 4 (E2B, E4B, 26B A4B, 31B)",
+        _GEMMA4_NOTE + "; two towers read: the text decoder and the vision encoder (2-D RoPE: "
+        "the form at offset (0, 0)); the audio encoder is not read",
+    ),
+    "wavlm": _family(
+        _speech_encoder(),
+        "WavLMModel",
+        "WavLM",
+        _SPEECH_NOTE + "; a gated relative position bias (a learned bias per offset, scaled by a gate "
+        "computed from the query token) is added to the scores: it never involves the key's content "
+        "and is not part of the form",
+        _SPEECH_VARIANTS,
+    ),
+    "diffllama": _family(
+        _llama_like(),
+        "DiffLlamaForCausalLM",
+        "DiffLlama (differential attention)",
+        "differential attention: query heads h and h + H/2 are one pair whose two softmax maps are "
+        "subtracted after the softmax (the first minus lambda times the second); each map is an ordinary "
+        "head's softmax of its own bilinear form, one row per query head",
+    ),
+    "recurrent_gemma": _family(
+        _llama_like(
+            **_qk("layers.{i}.temporal_block."),
+            norm="layers.{i}.temporal_pre_norm.weight",
+            norm_offset=1.0,
+            head_dim_key=None,
+            attention_layers=(LayerPattern("block_types", kind="cycle", members=("attention",)),),
+        ),
+        "RecurrentGemmaForCausalLM",
+        "RecurrentGemma (Griffin)",
+        "hybrid: rows for the local-attention blocks only (block_types, repeated over the layers); the "
+        "others are RG-LRU recurrent blocks",
+    ),
+    "zamba": _family(
+        _llama_like(
+            **_qk("layers.{i}.shared_transf.self_attn."),
+            norm="layers.{i}.shared_transf.input_layernorm.weight",
+            hidden_keys=("attention_hidden_size",),
+            head_dim_key="attention_head_dim",
+            positional="none",
+            attention_layers=(LayerPattern("layers_block_type", kind="first", members=("hybrid",)),),
+        ),
+        "ZambaForCausalLM",
+        "Zamba",
+        "one attention block, its weights shared by every hybrid layer of layers_block_type (the others "
+        "are Mamba layers): its form is the same at each application and is read once, at the first "
+        "hybrid layer; its input is the concatenation of the layer's hidden state and the token "
+        "embeddings (N = attention_hidden_size = 2 hidden_size); no positions",
+    ),
+    "gemma4_unified_text": _family(
+        _gemma4_text(), "Gemma4UnifiedForCausalLM", "Gemma 4 unified (text)", _GEMMA4_NOTE
+    ),
+    "gemma4_unified": _family(
+        _gemma4_text(config_section="text_config", within="language_model"),
+        "Gemma4UnifiedForConditionalGeneration",
+        "Gemma 4 unified (encoder-free multimodal)",
+        _GEMMA4_NOTE + "; images and audio enter through embedders without attention: the text "
+        "decoder is the only attention stack",
+    ),
+    "embedding_gemma2_text": _family(
+        _embedding_gemma2_text(),
+        "EmbeddingGemma2TextModel",
+        "EmbeddingGemma 2 (text)",
+        _EMBEDDING_GEMMA2_NOTE,
+    ),
+    "embedding_gemma2": _family(
+        _towers(_embedding_gemma2_text(), _gemma4_vision()),
+        "EmbeddingGemma2Model",
+        "EmbeddingGemma 2",
+        _EMBEDDING_GEMMA2_NOTE + "; the Gemma 4 vision encoder, when the checkpoint has it, is read "
+        "as gemma4's (the audio encoder is not read)",
+    ),
+    "zamba2": _family(
+        _llama_like(
+            **_qk(_ZAMBA2_BLOCK + "self_attn."),
+            norm=_ZAMBA2_BLOCK + "input_layernorm.weight",
+            hidden_keys=("attention_hidden_size",),
+            head_dim_key="attention_head_dim",
+            positional="none",
+            attention_layers=(LayerPattern("layers_block_type", members=("hybrid",)),),
+            shared_blocks=SharedBlocks(query_adapter=_zamba2_adapter("q"), key_adapter=_zamba2_adapter("k")),
+            adjust=_zamba2_adjust,
+        ),
+        "Zamba2ForCausalLM",
+        "Zamba2",
+        "num_mem_blocks attention blocks shared by the hybrid layers (block k mod num_mem_blocks at the "
+        "k-th), stored under each block's first layer; with use_shared_attention_adapter every application "
+        "adds its own low-rank adapter to W_Q and W_K (its own form, one row set per hybrid layer), without "
+        "it the applications of one block repeat its form; the input is the hidden state and the token "
+        "embeddings concatenated (N = attention_hidden_size); RoPE only with use_mem_rope",
+        "rope with use_mem_rope",
+    ),
+    "mimo_v2_flash": _family(
+        _llama_like(
+            layer_shapes=(LayerShape(_SLIDING_ATTENTION, kv_heads_factor=2),),
+        ),
+        "MiMoV2FlashForCausalLM",
+        "MiMo-V2-Flash",
+        "sliding-window layers have twice the key heads of the full layers, and a learned sink logit per "
+        "head (not part of the form)",
     ),
 }
-
-
-# ---------------------------------------------------------------------- per-layer shapes, KV sharing
-# (gemma4, mimo_v2_flash): layers whose heads differ in size, layers that reuse earlier keys.
-
-
-def _gemma4_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-    """Gemma 4's full layers have their own key-head count only with attention_k_eq_v (as transformers)."""
-    if config.get("attention_k_eq_v"):
-        return layout
-    shapes = tuple(dataclasses.replace(shape, kv_heads_key=None) for shape in layout.layer_shapes)
-    return dataclasses.replace(layout, layer_shapes=shapes)
-
-
-def _gemma4_text(**kw: Any) -> Layout:
-    """Gemma 4's decoder: qk-norm per head, larger heads in the full layers, KV sharing at the end."""
-    return _llama_like(
-        qk_norm=_qk_norm(),
-        layer_shapes=(
-            LayerShape(
-                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
-            ),
-        ),
-        kv_sharing=KVSharing(),
-        adjust=_gemma4_adjust,
-        **kw,
-    )
-
-
-_GEMMA4_NOTE = (
-    "full-attention layers have larger heads (global_head_dim; with attention_k_eq_v fewer key heads, "
-    "whose keys are also the values) and proportional RoPE; the last num_kv_shared_layers layers reuse "
-    "the keys of the last earlier layer of their type: their rows pair their own queries with that "
-    "layer's keys (settings: key_layers)"
-)
-
-
-def _zamba2_adjust(config: Mapping[str, Any], layout: Layout) -> Layout:
-    """Zamba2 rotates queries and keys in its shared blocks only with use_mem_rope."""
-    return dataclasses.replace(layout, positional="rope") if config.get("use_mem_rope") else layout
-
-
-_ZAMBA2_BLOCK = "layers.{i}.shared_transformer."
-
-
-def _zamba2_adapter(side: str) -> tuple[str, str]:
-    """The adapter of application {k} on the q or k side: its down (0) and up (1) projections."""
-    name = _ZAMBA2_BLOCK + f"self_attn.linear_{side}_adapter_list.{{k}}"
-    return f"{name}.0.weight", f"{name}.1.weight"
-
-
-def _gemma4_vision() -> Layout:
-    """Gemma 4's vision encoder: clippable linears, qk-norm per head, 2-D axial RoPE."""
-    return Layout(
-        query="encoder.layers.{i}.self_attn.q_proj.linear.weight",
-        key="encoder.layers.{i}.self_attn.k_proj.linear.weight",
-        norm="encoder.layers.{i}.input_layernorm.weight",
-        kv_heads_key="num_key_value_heads",
-        head_dim_key="head_dim",
-        qk_norm=_qk_norm("encoder.layers.{i}.self_attn."),
-        positional="rope_2d",
-        stack="vision",
-        config_section="vision_config",
-        within="vision_tower",
-    )
-
-
-def _embedding_gemma2_text(**kw: Any) -> Layout:
-    """EmbeddingGemma 2's bidirectional encoder: Gemma 4's attention without KV sharing."""
-    return _llama_like(
-        qk_norm=_qk_norm(),
-        layer_shapes=(
-            LayerShape(
-                _FULL_ATTENTION, head_dim_key="global_head_dim", kv_heads_key="num_global_key_value_heads"
-            ),
-        ),
-        **kw,
-    )
-
-
-_EMBEDDING_GEMMA2_NOTE = (
-    "a bidirectional encoder; its full-attention layers have larger heads and their own key-head count "
-    "(per_layer_config)"
-)
-
-
-FAMILIES.update(
-    {
-        "gemma4_text": _family(_gemma4_text(), "Gemma4ForCausalLM", "Gemma 4 (text)", _GEMMA4_NOTE),
-        "gemma4": Family(
-            (
-                _gemma4_text(stack="text", config_section="text_config", within="language_model"),
-                _gemma4_vision(),
-            ),
-            models="Gemma 4 (E2B, E4B, 26B A4B, 31B)",
-            proof="Gemma4ForConditionalGeneration",
-            note=_GEMMA4_NOTE + "; two towers read: the text decoder and the vision encoder (2-D RoPE: "
-            "the form at offset (0, 0)); the audio encoder is not read",
-        ),
-        "wavlm": _family(
-            _speech_encoder(),
-            "WavLMModel",
-            "WavLM",
-            _SPEECH_NOTE + "; a gated relative position bias (a learned bias per offset, scaled by a gate "
-            "computed from the query token) is added to the scores: it never involves the key's content "
-            "and is not part of the form",
-            _SPEECH_VARIANTS,
-        ),
-        "diffllama": _family(
-            _llama_like(),
-            "DiffLlamaForCausalLM",
-            "DiffLlama (differential attention)",
-            "differential attention: query heads h and h + H/2 are one pair whose two softmax maps are "
-            "subtracted after the softmax (the first minus lambda times the second); each map is an ordinary "
-            "head's softmax of its own bilinear form, one row per query head",
-        ),
-        "recurrent_gemma": _family(
-            _llama_like(
-                **_qk("layers.{i}.temporal_block."),
-                norm="layers.{i}.temporal_pre_norm.weight",
-                norm_offset=1.0,
-                head_dim_key=None,
-                attention_layers=(LayerPattern("block_types", kind="cycle", members=("attention",)),),
-            ),
-            "RecurrentGemmaForCausalLM",
-            "RecurrentGemma (Griffin)",
-            "hybrid: rows for the local-attention blocks only (block_types, repeated over the layers); the "
-            "others are RG-LRU recurrent blocks",
-        ),
-        "zamba": _family(
-            _llama_like(
-                **_qk("layers.{i}.shared_transf.self_attn."),
-                norm="layers.{i}.shared_transf.input_layernorm.weight",
-                hidden_keys=("attention_hidden_size",),
-                head_dim_key="attention_head_dim",
-                positional="none",
-                attention_layers=(LayerPattern("layers_block_type", kind="first", members=("hybrid",)),),
-            ),
-            "ZambaForCausalLM",
-            "Zamba",
-            "one attention block, its weights shared by every hybrid layer of layers_block_type (the others "
-            "are Mamba layers): its form is the same at each application and is read once, at the first "
-            "hybrid layer; its input is the concatenation of the layer's hidden state and the token "
-            "embeddings (N = attention_hidden_size = 2 hidden_size); no positions",
-        ),
-        "gemma4_unified_text": _family(
-            _gemma4_text(), "Gemma4UnifiedForCausalLM", "Gemma 4 unified (text)", _GEMMA4_NOTE
-        ),
-        "gemma4_unified": _family(
-            _gemma4_text(config_section="text_config", within="language_model"),
-            "Gemma4UnifiedForConditionalGeneration",
-            "Gemma 4 unified (encoder-free multimodal)",
-            _GEMMA4_NOTE + "; images and audio enter through embedders without attention: the text "
-            "decoder is the only attention stack",
-        ),
-        "embedding_gemma2_text": _family(
-            _embedding_gemma2_text(),
-            "EmbeddingGemma2TextModel",
-            "EmbeddingGemma 2 (text)",
-            _EMBEDDING_GEMMA2_NOTE,
-        ),
-        "embedding_gemma2": Family(
-            (
-                _embedding_gemma2_text(stack="text", config_section="text_config", within="language_model"),
-                _gemma4_vision(),
-            ),
-            models="EmbeddingGemma 2",
-            proof="EmbeddingGemma2Model",
-            note=_EMBEDDING_GEMMA2_NOTE + "; the Gemma 4 vision encoder, when the checkpoint has it, is read "
-            "as gemma4's (the audio encoder is not read)",
-        ),
-        "zamba2": _family(
-            _llama_like(
-                query=_ZAMBA2_BLOCK + "self_attn.q_proj.weight",
-                key=_ZAMBA2_BLOCK + "self_attn.k_proj.weight",
-                norm=_ZAMBA2_BLOCK + "input_layernorm.weight",
-                hidden_keys=("attention_hidden_size",),
-                head_dim_key="attention_head_dim",
-                positional="none",
-                attention_layers=(LayerPattern("layers_block_type", members=("hybrid",)),),
-                shared_blocks=SharedBlocks(
-                    query_adapter=_zamba2_adapter("q"), key_adapter=_zamba2_adapter("k")
-                ),
-                adjust=_zamba2_adjust,
-            ),
-            "Zamba2ForCausalLM",
-            "Zamba2",
-            "num_mem_blocks attention blocks shared by the hybrid layers (block k mod num_mem_blocks at the "
-            "k-th), stored under each block's first layer; with use_shared_attention_adapter every application "
-            "adds its own low-rank adapter to W_Q and W_K (its own form, one row set per hybrid layer), without "
-            "it the applications of one block repeat its form; the input is the hidden state and the token "
-            "embeddings concatenated (N = attention_hidden_size); RoPE only with use_mem_rope",
-            "rope with use_mem_rope",
-        ),
-        "mimo_v2_flash": _family(
-            _llama_like(
-                layer_shapes=(LayerShape(_SLIDING_ATTENTION, kv_heads_factor=2),),
-            ),
-            "MiMoV2FlashForCausalLM",
-            "MiMo-V2-Flash",
-            "sliding-window layers have twice the key heads of the full layers, and a learned sink logit per "
-            "head (not part of the form)",
-        ),
-    }
-)
 
 
 def supported_model_types() -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
@@ -42,7 +42,7 @@ Storage = Literal["separate", "stacked", "conv1d", "interleaved", "grouped", "la
 Positional = Literal["absolute", "rope", "rope_2d", "alibi", "relative_bias", "none"]
 
 
-POSITIONAL: tuple[str, ...] = ("absolute", "rope", "rope_2d", "alibi", "relative_bias", "none")
+POSITIONAL: tuple[str, ...] = get_args(Positional)
 
 
 STACKS: tuple[str, ...] = ("", "encoder", "decoder", "cross", "text", "vision")
@@ -196,26 +196,22 @@ class QKNorm:
         The gain of the key norm; None for both: a norm without learned gains, nothing folded.
     scope : {"head", "projection", "head_rows"}
         What is normalised together: each head's n entries (gain (n,), or one per head with
-        "{h}"), the whole projection's H*n entries (gain (H*n,)), or each head with its gains
-        stored as one (H, n) tensor.
+        "{h}"), the whole projection's H*n entries (olmo2; gain (H*n,)), or each head with its
+        gains stored as one (H, n) tensor (cohere).
     offset : float
-        Added to the stored gains (1 for an RMSNorm that multiplies by 1 + w).
+        Added to the stored gains (1 for an RMSNorm that multiplies by 1 + w, gemma3's).
     centred : bool
         A LayerNorm (subtracts the mean) rather than an RMSNorm.
     after_rope : bool
-        The norm acts after the rotary embedding: the form read is that of two tokens at position 0.
+        The norm acts after the rotary embedding (hunyuan): its gains do not commute with the
+        rotation, so the form read (gains folded) is that of two tokens at position 0.
     """
 
-    query: str | None  # gain of the query norm; "{h}" in the name: each head has its own norm
-    key: str | None  # None (both): a norm without learned gains, nothing to fold
-    # "head": each head's n entries are normalised together (gain (n,) or, with {h}, one per head);
-    # "projection": the whole projection's H*n entries at once (olmo2; gain (H*n,));
-    # "head_rows": each head on its own, with its own gains stored as one (H, n) tensor (cohere).
+    query: str | None
+    key: str | None
     scope: Literal["head", "projection", "head_rows"] = "head"
-    offset: float = 0.0  # gemma3's RMSNorm multiplies by (1 + weight)
-    centred: bool = False  # LayerNorm (subtracts the mean) rather than RMSNorm
-    # The norm acts after the rotary embedding (hunyuan): its gains do not commute with the
-    # rotation, so the form read (gains folded) is the one of two tokens at position 0.
+    offset: float = 0.0
+    centred: bool = False
     after_rope: bool = False
 
 
@@ -245,11 +241,11 @@ class LatentAttention:
         The config.json keys of d_nope, d_rope, the value head size and the key latent's rank r.
     """
 
-    query_norm: str | None  # None: no query latent
+    query_norm: str | None
     query_up: str | None
     key_norm: str
     key_up: str
-    nope_key: str = "qk_nope_head_dim"  # config keys of the sizes
+    nope_key: str = "qk_nope_head_dim"
     rope_key: str = "qk_rope_head_dim"
     value_key: str = "v_head_dim"
     rank_key: str = "kv_lora_rank"
@@ -275,8 +271,8 @@ class Layout:
     post_norm : bool
         BERT-style: layer i is fed by layer i-1's output norm.
     first_norm : str, optional
-        The norm feeding layer 0 (the embeddings norm) of a post-norm stack, or of a pre-norm
-        layer 0 without its own norm.
+        The norm feeding layer 0 (the embeddings norm; None when they are not normed) of a
+        post-norm stack, or of a pre-norm layer 0 without its own norm (modernbert).
     norm_offset : float
         Added to the norm's gain (gemma's RMSNorm multiplies by 1 + weight).
     heads_keys, hidden_keys, layers_keys : tuple of str
@@ -293,7 +289,7 @@ class Layout:
     positional : str
         absolute, rope, rope_2d, alibi, relative_bias or none.
     rope_pairs : str
-        RoPE coordinate pairs: "half" (k with k + r/2) or "interleaved" (2k with 2k + 1).
+        RoPE coordinate pairs: "half" (k with k + r/2: neox, llama) or "interleaved" (2k with 2k + 1: gptj).
     qk_norm : QKNorm, optional
         Norms applied to queries and keys after projection (their gains are folded in).
     latent : LatentAttention, optional
@@ -301,23 +297,29 @@ class Layout:
     config_section : str, optional
         The sub-dict of config.json holding the sizes (clip: text_config).
     section_optional : bool
-        A config without that section keeps the sizes at its top level.
+        A config without that section keeps the sizes at its top level (older multimodal configs).
     key_stack : str, optional
-        Cross-attention: the stack whose output the keys read.
+        Cross-attention: the stack whose output the keys read (its final norm or, for a post-norm
+        stack, its last layer's norm feeds them).
     final_norm : str, optional
-        That stack's final norm.
+        The stack's final norm.
     query_gate : bool
-        The query projection also holds a gate per head (rows (H, 2n), the query rows first).
+        The query projection also holds a gate per head (qwen3_next: rows (H, 2n), each head's n
+        query rows first, then its n gate rows; only the query rows enter the form).
     attention_layers : tuple of LayerPattern
-        Hybrid models: the layers with softmax attention (none: every layer).
+        Hybrid models: the layers with softmax attention (the first pattern whose key the config
+        has; none: every layer). Rows keep the model's own layer index.
     rope_layers : tuple of LayerPattern
-        Models with NoPE layers: the layers that rotate (none: every layer of a rope stack).
+        Models with NoPE layers: the layers that rotate (the first pattern whose key the config has;
+        none: every layer of a rope stack); the other layers are ``positional = none``.
     within : str, optional
-        A multimodal tower's name inside the checkpoint prefix (language_model, vision_tower).
+        A multimodal tower's name inside the checkpoint prefix (language_model, vision_tower), so
+        one tower's tensors are never taken for another's.
     adjust : callable, optional
-        ``adjust(config, layout) -> Layout``: config-dependent variants.
+        ``adjust(config, layout) -> Layout``: config-dependent variants (e.g. OPT's do_layer_norm_before).
     layer_shapes : tuple of LayerShape
-        Layers whose heads have another size or key-head count (:class:`LayerShape`).
+        Layers whose heads have another size or key-head count (:class:`LayerShape`; the first
+        pattern a layer matches); a config's ``per_layer_config`` (transformers 5) is read in any case.
     kv_sharing : KVSharing, optional
         Layers that attend with an earlier layer's keys (:class:`KVSharing`).
     shared_blocks : SharedBlocks, optional
@@ -325,55 +327,34 @@ class Layout:
     """
 
     query: str
-    key: str | None = None  # None for fused storage: the query tensor holds q, k and v
+    key: str | None = None
     storage: Storage = "separate"
-    norm: str | None = None  # gain of the norm that feeds attention, or None if there is none
-    # Post-norm (BERT-style): layer i is fed by layer i-1's output norm. Layer 0 is fed by
-    # ``first_norm`` (the embeddings norm; None when the embeddings are not normed); a
-    # pre-norm stack may name a ``first_norm`` too, for a layer 0 without its own norm (modernbert).
+    norm: str | None = None
     post_norm: bool = False
     first_norm: str | None = None
-    norm_offset: float = 0.0  # gemma's RMSNorm multiplies by (1 + weight)
-    # config.json keys, first match wins; the first one is named in errors.
+    norm_offset: float = 0.0
     heads_keys: tuple[str, ...] = ("num_attention_heads",)
     hidden_keys: tuple[str, ...] = ("hidden_size",)
     layers_keys: tuple[str, ...] = ("num_hidden_layers",)
-    kv_heads_key: str | None = None  # None: every query head has its own key head
-    kv_heads: int | None = None  # a fixed key-head count (multi-query: 1), overrides kv_heads_key
-    head_dim_key: str | None = None  # None: head_dim = hidden_size / heads
-    stack: str = ""  # "", encoder, decoder, cross, text, vision
+    kv_heads_key: str | None = None
+    kv_heads: int | None = None
+    head_dim_key: str | None = None
+    stack: str = ""
     positional: Positional = "absolute"
-    # RoPE coordinate pairs: "half" (k with k + r/2: neox, llama) or "interleaved" (2k with 2k + 1: gptj)
     rope_pairs: Literal["half", "interleaved"] = "half"
     qk_norm: QKNorm | None = None
     latent: LatentAttention | None = None
-    config_section: str | None = None  # sizes live in this sub-dict of config.json (clip: text_config)
-    # A config without that section keeps the sizes at its top level (older multimodal configs).
+    config_section: str | None = None
     section_optional: bool = False
-    # Cross-attention: keys read the output of this stack (its final norm, ``final_norm``, or for
-    # a post-norm stack its last layer's norm, feeds them).
     key_stack: str | None = None
     final_norm: str | None = None
-    # The query projection also holds a gate per head (qwen3_next): its rows are (H, 2 n), the
-    # head's n query rows first, then its n gate rows; only the query rows enter the form.
     query_gate: bool = False
-    # Hybrid models: the layers with softmax attention (the first pattern whose key the config
-    # has; none: every layer). Rows keep the model's own layer index.
     attention_layers: tuple[LayerPattern, ...] = ()
-    # Models with NoPE layers: the layers that rotate (the first pattern whose key the config
-    # has; none: every layer of a ``rope`` stack). The other layers are ``positional = none``.
     rope_layers: tuple[LayerPattern, ...] = ()
-    # A multimodal model's tower: the checkpoint prefix of this stack contains this name
-    # (language_model, vision_tower), so one tower's tensors are never taken for another's.
     within: str | None = None
-    # Layers whose head size or key-head count differ from the stack's (the first pattern a
-    # layer matches); a config's ``per_layer_config`` (transformers 5) is read in any case.
     layer_shapes: tuple[LayerShape, ...] = ()
-    # Layers that reuse an earlier layer's keys (KV sharing): their forms pair two layers.
     kv_sharing: KVSharing | None = None
-    # Attention blocks shared by the attention layers (zamba2): tensors under each block's first layer.
     shared_blocks: SharedBlocks | None = None
-    # Config-dependent variants (e.g. OPT's do_layer_norm_before); returns the layout to use.
     adjust: Callable[[Mapping[str, Any], Layout], Layout] | None = field(
         default=None, compare=False, repr=False
     )
@@ -392,16 +373,16 @@ class Family:
     note : str
         What a user must know about the rows, printed with the analysis.
     proof : str
-        The transformers attention class whose scores the layout is proven to reproduce; "" when none.
+        The transformers attention class whose scores the layout is proven to reproduce
+        (tests/cross/test_universal_proof.py); "" when none.
     variants : str
         The config-dependent variants, for ``qkenergy layouts`` (e.g. "alibi if alibi: true").
     """
 
     stacks: tuple[Layout, ...]
-    models: str = ""  # examples of checkpoints of this family, for `qkenergy layouts`
-    note: str = ""  # what a user must know about the rows (printed with the analysis)
-    proof: str = ""  # the transformers class tests/cross/test_universal_proof.py proves it against
-    # Config-dependent variants, for `qkenergy layouts` (e.g. "alibi if alibi: true").
+    models: str = ""
+    note: str = ""
+    proof: str = ""
     variants: str = ""
 
     def stack(self, name: str) -> Layout:

@@ -34,7 +34,7 @@ import string
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
@@ -85,8 +85,7 @@ def layout_from_mapping(data: Mapping[str, Any], where: str = "layout") -> Layou
     QKEnergyError
         An unknown key, a missing field, or a value of the wrong type, named by its key.
     """
-    layout: Layout = _build(Layout, data, where, "")
-    return layout
+    return cast(Layout, _build(Layout, data, where, ""))
 
 
 # Name templates of each dataclass, and the fields they may hold.
@@ -152,13 +151,10 @@ def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
                 raise QKEnergyError(
                     f"{where}: key {prefix + name!r}: {{h}} needs scope = 'head' (one norm per head)"
                 )
-    if (
-        "kv_heads" in values
-        and values["kv_heads"] is not None
-        and not 1 <= values["kv_heads"] <= MAX_KV_HEADS
-    ):
+    kv_heads = values.get("kv_heads")
+    if kv_heads is not None and not 1 <= kv_heads <= MAX_KV_HEADS:
         raise QKEnergyError(
-            f"{where}: key {prefix + 'kv_heads'!r} is {describe(values['kv_heads'])}; expected a positive "
+            f"{where}: key {prefix + 'kv_heads'!r} is {describe(kv_heads)}; expected a positive "
             f"integer (at most {MAX_KV_HEADS})"
         )
     try:

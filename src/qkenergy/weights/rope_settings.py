@@ -33,7 +33,6 @@ CONTEXT_KEYS: tuple[str, ...] = (
     "max_sequence_length",
     "seq_length",
 )
-_ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_pct", "rotary_dim", "rotary_emb_base")
 _FLOAT_FIELDS = (
     "factor",
     "low_freq_factor",
@@ -67,7 +66,7 @@ def stack_config(config: Mapping[str, Any], arch: Architecture) -> Mapping[str, 
 
 
 def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
-    """Whether the model rotates queries and keys (the layout's ``positional``, else its config keys).
+    """Whether the model rotates queries and keys (the layout's ``positional`` says).
 
     Parameters
     ----------
@@ -80,10 +79,7 @@ def has_rope(config: Mapping[str, Any], arch: Architecture) -> bool:
     -------
     bool
     """
-    positional = getattr(arch.layout, "positional", None)
-    if positional is not None:
-        return bool(positional == "rope")
-    return any(config.get(key) is not None for key in _ROPE_KEYS)
+    return arch.layout.positional == "rope"
 
 
 def context_length(config: Mapping[str, Any]) -> int | None:
@@ -161,7 +157,7 @@ def _rope(
             f"{source}: {rotary_dim} rotary coordinates do not fit heads of {head_dim} in even pairs"
         )
     interleaved = (
-        getattr(arch.layout, "rope_pairs", "half") == "interleaved"
+        arch.layout.rope_pairs == "interleaved"
         or bool(config.get("rope_interleave"))
         or bool(config.get("rope_interleaved"))
     )
