@@ -93,18 +93,16 @@ def open_model(
         return in_memory.open_in_memory(model, config)
     if config is not None:
         raise QKEnergyError("config= is only for a mapping of arrays; a checkpoint has its own config.json")
-    cache = model is not None and _is_cache_folder(Path(os.fspath(model)).expanduser())
-    if revision is not None and (
-        model is None or (Path(os.fspath(model)).expanduser().exists() and not cache)
-    ):
+    path = None if model is None else Path(os.fspath(model)).expanduser()
+    cache = path is not None and _is_cache_folder(path)
+    if revision is not None and (path is None or (path.exists() and not cache)):
         raise QKEnergyError(
             f"{show_path(os.fspath(model or DEFAULT_MODEL_NAME))}: a revision ({revision!r}) applies only "
             "to a hub id or a Hugging Face cache folder (models--ORG--NAME)"
         )
-    if model is None:  # the package data folder holding config.json
+    if path is None:  # the package data folder holding config.json
         return _open_dir(embedded_path("minilm").parent, DEFAULT_MODEL_NAME, "embedded")
     text = os.fspath(model)
-    path = Path(text).expanduser()
     if text in EMBEDDED_MODELS and not path.exists():
         if revision is not None:
             raise QKEnergyError(f"{text}: an embedded model has no revisions (got {revision!r})")

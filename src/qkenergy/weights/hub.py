@@ -514,12 +514,11 @@ class HubRepo:
                     )
                 )
             return ("gguf" if chosen.endswith(".gguf") else "safetensors"), [chosen]
-        top = [p for p in self.files if "/" not in p]
         if "model.safetensors" in self.files:
             return "safetensors", ["model.safetensors"]
         if INDEX_NAME in self.files:
             return "index", [INDEX_NAME]
-        shards = sorted(p for p in top if p.endswith(".safetensors"))
+        shards = sorted(p for p in self.files if "/" not in p and p.endswith(".safetensors"))
         if shards:
             return "safetensors", shards
         ggufs = sorted(p for p in self.files if p.endswith(".gguf"))
@@ -599,16 +598,13 @@ class HubRepo:
         listed ETag and has the listed size (what ``hf_hub_download`` leaves); else None."""
         if self.local is None:
             return None
-        candidate = self.local / remote.path
         try:
-            real = candidate.resolve(strict=True)
+            real = (self.local / remote.path).resolve(strict=True)
             blobs = (self.local.parent.parent / "blobs").resolve()
             whole = real.is_file() and real.stat().st_size == remote.size
         except (OSError, RuntimeError):
             return None
-        if not whole or not real.is_relative_to(blobs) or real.name != remote.etag:
-            return None
-        return real
+        return real if whole and real.is_relative_to(blobs) and real.name == remote.etag else None
 
     def fetch_headers(self, paths: list[str]) -> None:
         """Fetch the headers of these safetensors files at once, a few requests in flight.

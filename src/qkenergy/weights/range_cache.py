@@ -391,8 +391,7 @@ class MirroredFile:
             fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW)
             try:
                 for chunk in self._fetch(begin, end):
-                    if at + len(chunk) > end:
-                        chunk = chunk[: end - at]
+                    chunk = chunk[: end - at]  # never past the range asked for
                     view = memoryview(chunk)
                     while view:
                         wrote = os.pwrite(fd, view, at)
