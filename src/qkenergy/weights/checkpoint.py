@@ -30,7 +30,7 @@ from qkenergy.weights.gguf_io import _split_parts, gguf_files, is_gguf, one_gguf
 from qkenergy.weights.quantization import quantized_tensors, read_quantization
 from qkenergy.weights.range_cache import MARKER
 from qkenergy.weights.safetensors_io import IndexedShards, SafetensorsFile, TensorSource
-from qkenergy.weights.source import CONFIG_NAME, ModelSource
+from qkenergy.weights.source import CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, ModelSource, is_revision
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -45,17 +45,7 @@ __all__ = [
 
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-INDEX_NAME = "model.safetensors.index.json"
-
-
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-
-
 PICKLE_INDEX_NAMES = ("pytorch_model.bin.index.json",)
-
-
 # config.json and the shard index are kilobytes to a few megabytes in real checkpoints.
 MAX_JSON_BYTES = 64 << 20
 
@@ -103,18 +93,16 @@ def open_model(
         return in_memory.open_in_memory(model, config)
     if config is not None:
         raise QKEnergyError("config= is only for a mapping of arrays; a checkpoint has its own config.json")
-    cache = model is not None and _is_cache_folder(Path(os.fspath(model)).expanduser())
-    if revision is not None and (
-        model is None or (Path(os.fspath(model)).expanduser().exists() and not cache)
-    ):
+    path = None if model is None else Path(os.fspath(model)).expanduser()
+    cache = path is not None and _is_cache_folder(path)
+    if revision is not None and (path is None or (path.exists() and not cache)):
         raise QKEnergyError(
             f"{show_path(os.fspath(model or DEFAULT_MODEL_NAME))}: a revision ({revision!r}) applies only "
             "to a hub id or a Hugging Face cache folder (models--ORG--NAME)"
         )
-    if model is None:
-        return _open_dir(_default_dir(), DEFAULT_MODEL_NAME, "embedded")
+    if path is None:  # the package data folder holding config.json
+        return _open_dir(embedded_path("minilm").parent, DEFAULT_MODEL_NAME, "embedded")
     text = os.fspath(model)
-    path = Path(text).expanduser()
     if text in EMBEDDED_MODELS and not path.exists():
         if revision is not None:
             raise QKEnergyError(f"{text}: an embedded model has no revisions (got {revision!r})")
@@ -129,7 +117,9 @@ def open_model(
         raise QKEnergyError(f"{show_path(text)}: not a regular file or directory")
     if (unreachable := _unreachable(path, text)) is not None:
         raise unreachable
-    reference = _hub_reference(text)
+    from qkenergy.weights.hub import parse_hub_reference  # the Hub's code only for a hub id
+
+    reference = parse_hub_reference(text)
     if reference is not None:
         return _open_hub(reference, text, revision, hub_cache)
     raise QKEnergyError(f"{show_path(text)}: no such file or directory")
@@ -155,9 +145,6 @@ def _unreachable(path: Path, text: str) -> QKEnergyError | None:
 _CACHE_PREFIX = "models--"
 # A snapshot folder or ref names one path component: a commit hash, or a name the cache gave it.
 _SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-# A revision: a branch or tag name (git's rules, in short: components of safe characters, none
-# empty or starting with a dot) or a commit.
-_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 _REF_LIMIT = 4096  # a ref file holds one commit hash (41 bytes)
 
 
@@ -173,7 +160,7 @@ def _cached_snapshot(repo: Path, revision: str | None = None) -> Path:
     leading ``/``), the ref file a small regular file; the snapshot is a directory inside
     ``snapshots/``, and every symbolic link in it leads into the folder's ``blobs/``.
     """
-    if revision is not None and (len(revision) > 255 or not _REVISION.fullmatch(revision)):
+    if revision is not None and not is_revision(revision):
         raise QKEnergyError(
             f"{show_path(repo)}: revision {show_name(revision, 60)} is not a branch, tag or commit name"
         )
@@ -245,16 +232,6 @@ def _check_snapshot(repo: Path, snapshot: Path) -> None:
                     f"{show_path(entry)}: a link out of the cache folder's blobs/ (to {show_path(target)}); "
                     "a Hugging Face cache snapshot links only to its own blobs"
                 )
-
-
-def _default_dir() -> Path:
-    return embedded_path("minilm").parent  # the package data folder holding config.json
-
-
-def _hub_reference(text: str) -> HubReference | None:
-    from qkenergy.weights.hub import parse_hub_reference  # the Hub's code only for a hub id
-
-    return parse_hub_reference(text)
 
 
 def _is_pickle(path: Path) -> bool:
@@ -377,16 +354,13 @@ def _shard_names(root: Path) -> tuple[dict[str, str], list[str]]:
 
 def _open_index(root: Path, name: str, origin: str) -> ModelSource:
     index_path = root / INDEX_NAME
-    weight_map, names = _shard_names(root)
-    shards: list[Path] = []
-    for shard in names:
-        path = root / shard
-        if not path.is_file():
-            raise QKEnergyError(
-                f"{show_path(index_path)}: lists shard {show_name(shard)}, which does not exist or is not a regular file"
-            )
-        shards.append(path)
-    source = _build(root, shards, name, origin)
+    weight_map, shards = _shard_names(root)
+    absent = next((shard for shard in shards if not (root / shard).is_file()), None)
+    if absent is not None:
+        raise QKEnergyError(
+            f"{show_path(index_path)}: lists shard {show_name(absent)}, which does not exist or is not a regular file"
+        )
+    source = _build(root, [root / shard for shard in shards], name, origin)
     tensors = source.tensors
     # each tensor's shard by name (92k tensors in DeepSeek-V3: a name per shard, not per tensor)
     shard_of = {tensor: sf.path.name for sf in getattr(tensors, "files", ()) for tensor in sf.names}
@@ -429,9 +403,8 @@ def _open_hub(
 
             first = Path(weights[0])
             split = _split_parts(first)
-            for part in map(
-                Path, repo.files
-            ):  # a split model's parts: gguf_model finds them beside the first
+            # a split model's parts: gguf_model finds them beside the first
+            for part in map(Path, repo.files):
                 found = _split_parts(part)
                 if split and found and part.parent == first.parent and found[0] == split[0]:
                     repo.mirror(part.as_posix())
@@ -490,7 +463,7 @@ def _hf_cache_snapshot(reference: HubReference) -> Path | None:
     if not _is_cache_folder(repo):
         return None
     revision = reference.revision or "main"
-    if len(revision) > 255 or not _REVISION.fullmatch(revision):
+    if not is_revision(revision):
         return None  # not a name: the hub route says so
     ref = repo / "refs" / revision
     if not ref.is_file() and not re.fullmatch(r"[0-9a-f]{40}", revision):

@@ -12,6 +12,7 @@ layer is read once more with the other tensors' non-finite values zeroed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from qkenergy.base.display import show_name, show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.small_floats import as_float
 from qkenergy.weights.architecture import Architecture
-from qkenergy.weights.reading import LayerWeights, read_layer
+from qkenergy.weights.reading import LayerWeights, _where, read_layer
 
 __all__ = [
     "Finding",
@@ -139,15 +140,9 @@ def _file(tensors: Any, name: str) -> str:
     """The file holding tensor ``name`` (shards: its shard), or the checkpoint's name in memory."""
     file_of = getattr(tensors, "file_of", None)
     if file_of is not None:
-        try:
+        with contextlib.suppress(QKEnergyError, AttributeError):
             return show_path(file_of(name).path)
-        except (QKEnergyError, AttributeError):
-            pass
-    for attr in ("location", "path", "name"):
-        value = getattr(tensors, attr, None)
-        if value:
-            return str(value)
-    return "the checkpoint"
+    return _where(tensors)
 
 
 def _in_all(count: int) -> str:
@@ -246,8 +241,9 @@ def locate_nonfinite(tensors: Any, name: str) -> str | None:
         "FILE: tensor NAME holds NaN at [i, j] ..." (or the GGUF block and its scale).
     """
     storage = getattr(tensors, "storage", None)
-    inner = getattr(tensors, "inner", None)
-    if storage is not None and inner is not None and storage(name) is not None:
+    inner: Any = getattr(tensors, "inner", None)
+    quantised = storage is not None and inner is not None and storage(name) is not None
+    if quantised:
         for part in tensors.stored_names(name):
             stored = inner.tensor(part)
             if stored.dtype.kind in "iub":  # packed integers, zero points: always finite
@@ -264,29 +260,23 @@ def locate_nonfinite(tensors: Any, name: str) -> str | None:
                 f"{_file(inner, part)}: tensor {show_name(part)} holds {_value_text(value)}{byte} at "
                 f"{list(index)}{_part_role(part, name, index)} ({_in_all(count)})"
             )
-        found = _first(tensors.tensor(name))
-        if found is None:
-            return None
-        count, index, value = found
-        return (
-            f"{_file(inner, name)}: tensor {show_name(name)} dequantises to {_value_text(value)} at "
-            f"{list(index)} although its stored parts are finite (the product overflows float32, "
-            f"{_in_all(count)})"
-        )
-    block = _gguf_block(tensors, name)
-    if block is not None:
+    elif (block := _gguf_block(tensors, name)) is not None:
         return block
     found = _first(tensors.tensor(name))
     if found is None:
         return None
     count, index, value = found
+    if quantised:
+        return (
+            f"{_file(inner, name)}: tensor {show_name(name)} dequantises to {_value_text(value)} at "
+            f"{list(index)} although its stored parts are finite (the product overflows float32, "
+            f"{_in_all(count)})"
+        )
     shown = name
     info = getattr(tensors, "info", None)
     if info is not None:
-        try:
+        with contextlib.suppress(QKEnergyError, AttributeError):
             shown = getattr(info(name), "gguf_name", name)
-        except (QKEnergyError, AttributeError):
-            pass
     return (
         f"{_file(tensors, name)}: tensor {show_name(shown)} holds {_value_text(value)} at {list(index)} "
         f"({_in_all(count)})"
@@ -300,11 +290,6 @@ class _Recording:
         self._inner = inner
         self._cleaned = set(cleaned)
         self.read: list[str] = []
-
-    @property
-    def names(self) -> Collection[str]:
-        names: Collection[str] = self._inner.names
-        return names
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._inner.shape(name))

@@ -22,6 +22,7 @@ header read here against ``gguf.GGUFReader`` field by field.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -480,9 +481,7 @@ class GGUFFile(SafetensorsFile):
                     f"{show_path(self.path)}: tensors {show_name(self._index[name].gguf_name)} and "
                     f"{show_name(info.gguf_name)} would both be read as {show_name(name)}"
                 )
-            self._index[name] = GGUFTensorInfo(
-                name, info.gguf_name, info.dtype, info.type_code, info.shape, info.begin, info.end
-            )
+            self._index[name] = dataclasses.replace(info, name=name)
 
     def info(self, name: str) -> GGUFTensorInfo:  # type: ignore[override]
         return super().info(name)  # type: ignore[return-value]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import json
 import logging
 import math
 import os
@@ -53,8 +54,9 @@ from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
 from qkenergy.base.json_input import describe, parse_value, read_bytes
 from qkenergy.weights.gguf_io import _split_parts
-from qkenergy.weights.range_cache import MirroredFile, RangeCache
+from qkenergy.weights.range_cache import MirroredFile, RangeCache, plain_path
 from qkenergy.weights.safetensors_io import HEADER_PROBE, MAX_HEADER_BYTES, Fetch
+from qkenergy.weights.source import INDEX_NAME, PICKLE_SUFFIXES, is_revision
 
 __all__ = [
     "HubBounds",
@@ -71,10 +73,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-INDEX_NAME = "model.safetensors.index.json"
 # Small files read whole when the repository has them: the config, the shard index, quantisation side files.
 SMALL_FILES = ("config.json", INDEX_NAME, "quantize_config.json", "quant_config.json")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # More than this in a small file is no config's.
 _SMALL_LIMIT = 64 << 20
 # A file list larger than this is no model repository's (DeepSeek-V3's, 170 files, is 60 kB).
@@ -98,8 +98,6 @@ _REFERENCE = re.compile(
     rf"^(?P<repo>{_NAME}(?:/{_NAME})?)(?:@(?P<revision>[A-Za-z0-9_][A-Za-z0-9._+-]*))?"
     rf"(?:/(?P<file>(?:{_NAME}/)*{_NAME}\.(?:gguf|safetensors)))?$"
 )
-# A revision given apart from the id (revision=, --revision): branch or tag names may hold slashes.
-_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d{1,20})-(\d{1,20})/(\d{1,20}|\*)")
 
@@ -331,7 +329,7 @@ class HubRepo:
         self.reference = reference
         self.repo_id = reference.repo_id
         revision = reference.revision or "main"
-        if len(revision) > 255 or not _REVISION.fullmatch(revision):
+        if not is_revision(revision):
             raise QKEnergyError(
                 f"{self.repo_id}: revision {show_name(revision, 60)} is not a branch, tag or commit name"
             )
@@ -382,7 +380,9 @@ class HubRepo:
         # every path of the cache is checked to lie inside it (a folder of it may be a link elsewhere)
         ref = self.cache.path_of(f"models/{self.repo_id}/refs/{revision}")
         if self.offline:
-            commit = _read_text(ref) if ref.is_file() else revision
+            commit = (
+                ref.read_text(encoding="ascii", errors="replace").strip()[:100] if ref.is_file() else revision
+            )
             if not _COMMIT.fullmatch(commit):
                 commit = "0" * 40  # no commit: found nowhere below
             listing = self.cache.path_of(f"models/{self.repo_id}/commits/{commit}.json")
@@ -396,7 +396,7 @@ class HubRepo:
             return commit, _files_of(parse_value(raw, where, "the stored file list"), where)
         commit, files = self._listing(revision)
         listing = self.cache.path_of(f"models/{self.repo_id}/commits/{commit}.json")
-        _write_atomic(listing, _dumps([vars(f) for f in files.values()]))
+        _write_atomic(listing, json.dumps([vars(f) for f in files.values()]))
         _write_atomic(ref, commit)
         return commit, files
 
@@ -430,9 +430,7 @@ class HubRepo:
                 break
             except _Transient as transient:
                 tries += 1
-                if tries >= _TRIES:
-                    raise self._given_up(transient, what) from None
-                waited += self._wait(transient, what, tries)
+                waited += self._retry(transient, what, tries)
         where = f"{self.where}: {what}"
         data = parse_value(bytes(body), where, "the answer")
         return _listing_of(data, where)
@@ -509,15 +507,18 @@ class HubRepo:
             if chosen not in self.files:
                 raise QKEnergyError(
                     f"{self.where}: has no file {show_name(chosen)} at commit {self.commit[:12]}"
-                    + _listing(" (its weight files: ", [p for p in self.files if _is_weights(p)], ")")
+                    + _listing(
+                        " (its weight files: ",
+                        [p for p in self.files if p.endswith((".safetensors", ".gguf"))],
+                        ")",
+                    )
                 )
             return ("gguf" if chosen.endswith(".gguf") else "safetensors"), [chosen]
-        top = [p for p in self.files if "/" not in p]
         if "model.safetensors" in self.files:
             return "safetensors", ["model.safetensors"]
         if INDEX_NAME in self.files:
             return "index", [INDEX_NAME]
-        shards = sorted(p for p in top if p.endswith(".safetensors"))
+        shards = sorted(p for p in self.files if "/" not in p and p.endswith(".safetensors"))
         if shards:
             return "safetensors", shards
         ggufs = sorted(p for p in self.files if p.endswith(".gguf"))
@@ -581,13 +582,10 @@ class HubRepo:
             if mirror is None:
                 remote = self.files[path]
                 local = self._local_copy(remote)
-                fetch = (
-                    _local_fetch(local, f"{self.where}: {remote.path}")
-                    if local is not None
-                    else None
-                    if self.offline
-                    else self._range_fetch(remote)
-                )
+                if local is not None:
+                    fetch = _local_fetch(local, f"{self.where}: {remote.path}")
+                else:
+                    fetch = None if self.offline else self._range_fetch(remote)
                 relative = f"models/{self.repo_id}/snapshots/{self.commit}/{path}"
                 mirror = self.cache.file(relative, remote.size, remote.etag, fetch)
                 mirror.on_bytes = self._copied if local is not None else self._counted
@@ -600,16 +598,13 @@ class HubRepo:
         listed ETag and has the listed size (what ``hf_hub_download`` leaves); else None."""
         if self.local is None:
             return None
-        candidate = self.local / remote.path
         try:
-            real = candidate.resolve(strict=True)
+            real = (self.local / remote.path).resolve(strict=True)
             blobs = (self.local.parent.parent / "blobs").resolve()
             whole = real.is_file() and real.stat().st_size == remote.size
         except (OSError, RuntimeError):
             return None
-        if not whole or not real.is_relative_to(blobs) or real.name != remote.etag:
-            return None
-        return real
+        return real if whole and real.is_relative_to(blobs) and real.name == remote.etag else None
 
     def fetch_headers(self, paths: list[str]) -> None:
         """Fetch the headers of these safetensors files at once, a few requests in flight.
@@ -794,8 +789,21 @@ class HubRepo:
                 return refusal
         return QKEnergyError(f"{self.where}: the Hub answered HTTP {r.status_code} for {what}")
 
-    def _wait(self, transient: _Transient, what: str, tries: int) -> float:
-        """Sleep before the next try: the server's Retry-After (at most QKENERGY_HUB_MAX_WAIT), else a backoff."""
+    def _retry(self, transient: _Transient, what: str, tries: int, lost: str = "") -> float:
+        """Sleep before the next try (the server's Retry-After, at most QKENERGY_HUB_MAX_WAIT, else a
+        backoff) and return the wait; after the last try, the error (``lost``: a connection lost mid-answer)."""
+        if tries >= _TRIES and transient.status is not None:
+            busy = " (too many requests)" if transient.status == 429 else ""
+            raise QKEnergyError(
+                f"{self.where}: the Hub answered HTTP {transient.status}{busy} for {what} ({_TRIES} tries); "
+                "try again later"
+            ) from None
+        if tries >= _TRIES:
+            raise QKEnergyError(
+                lost
+                or f"{self.where}: {what}: the connection failed {_TRIES} times ({transient.cause}); check the "
+                "network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to read what the hub range cache holds"
+            ) from None
         wait = transient.retry_after
         if wait is not None and wait > self.bounds.max_wait:
             raise QKEnergyError(
@@ -809,18 +817,6 @@ class HubRepo:
         )
         _sleep(wait)
         return wait
-
-    def _given_up(self, transient: _Transient, what: str) -> QKEnergyError:
-        if transient.status is not None:
-            busy = " (too many requests)" if transient.status == 429 else ""
-            return QKEnergyError(
-                f"{self.where}: the Hub answered HTTP {transient.status}{busy} for {what} ({_TRIES} tries); "
-                "try again later"
-            )
-        return QKEnergyError(
-            f"{self.where}: {what}: the connection failed {_TRIES} times ({transient.cause}); "
-            "check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to read what the hub range cache holds"
-        )
 
     def _check_rate(self, received: int, elapsed: float, what: str) -> None:
         """A transfer slower than QKENERGY_HUB_MIN_RATE (after the first QKENERGY_HUB_TIMEOUT seconds) ends the run."""
@@ -837,54 +833,48 @@ class HubRepo:
         The status, an unencoded single-part body, the ``Content-Range`` against the request and the
         listed size, the ``Content-Length`` against it, the ETag and commit against the listing.
         """
-        where = f"{self.where}: {remote.path}"
-        asked = f"{at}-{end - 1}"
+        where, asked = f"{self.where}: {remote.path}", f"{at}-{end - 1}"
+
+        def refused(problem: str) -> QKEnergyError:
+            return QKEnergyError(f"{where}: {problem}; nothing was kept")
+
         encoding = r.headers.get("Content-Encoding", "").strip().lower()
         if encoding not in ("", "identity"):
-            raise QKEnergyError(
-                f"{where}: the server answered bytes {asked} with a {show_name(encoding, 30)}-encoded body "
-                "(none was accepted); nothing was kept"
+            raise refused(
+                f"the server answered bytes {asked} with a {show_name(encoding, 30)}-encoded body "
+                "(none was accepted)"
             )
         kind = r.headers.get("Content-Type", "")
         if kind.lower().startswith("multipart/"):
-            raise QKEnergyError(
-                f"{where}: the server answered bytes {asked} with a {show_name(kind, 60)} body (one range "
-                "was asked for); nothing was kept"
+            raise refused(
+                f"the server answered bytes {asked} with a {show_name(kind, 60)} body (one range was asked for)"
             )
         self._same_file(r, remote)
         length = r.headers.get("Content-Length")
         if r.status_code == 200 and at == 0 and end == remote.size:
             if length is not None and length.strip() != str(remote.size):
-                raise QKEnergyError(
-                    f"{where}: the server sends {show_name(length, 30)} bytes for the whole file; its listing "
-                    f"says {remote.size}; nothing was kept"
+                raise refused(
+                    f"the server sends {show_name(length, 30)} bytes for the whole file; its listing "
+                    f"says {remote.size}"
                 )
             return remote.size
         if r.status_code != 206:
-            raise QKEnergyError(
-                f"{where}: the server answered HTTP {r.status_code} to a request for bytes {asked} "
-                "(expected 206 Partial Content); nothing was kept"
+            raise refused(
+                f"the server answered HTTP {r.status_code} to a request for bytes {asked} "
+                "(expected 206 Partial Content)"
             )
         found = _CONTENT_RANGE.fullmatch(r.headers.get("Content-Range", "").strip())
         if found is None:
-            raise QKEnergyError(
-                f"{where}: the server answered bytes {asked} with the Content-Range "
-                f"{show_name(r.headers.get('Content-Range', '(none)'), 60)}; nothing was kept"
-            )
+            shown = show_name(r.headers.get("Content-Range", "(none)"), 60)
+            raise refused(f"the server answered bytes {asked} with the Content-Range {shown}")
         first, last, total = int(found[1]), int(found[2]), found[3]
         if total != "*" and int(total) != remote.size:
-            raise QKEnergyError(
-                f"{where}: the server says the file has {total} bytes; its listing says {remote.size}; "
-                "nothing was kept"
-            )
+            raise refused(f"the server says the file has {total} bytes; its listing says {remote.size}")
         if first != at or last < first or last >= end:
-            raise QKEnergyError(
-                f"{where}: the server answered bytes {first}-{last} for a request of {asked}; nothing was kept"
-            )
+            raise refused(f"the server answered bytes {first}-{last} for a request of {asked}")
         if length is not None and length.strip() != str(last - first + 1):
-            raise QKEnergyError(
-                f"{where}: the server's Content-Length {show_name(length, 30)} contradicts its Content-Range "
-                f"{first}-{last}; nothing was kept"
+            raise refused(
+                f"the server's Content-Length {show_name(length, 30)} contradicts its Content-Range {first}-{last}"
             )
         return last + 1
 
@@ -933,15 +923,12 @@ class HubRepo:
                     # a short but honest 206 (at == stop < end): the next request goes on from there
                 except _Transient as transient:
                     tries += 1
-                    if tries >= _TRIES:
-                        if transient.status is not None:
-                            raise self._given_up(transient, remote.path) from None
-                        raise QKEnergyError(
-                            f"{self.where}: {remote.path}: the connection was lost after {at - begin} of the "
-                            f"{end - begin} bytes at [{begin}, {end}) ({_TRIES} tries; {transient.cause}); what "
-                            "was fetched is kept, run again to resume"
-                        ) from None
-                    waited += self._wait(transient, remote.path, tries)
+                    lost = (
+                        f"{self.where}: {remote.path}: the connection was lost after {at - begin} of the "
+                        f"{end - begin} bytes at [{begin}, {end}) ({_TRIES} tries; {transient.cause}); what "
+                        "was fetched is kept, run again to resume"
+                    )
+                    waited += self._retry(transient, remote.path, tries, lost)
 
         return fetch
 
@@ -1043,28 +1030,11 @@ def _local_fetch(path: Path, where: str) -> Any:
     return fetch
 
 
-def _safe_path(path: str) -> bool:
-    """A relative path of plain names: not absolute, no empty, `.` or `..` part, no backslash or NUL."""
-    parts = path.split("/")
-    return (
-        bool(path) and "\\" not in path and "\0" not in path and all(p not in ("", ".", "..") for p in parts)
-    )
-
-
-def _is_weights(path: str) -> bool:
-    return path.endswith((".safetensors", ".gguf"))
-
-
 def _listing(before: str, names: list[str], after: str, most: int = 8) -> str:
     if not names:
         return ""
     shown = ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
     return f"{before}{shown}{after}"
-
-
-def _size(value: Any) -> int | None:
-    """A listed size: a non-negative integer (not a bool, not a string of digits), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _listing_of(data: Any, where: str) -> tuple[str, dict[str, _RemoteFile]]:
@@ -1089,14 +1059,8 @@ def _listing_of(data: Any, where: str) -> tuple[str, dict[str, _RemoteFile]]:
         if not isinstance(sibling, dict):
             raise QKEnergyError(f"{where}: file {k} is {type(sibling).__name__}; expected an object")
         lfs = sibling.get("lfs")
-        sha = lfs.get("sha256") if isinstance(lfs, dict) else None
-        rows.append(
-            {
-                "path": sibling.get("rfilename"),
-                "size": sibling.get("size"),
-                "etag": sha or sibling.get("blobId"),
-            }
-        )
+        etag = (lfs.get("sha256") if isinstance(lfs, dict) else None) or sibling.get("blobId")
+        rows.append({"path": sibling.get("rfilename"), "size": sibling.get("size"), "etag": etag})
     return commit, _files_of(rows, where)
 
 
@@ -1108,17 +1072,16 @@ def _files_of(rows: Any, where: str) -> dict[str, _RemoteFile]:
     for k, row in enumerate(rows):
         if not isinstance(row, dict):
             raise QKEnergyError(f"{where}: file {k} is {type(row).__name__}; expected an object")
-        path, size, etag = row.get("path"), _size(row.get("size")), row.get("etag")
+        path, size, etag = row.get("path"), row.get("size"), row.get("etag")
         if not isinstance(path, str):
             raise QKEnergyError(f"{where}: file {k} has no path")
-        if not _safe_path(path):
+        if not plain_path(path):  # relative, no empty, `.` or `..` part, no backslash or NUL
             raise QKEnergyError(
                 f"{where}: lists the file {show_name(path, 100)}, which is not a path inside the repository"
             )
-        if size is None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:  # a string of digits is no size
             raise QKEnergyError(
-                f"{where}: {show_name(path)} has size {describe(row.get('size'))}; "
-                "expected a non-negative integer"
+                f"{where}: {show_name(path)} has size {describe(size)}; expected a non-negative integer"
             )
         if not isinstance(etag, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", etag):
             raise QKEnergyError(
@@ -1128,16 +1091,6 @@ def _files_of(rows: Any, where: str) -> dict[str, _RemoteFile]:
             raise QKEnergyError(f"{where}: lists {show_name(path)} twice")
         files[path] = _RemoteFile(path, size, etag)
     return files
-
-
-def _dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
-
-
-def _read_text(path: Path) -> str:
-    return path.read_text(encoding="ascii", errors="replace").strip()[:100]
 
 
 def _write_atomic(path: Path, text: str) -> None:

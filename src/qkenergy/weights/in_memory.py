@@ -26,6 +26,7 @@ torch is never imported here: tensors are recognised by their methods.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -319,7 +320,9 @@ def _transformer_lens(model: Any) -> ModelSource:
         "d_model": N,
         **_transformer_lens_rope(cfg, n),
     }
-    layout = TRANSFORMER_LENS_LAYOUT if gains == len(blocks) else _without_norm(TRANSFORMER_LENS_LAYOUT)
+    layout = TRANSFORMER_LENS_LAYOUT
+    if gains != len(blocks):  # a block without an ln1 gain: no norm to fold
+        layout = dataclasses.replace(layout, norm=None)
     name = str(getattr(cfg, "model_name", None) or type(model).__name__)
     notes = {
         "transformer_lens_normalization": normalization,
@@ -333,12 +336,6 @@ def _transformer_lens(model: Any) -> ModelSource:
         layout,
         notes,
     )
-
-
-def _without_norm(layout: Layout) -> Layout:
-    import dataclasses
-
-    return dataclasses.replace(layout, norm=None)
 
 
 def _transformer_lens_rope(cfg: Any, head_dim: int) -> dict[str, Any]:

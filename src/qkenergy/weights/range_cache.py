@@ -164,12 +164,11 @@ class RangeCache:
         QKEnergyError
             A path that leads outside the cache, or a folder that cannot be made.
         """
-        parts = relative.split("/")
-        if any(p in ("", ".", "..") for p in parts) or "\\" in relative or "\0" in relative:
+        if not plain_path(relative):
             raise QKEnergyError(
                 f"{show_path(self.root)}: {show_name(relative, 100)} is not a path inside the hub range cache"
             )
-        path = self.root.joinpath(*parts)
+        path = self.root.joinpath(*relative.split("/"))
         try:
             root = self.root.resolve()
             # checked before a folder is made (through a link out of the cache) and again after
@@ -228,9 +227,8 @@ class RangeCache:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             try:
-                fd = os.open(
-                    path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644
-                )  # never truncates what is there
+                # never truncates what is there
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
                 try:
                     found = os.fstat(fd).st_size
                     if found != size:
@@ -279,6 +277,11 @@ class RangeCache:
     def close(self) -> None:
         """Close the sqlite record."""
         self._db.close()
+
+
+def plain_path(path: str) -> bool:
+    """A relative ``/``-separated path of plain names: no empty, ``.`` or ``..`` part, no backslash or NUL."""
+    return "\\" not in path and "\0" not in path and all(p not in ("", ".", "..") for p in path.split("/"))
 
 
 def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -388,8 +391,7 @@ class MirroredFile:
             fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW)
             try:
                 for chunk in self._fetch(begin, end):
-                    if at + len(chunk) > end:
-                        chunk = chunk[: end - at]
+                    chunk = chunk[: end - at]  # never past the range asked for
                     view = memoryview(chunk)
                     while view:
                         wrote = os.pwrite(fd, view, at)

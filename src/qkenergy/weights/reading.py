@@ -61,7 +61,6 @@ class LayerWeights:
     w_key: np.ndarray  # (H_kv, n, N)
     kv_head: np.ndarray  # (H,) int
     norm_gain: np.ndarray | None  # (N,) effective gain folded in, or None
-    # Cross-attention or KV sharing: the gain folded into W_K (the key stream's own norm).
     key_norm_gain: np.ndarray | None = None
 
 
@@ -242,8 +241,7 @@ def read_layer(
         legacy = relative[: -len(".weight")] + ".gamma" if relative.endswith(".weight") else relative
         name = need(relative, legacy)
         _check_shape(tensors, name, size if isinstance(size, tuple) else (size,), what)
-        g = as_float(tensors.tensor(name), np.float64)
-        return g + offset
+        return as_float(tensors.tensor(name), np.float64) + offset
 
     wq, wk = _read_projections(tensors, arch, layer, need, gain)
     if lay.qk_norm is not None and lay.qk_norm.query is not None:  # a gain-free norm folds nothing
@@ -278,12 +276,9 @@ def _read_projections(
     if lay.storage == "separate":
         assert lay.key is not None, "a separate layout names its key tensor"
         kname = need(lay.key.format(i=source_layer))
-        if lay.query_gate:
-            _check_shape(
-                tensors, qname, (2 * H * n, N), f"{H} heads x 2 x head_dim {n} (query, gate), hidden {N}"
-            )
-        else:
-            _check_shape(tensors, qname, (H * n, N), sizes)
+        gate = 2 if lay.query_gate else 1
+        what = f"{H} heads x 2 x head_dim {n} (query, gate), hidden {N}" if lay.query_gate else sizes
+        _check_shape(tensors, qname, (gate * H * n, N), what)
         _check_shape(tensors, kname, (Hkv * n, N), f"{Hkv} key heads x head_dim {n}, hidden {N}")
         wq = tensors.tensor(qname).reshape(H, -1, N)[:, :n]  # a gated head: n query rows, then n gate rows
         wk = tensors.tensor(kname).reshape(Hkv, n, N)
@@ -333,14 +328,12 @@ def _fold_input_norms(
     norm = _norm_name(lay, at)
     if norm is not None:
         query_gain = gain(norm, N, f"hidden {N}", lay.norm_offset).astype(_float(wq))
+        wq = as_float(wq, query_gain.dtype) * query_gain
     key_norm = norm if lay.key_stack is None else arch.key_norm
     if source_layer != at:  # a KV-shared layer: its keys read the source layer's input
         key_norm = _norm_name(lay, source_layer)
     if key_norm is not None:
         key_gain = gain(key_norm, N, f"hidden {N}", lay.norm_offset, source_layer).astype(_float(wk))
-    if query_gain is not None:
-        wq = as_float(wq, query_gain.dtype) * query_gain
-    if key_gain is not None:
         wk = as_float(wk, key_gain.dtype) * key_gain
     return wq, wk, query_gain, key_gain
 

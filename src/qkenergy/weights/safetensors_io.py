@@ -498,9 +498,7 @@ class TensorSource(_TensorIndex):
             self.file_of(name).prefetch(name)
 
     def release(self) -> None:
-        """Drop the mapped pages read so far from resident memory (see SafetensorsFile.release)."""
-        for sf in self.files:
-            sf.release()
+        """Nothing to release: tensors are private arrays, freed with their last reference."""
 
     def close(self) -> None:
         for sf in self.files:

@@ -6,6 +6,7 @@ and :mod:`qkenergy.weights.in_memory` (objects in memory), which both build one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,16 @@ __all__ = [
 
 
 CONFIG_NAME = "config.json"
+INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# A revision given apart from a hub id (revision=, --revision): a branch or tag name (git's rules, in
+# short: components of safe characters, none empty or starting with a dot; slashes between them) or a commit.
+_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
+
+
+def is_revision(text: str) -> bool:
+    """Whether ``text`` can name a branch, tag or commit (at most 255 characters)."""
+    return len(text) <= 255 and _REVISION.fullmatch(text) is not None
 
 
 @dataclass

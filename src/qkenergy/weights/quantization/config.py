@@ -37,14 +37,6 @@ _REFUSED: dict[str, str] = {
 }
 
 
-def _refuse(method: str, where: str, why: str = "") -> QKEnergyError:
-    stored = f" ({why})" if why else ""
-    return QKEnergyError(
-        f"{where}: quantization_config has quant_method {show_name(method)}{stored}, which qkenergy does not "
-        f"read (it dequantises {', '.join(METHODS)}); analyze the unquantised checkpoint instead"
-    )
-
-
 def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | None:
     """The validated ``quantization_config`` of a config.json dict (None: plain weights).
 
@@ -92,15 +84,16 @@ def parse_quantization(config: Mapping[str, Any], where: str) -> Quantization | 
     rule = METHODS.get(method)
     if rule is not None:
         return rule.parse(raw, here)
-    if method == "bitsandbytes":
-        if raw.get("load_in_4bit"):
-            kind = "4-bit NF4 / FP4 codebooks"
-        elif raw.get("load_in_8bit"):
-            kind = "8-bit LLM.int8 rows with outliers"
-        else:
-            kind = _REFUSED[method]
-        raise _refuse(method, where, kind)
-    raise _refuse(method, where, _REFUSED.get(method, ""))
+    stored = _REFUSED.get(method, "")
+    if method == "bitsandbytes" and raw.get("load_in_4bit"):
+        stored = "4-bit NF4 / FP4 codebooks"
+    elif method == "bitsandbytes" and raw.get("load_in_8bit"):
+        stored = "8-bit LLM.int8 rows with outliers"
+    raise QKEnergyError(
+        f"{where}: quantization_config has quant_method {show_name(method)}{f' ({stored})' if stored else ''}, "
+        f"which qkenergy does not read (it dequantises {', '.join(METHODS)}); analyze the unquantised "
+        "checkpoint instead"
+    )
 
 
 # Files beside config.json where older exports keep the quantisation: AutoGPTQ, AutoAWQ.

@@ -55,7 +55,6 @@ class Fp8(QuantMethod):
         return f"fp8 {q.format} {grain}"
 
     def dequantize(self, weight: StoredWeight, rows: int, cols: int) -> np.ndarray:
-        """As :meth:`QuantMethod.dequantize`."""
         part = "weight_scale_inv"
         values, scale = _float8_weight(weight, part)
         if weight.q.block_size is None:
@@ -84,7 +83,6 @@ class FbgemmFp8(QuantMethod):
         return "fbgemm_fp8 e4m3 channel"
 
     def dequantize(self, weight: StoredWeight, rows: int, cols: int) -> np.ndarray:
-        """As :meth:`QuantMethod.dequantize`."""
         part = "weight_scale"
         values, scale = _float8_weight(weight, part)
         weight.expect(part, (rows, 1), scale.shape, "one scale per output row")

@@ -94,7 +94,6 @@ class Gptq(QuantMethod):
         return int(scales[1]), int(qweight[0]) * (32 // weight.q.bits)
 
     def dequantize(self, weight: StoredWeight, rows: int, cols: int) -> np.ndarray:
-        """As :meth:`QuantMethod.dequantize`."""
         bits = weight.q.bits
         per = 32 // bits
         qweight, qzeros, scales = _parts(weight)
@@ -153,7 +152,6 @@ class Awq(QuantMethod):
         return int(scales[1]), int(qweight[0])
 
     def dequantize(self, weight: StoredWeight, rows: int, cols: int) -> np.ndarray:
-        """As :meth:`QuantMethod.dequantize`."""
         qweight, qzeros, scales = _parts(weight)
         size = weight.q.group_size
         assert size is not None

@@ -56,10 +56,7 @@ def dtype_code(dtype: np.dtype) -> str:
     str
         Its safetensors code (F32, F8_E4M3, I32, ...), or numpy's name when it has none.
     """
-    for code in DTYPES:
-        if DTYPES[code] == dtype:
-            return code
-    return str(dtype)
+    return next((code for code, known in DTYPES.items() if known == dtype), str(dtype))
 
 
 def blocks(size: int, block: int) -> int:
