@@ -277,9 +277,7 @@ def output_console(file: TextIO | None = None, **options: Any) -> Console:
     terminal = options.get("force_terminal")
     if terminal is None:
         terminal = stream.isatty()
-    if (
-        not terminal
-    ):  # no colours off a terminal: rich's highlighter would compile its regexes for nothing (15 ms)
+    if not terminal:  # no colours here: rich's highlighter would compile its regexes for nothing (15 ms)
         options.setdefault("highlight", False)
     return Console(file=stream if terminal else cast(TextIO, _TrimmedLines(stream)), **options)
 

@@ -21,7 +21,7 @@ from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
-from qkenergy.base.json_input import parse_object, read_bytes
+from qkenergy.base.json_input import read_bytes, read_object
 from qkenergy.formats.columns import Columns, csv_text, frame_columns, with_integer_counts, write_csv
 from qkenergy.formats.recorded_settings import MAX_SETTINGS_BYTES, check_settings, sidecar_path
 from qkenergy.formats.schema import MAX_CELL_CHARS, MAX_ROWS, MAX_TABLE_BYTES, column_kind
@@ -140,9 +140,7 @@ def read_settings(path: Path) -> dict[str, Any] | None:
     if not sidecar.exists():
         return None
     side = show_path(sidecar)
-    document = parse_object(
-        read_bytes(sidecar, side, "the settings", MAX_SETTINGS_BYTES), side, "the settings"
-    )
+    document = read_object(sidecar, side, "the settings", MAX_SETTINGS_BYTES)
     return check_settings(document.get("settings"), side)
 
 

@@ -49,7 +49,7 @@ from qkenergy.formats.recorded_settings import (
     settings_json,
     sidecar_path,
 )
-from qkenergy.weights.safetensors_io import TensorSource
+from qkenergy.weights.safetensors_io import Closeable, TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource
@@ -180,7 +180,7 @@ def model_source(
     }
 
 
-class ReadRecorder:
+class ReadRecorder(Closeable):
     """A TensorReader (layouts.TensorReader) that notes which tensors were read from ``tensors``.
 
     Over safetensors files the fingerprints are those of :func:`fingerprint_files`,
@@ -211,12 +211,6 @@ class ReadRecorder:
         self._begun: dict[Path, _BegunDigest] = {}  # file digests begun as tensors are read
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="qkenergy-hash")
         self._hashing: list[Future[None]] = []
-
-    def __enter__(self) -> ReadRecorder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop the hashing thread (what it has not hashed yet is dropped)."""

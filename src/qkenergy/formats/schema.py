@@ -131,10 +131,7 @@ def column_kind(name: str) -> str | None:
     str or None
         Its kind.
     """
-    kind = _NAMED.get(name)
-    if kind is None:
-        kind = next((k for suffix, k in _SUFFIXES if name.endswith(suffix)), None)
-    return kind
+    return _NAMED.get(name) or next((k for suffix, k in _SUFFIXES if name.endswith(suffix)), None)
 
 
 def _fail(where: str, name: str, row: int, value: object, expected: str) -> QKEnergyError:

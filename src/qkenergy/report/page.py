@@ -81,7 +81,7 @@ class Report:
     comparison : BaselineComparison or None
         The comparison with a reference model, when asked for.
     renderer : str or None, optional
-        What drew the static figures.
+        What drew the PNG / SVG figures: "kaleido", or None (none drawn).
     """
 
     html: Path
@@ -91,7 +91,6 @@ class Report:
     summary: pd.DataFrame
     comparison: BaselineComparison | None
     renderer: str | None = None
-    """What drew the PNG / SVG figures: "kaleido", or None (none drawn)."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +251,7 @@ class ReportInputs:
     settings : dict
         The run's settings.
     losses : DataFrame or None, optional
-        Training loss per run and step.
+        Training loss per run and step (``run``, ``step``, ``loss``), from the checkpoints' trainer_state.json.
     """
 
     heads: pd.DataFrame
@@ -260,7 +259,6 @@ class ReportInputs:
     models: pd.DataFrame | None
     settings: dict[str, Any]
     losses: pd.DataFrame | None = None
-    """Training loss per run and step (``run``, ``step``, ``loss``), from the checkpoints' trainer_state.json."""
 
 
 def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
@@ -356,15 +354,14 @@ def _read_survey(out: Path) -> ReportInputs:
                     else None,
                 }
             )
-    models = pd.DataFrame(entries) if entries else None
-    settings: dict[str, Any] = {
+    kept: dict[str, Any] = {
         k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record
     }
     return ReportInputs(
         heads=heads,
         layers=layers,
-        models=models,
-        settings={"survey": str(out), **settings},
+        models=pd.DataFrame(entries) if entries else None,
+        settings={"survey": str(out), **kept},
         losses=training_losses(entries),
     )
 
@@ -473,8 +470,7 @@ def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Seque
     require("report", "kaleido", "the report's PNG / SVG figures")
     import kaleido
 
-    jobs = []
-    paths = []
+    jobs, paths = [], []
     for fig in figures:
         for fmt in formats:
             path = directory / f"{fig.name}.{fmt}"
@@ -626,11 +622,10 @@ def _figure_section(fig: ReportFigure, files: str, formats: Sequence[str]) -> st
         default_height=f"{fig.height}px",
         config={"displaylogo": False, "responsive": True},
     )
-    links = ""
-    if formats:
-        links = " ".join(
-            f'<a href="{html.escape(quote(files))}/{fig.name}.{fmt}">{fmt.upper()}</a>' for fmt in formats
-        )
+    links = " ".join(
+        f'<a href="{html.escape(quote(files))}/{fig.name}.{fmt}">{fmt.upper()}</a>' for fmt in formats
+    )
+    if links:
         links = f" Static: {links}."
     return (
         f'<section id="{html.escape(fig.name)}"><h2>{html.escape(fig.title)}</h2><figure>{div}'
