@@ -6,8 +6,10 @@ Kept free of pandas and matplotlib so that the light commands (``baseline``,
 
 from __future__ import annotations
 
+import io
 import math
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, TypeGuard, cast
 
@@ -269,8 +271,6 @@ def output_console(file: TextIO | None = None, **options: Any) -> Console:
     -------
     rich.console.Console
     """
-    import sys
-
     from rich.console import Console
 
     stream = sys.stdout if file is None else file
@@ -287,8 +287,6 @@ def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:
 
     The ``summary()`` of the API's results: the same text their command prints in a pipe.
     """
-    import io
-
     buffer = io.StringIO()
     print_to(output_console(buffer, width=width, force_terminal=False, color_system=None))
     return buffer.getvalue()

@@ -93,15 +93,13 @@ def _installed_version(name: str) -> str | None:
 def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) -> dict[str, Any]:
     """The common provenance keys, then ``model_source`` = ``resolved`` (:func:`model_source`), then ``settings``.
 
-    ``settings`` are the command's own keys (samples, seed, radius, fold_norm,
-    null_kind, ...): any JSON-ready values, recorded as given.
-
     Parameters
     ----------
     resolved : mapping or None, optional
         The :func:`model_source` of the run, positional only.
     **settings
-        The command's own keys.
+        The command's own keys (samples, seed, radius, fold_norm, null_kind, ...): any JSON-ready
+        values, recorded as given.
 
     Returns
     -------

@@ -20,7 +20,7 @@ import numpy as np
 
 from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.json_input import describe
+from qkenergy.base.json_input import describe, parse_value
 
 __all__ = [
     "KINDS",
@@ -236,8 +236,6 @@ def _flags(cells: Sequence[Any], name: str, where: str, source: str) -> np.ndarr
 
 
 def _lobes(cells: Sequence[Any], name: str, where: str, source: str) -> list[list[float]]:
-    from qkenergy.base.json_input import parse_value
-
     out = []
     expected = "a list of finite numbers"
     for i, cell in enumerate(cells):

@@ -222,12 +222,10 @@ def write_results(
     """
     target = Path(path)
     with joined(transaction) as outputs:
-        if table_format(target).EMBEDS_LAYERS:
-            parts = [_write(heads, target, settings, layers, outputs)]
-        else:
-            parts = [_write(heads, target, settings, None, outputs)]
-            if layers is not None:
-                parts.append(_write(layers, layers_path(target), settings, None, outputs))
+        embeds = table_format(target).EMBEDS_LAYERS
+        parts = [_write(heads, target, settings, layers if embeds else None, outputs)]
+        if layers is not None and not embeds:
+            parts.append(_write(layers, layers_path(target), settings, None, outputs))
     return [files[0] for files in parts] + [extra for files in parts for extra in files[1:]]
 
 

@@ -43,6 +43,7 @@ from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.extras import require
 from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
+from qkenergy.base.json_input import read_object
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
 from qkenergy.formats.tables import layers_path, read_table, write_table
@@ -378,8 +379,6 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
     ``log_history`` lists the logged losses up to that checkpoint; the
     checkpoint of a run with the largest ``step`` gives the run's curve.
     """
-    from qkenergy.base.json_input import read_object
-
     latest: dict[str, tuple[float, Path]] = {}
     for entry in entries:
         path = entry.get("path")
