@@ -175,16 +175,10 @@ def _plain_lines(table: Table) -> list[str] | None:
     columns = table.columns
     if (
         not columns
-        or table.caption is not None
         or not table.show_header
-        or table.show_footer
-        or table.show_lines
-        or table.leading
-        or table.collapse_padding
+        or any((table.show_footer, table.show_lines, table.leading, table.collapse_padding, table.expand))
+        or any(setting is not None for setting in (table.caption, table.width, table.min_width))
         or tuple(table.padding) != (0, 1, 0, 1)
-        or table.expand
-        or table.width is not None
-        or table.min_width is not None
         or table.row_styles
         or any(row.style is not None for row in table.rows)
     ):
@@ -196,14 +190,8 @@ def _plain_lines(table: Table) -> list[str] | None:
     for column in columns:
         texts = [column.header, *column.cells]
         plain = [text for text in texts if _plain(text)]
-        if (
-            len(plain) < len(texts)
-            or column.justify not in ("left", "right")
-            or column.width is not None
-            or column.min_width is not None
-            or column.max_width is not None
-            or column.ratio is not None
-        ):
+        sizes = (column.width, column.min_width, column.max_width, column.ratio)
+        if len(plain) < len(texts) or column.justify not in ("left", "right") or sizes != (None,) * 4:
             return None
         cells.append(plain)
     widths = [max(map(len, texts)) for texts in cells]

@@ -9,15 +9,9 @@ made here:
 - ``model_source``: the MODEL argument and what it resolved to (see :func:`model_source`),
   with a fingerprint of every weight file read (see :func:`fingerprint_files`).
 
-Where the settings live (each table format module writes and reads its own,
-:mod:`qkenergy.formats.recorded_settings` holds their JSON text and checks;
-:func:`read_settings` asks the module of a file's extension):
-
-- Parquet: the file's key-value metadata under the key ``qkenergy`` (JSON text);
-- JSON: the ``"settings"`` member of the top-level object
-  ``{"settings": ..., "heads": [...], "layers": [...]}``;
-- CSV: a sidecar ``<table>.meta.json`` (``results.csv.meta.json``) holding
-  ``{"table": ..., "settings": ..., "list_columns": ...}``.
+Each table format module writes and reads its own settings (where: see
+:func:`qkenergy.formats.tables.write_table`); :mod:`qkenergy.formats.recorded_settings`
+holds their JSON text and checks; :func:`read_settings` asks the module of a file's extension.
 """
 
 from __future__ import annotations
@@ -373,12 +367,10 @@ def fingerprint_files(
         if not names:
             continue
         infos = sorted((sf.info(n) for n in names), key=lambda i: i.begin)
-        hashed = 0
         try:
             with open(sf.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                header_end = _header_end(sf, fh)
-                ranges = [(0, header_end)] + [(i.begin, i.end) for i in infos]
+                ranges = [(0, _header_end(sf, fh))] + [(i.begin, i.end) for i in infos]
                 if max(end for _, end in ranges) > size:
                     raise QKEnergyError(
                         f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"

@@ -333,16 +333,9 @@ def check_cells(cells: Sequence[Any], name: str, where: str, source: str) -> Any
         try:
             return _numbers(cells, name, where, "score", source)
         except QKEnergyError:
-            return _texts(
-                [str(c) if c is not None and not isinstance(c, str) else c for c in cells],
-                name,
-                where,
-                source,
-            )
-    if kind == "text":
-        return _texts(cells, name, where, source)
-    if kind == "flag":
-        return _flags(cells, name, where, source)
-    if kind == "lobe":
-        return _lobes(cells, name, where, source)
+            texts = [str(c) if c is not None and not isinstance(c, str) else c for c in cells]
+            return _texts(texts, name, where, source)
+    read = {"text": _texts, "flag": _flags, "lobe": _lobes}.get(kind)
+    if read is not None:
+        return read(cells, name, where, source)
     return _check_numbers(_numbers(cells, name, where, kind, source), name, where, kind)

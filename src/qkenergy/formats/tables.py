@@ -1,10 +1,7 @@
 """Tidy tables: csv / parquet / json, written atomically with their settings, and read back.
 
-One module per format (:mod:`~qkenergy.formats.csv_table`,
-:mod:`~qkenergy.formats.parquet_table`, :mod:`~qkenergy.formats.json_table`),
-each a :class:`~qkenergy.formats.table_format.TableFormat`; :data:`FORMATS`
-maps a file's extension to its module, and the functions here dispatch
-through it. A new format is one module and one line of :data:`FORMATS`.
+:data:`FORMATS` maps a file's extension to its format module (a
+:class:`~qkenergy.formats.table_format.TableFormat`); the functions here dispatch through it.
 
 pandas is imported where a function needs it, not with this module: writing a
 CSV of an analysis (a column table, :mod:`qkenergy.formats.columns`) never needs it.

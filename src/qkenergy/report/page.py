@@ -312,13 +312,7 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
                     f"{path}: model {name!r} is already in {origin[name]}; give each model once"
                 )
             origin[name] = path
-            facts.append(
-                {
-                    "model": name,
-                    "model_type": settings.get("model_type"),
-                    "n_layers": settings.get("n_layers"),
-                }
-            )
+            facts.append({"model": name} | {key: settings.get(key) for key in ("model_type", "n_layers")})
         heads.append(table)
         # analyze --per-layer keeps the layer forms in the same json file, or beside a csv / parquet one.
         if path.suffix.lower() == ".json":
