@@ -165,17 +165,14 @@ def _numbers(cells: Sequence[Any], name: str, where: str, kind: str, source: str
     for i, cell in enumerate(cells):
         if cell is None or (source == "csv" and cell == ""):
             out[i] = math.nan
-        elif source == "csv":
-            try:
-                out[i] = float(cell)
-            except ValueError:
-                raise _fail(where, name, i, cell, expected) from None
-        elif isinstance(cell, bool) or not isinstance(cell, int | float | np.integer | np.floating):
+        elif source != "csv" and (
+            isinstance(cell, bool) or not isinstance(cell, int | float | np.integer | np.floating)
+        ):
             raise _fail(where, name, i, cell, expected)
         else:
             try:
                 out[i] = float(cell)
-            except OverflowError:  # an integer beyond a double
+            except (ValueError, OverflowError):  # CSV text that is no number; an integer beyond a double
                 raise _fail(where, name, i, cell, expected) from None
     return out
 
@@ -200,15 +197,13 @@ def _check_numbers(values: np.ndarray, name: str, where: str, kind: str) -> np.n
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise _fail(where, name, row, float(values[row]), _EXPECTED[kind])
-    if kind in ("index", "size", "offset"):
-        return values.astype(np.int64)
-    return values
+    return values.astype(np.int64) if kind in ("index", "size", "offset") else values
 
 
 def _texts(cells: Sequence[Any], name: str, where: str, source: str) -> list[str]:
     out = []
     for i, cell in enumerate(cells):
-        if cell is None:
+        if cell is None or (source == "parquet" and isinstance(cell, float) and math.isnan(cell)):
             out.append("")
         elif isinstance(cell, str):
             if len(cell) > MAX_CELL_CHARS:
@@ -216,8 +211,6 @@ def _texts(cells: Sequence[Any], name: str, where: str, source: str) -> list[str
                     f"{where}: column {show_name(name, 60)} row {i + 1}: text longer than {MAX_CELL_CHARS} characters"
                 )
             out.append(cell)
-        elif source == "parquet" and isinstance(cell, float) and math.isnan(cell):
-            out.append("")
         else:
             raise _fail(where, name, i, cell, "text")
     return out
