@@ -42,7 +42,7 @@ from qkenergy.analysis.comparison import (
 from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.extras import require
-from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
+from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe, plural
 from qkenergy.base.json_input import read_object
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
@@ -230,8 +230,7 @@ def build_report(
 
 
 def _default_title(summary: pd.DataFrame) -> str:
-    count = len(summary)
-    return f"qkenergy report: {count} model{'s' if count != 1 else ''}, {int(summary['heads'].sum())} heads"
+    return f"qkenergy report: {plural(len(summary), 'model')}, {int(summary['heads'].sum())} heads"
 
 
 # ----------------------------------------------------------------------------- inputs
