@@ -34,7 +34,6 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
@@ -81,9 +80,7 @@ def write_through_target(path: str | os.PathLike[str]) -> Path:
         The file to replace.
     """
     requested = Path(path)
-    if requested.is_symlink():
-        return Path(os.path.realpath(requested))
-    return requested
+    return Path(os.path.realpath(requested)) if requested.is_symlink() else requested
 
 
 def _new_mode(full: int) -> int:
@@ -231,12 +228,7 @@ class OutputTransaction:
     def __enter__(self) -> OutputTransaction:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if exc_type is None:
             self.commit()
         else:

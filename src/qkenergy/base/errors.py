@@ -74,11 +74,11 @@ def memory_limit() -> int:
 def format_bytes(count: int) -> str:
     """``count`` bytes in binary units, e.g. '1.5 GiB' (inf-safe for huge counts)."""
     value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
             return f"{value:.3g} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.3g} PiB"
 
 
 def check_memory(nbytes: int, what: str) -> None:

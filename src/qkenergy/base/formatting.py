@@ -6,8 +6,10 @@ Kept free of pandas and matplotlib so that the light commands (``baseline``,
 
 from __future__ import annotations
 
+import io
 import math
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, TypeGuard, cast
 
@@ -173,16 +175,10 @@ def _plain_lines(table: Table) -> list[str] | None:
     columns = table.columns
     if (
         not columns
-        or table.caption is not None
         or not table.show_header
-        or table.show_footer
-        or table.show_lines
-        or table.leading
-        or table.collapse_padding
+        or any((table.show_footer, table.show_lines, table.leading, table.collapse_padding, table.expand))
+        or any(setting is not None for setting in (table.caption, table.width, table.min_width))
         or tuple(table.padding) != (0, 1, 0, 1)
-        or table.expand
-        or table.width is not None
-        or table.min_width is not None
         or table.row_styles
         or any(row.style is not None for row in table.rows)
     ):
@@ -194,14 +190,8 @@ def _plain_lines(table: Table) -> list[str] | None:
     for column in columns:
         texts = [column.header, *column.cells]
         plain = [text for text in texts if _plain(text)]
-        if (
-            len(plain) < len(texts)
-            or column.justify not in ("left", "right")
-            or column.width is not None
-            or column.min_width is not None
-            or column.max_width is not None
-            or column.ratio is not None
-        ):
+        sizes = (column.width, column.min_width, column.max_width, column.ratio)
+        if len(plain) < len(texts) or column.justify not in ("left", "right") or sizes != (None,) * 4:
             return None
         cells.append(plain)
     widths = [max(map(len, texts)) for texts in cells]
@@ -269,17 +259,13 @@ def output_console(file: TextIO | None = None, **options: Any) -> Console:
     -------
     rich.console.Console
     """
-    import sys
-
     from rich.console import Console
 
     stream = sys.stdout if file is None else file
     terminal = options.get("force_terminal")
     if terminal is None:
         terminal = stream.isatty()
-    if (
-        not terminal
-    ):  # no colours off a terminal: rich's highlighter would compile its regexes for nothing (15 ms)
+    if not terminal:  # no colours here: rich's highlighter would compile its regexes for nothing (15 ms)
         options.setdefault("highlight", False)
     return Console(file=stream if terminal else cast(TextIO, _TrimmedLines(stream)), **options)
 
@@ -289,8 +275,6 @@ def plain_text(print_to: Callable[[Console], None], width: int = 80) -> str:
 
     The ``summary()`` of the API's results: the same text their command prints in a pipe.
     """
-    import io
-
     buffer = io.StringIO()
     print_to(output_console(buffer, width=width, force_terminal=False, color_system=None))
     return buffer.getvalue()

@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from qkenergy.base.errors import QKEnergyError
+from qkenergy.base.formatting import plural
 
 __all__ = [
     "MAX_DEPTH",
@@ -156,11 +157,6 @@ def read_object(path: str | os.PathLike[str], where: str, what: str, limit: int)
     return parse_object(read_bytes(path, where, what, limit), where, what)
 
 
-def _depth(raw: bytes) -> int:
-    """Deepest nesting of [ and { outside strings (an upper bound for malformed text)."""
-    return bracket_depth(_STRING.sub(b'""', raw))
-
-
 def bracket_depth(text_bytes: bytes) -> int:
     """Deepest nesting of [ and { in ``text_bytes`` (strings already removed), counted vectorised.
 
@@ -239,10 +235,10 @@ def parse_value(raw: bytes, where: str, what: str) -> Any:
         Not valid UTF-8 JSON, nested more than ``MAX_DEPTH`` levels, or an integer longer than
         ``MAX_INT_DIGITS`` digits.
     """
-    if _depth(raw) > MAX_DEPTH:
+    if bracket_depth(_STRING.sub(b'""', raw)) > MAX_DEPTH:  # strings removed; a bound for malformed text
         raise QKEnergyError(f"{where}: {what} is nested more than {MAX_DEPTH} levels deep")
     try:
-        data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+        return json.loads(raw.decode("utf-8"), parse_int=_parse_int)
     except _TooLong:
         raise QKEnergyError(f"{where}: {what} holds an integer longer than {MAX_INT_DIGITS} digits") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -254,7 +250,6 @@ def parse_value(raw: bytes, where: str, what: str) -> Any:
         raise QKEnergyError(f"{where}: {what} is not valid UTF-8 JSON ({reason})") from None
     except RecursionError:  # pragma: no cover - excluded by the depth check
         raise QKEnergyError(f"{where}: {what} is nested too deeply") from None
-    return data
 
 
 def json_type(value: object) -> str:
@@ -307,12 +302,7 @@ def describe(value: object) -> str:
             text = ""
         if text and len(text) <= 40:
             return f"{json_type(value)} {text}"
-        count = (
-            f"{len(value)} item{'s' if len(value) != 1 else ''}"
-            if isinstance(value, list)
-            else (f"{len(value)} key{'s' if len(value) != 1 else ''}")
-        )
-        return f"{json_type(value)} of {count}"
+        return f"{json_type(value)} of {plural(len(value), 'item' if isinstance(value, list) else 'key')}"
     return json_type(value)
 
 

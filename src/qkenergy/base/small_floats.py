@@ -17,6 +17,8 @@ Arrays of ml_dtypes' own dtypes (from a caller who has imported it) are accepted
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from qkenergy.base.extras import require
@@ -43,7 +45,6 @@ FLOAT8_E8M0FNU = np.dtype([("float8_e8m0fnu", "V1")])
 """float8 E8M0 (unsigned powers of two 2**-127 .. 2**127; 0xff is NaN) as stored bytes."""
 
 _FLOAT8 = (FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT8_E8M0FNU)
-_tables: dict[tuple[np.dtype, np.dtype], np.ndarray] = {}
 
 
 def is_small_float(dtype: np.dtype) -> bool:
@@ -76,24 +77,20 @@ def _float8_values(dtype: np.dtype) -> np.ndarray:
     value = sign * np.ldexp(significand.astype(np.float64), np.maximum(exponent, 1) - bias - mantissa_bits)
     top = exponent == (1 << exponent_bits) - 1
     nan = np.copysign(np.nan, sign)  # a NaN keeps its sign bit, as ml_dtypes' casts keep it
-    if (
-        dtype == FLOAT8_E4M3FN
-    ):  # no infinities: only S.1111.111 is NaN, the rest of the top binade are numbers
+    # E4M3FN has no infinities: only S.1111.111 is NaN, the rest of the top binade are numbers
+    if dtype == FLOAT8_E4M3FN:
         return np.where(top & (mantissa == 7), nan, value)
     return np.where(top, np.where(mantissa == 0, sign * np.inf, nan), value)
 
 
+@functools.cache
 def _table(dtype: np.dtype, target: np.dtype) -> np.ndarray:
     """The 256 values of a 1-byte float dtype in ``target``, indexed by the byte."""
-    key = (dtype, target)
-    table = _tables.get(key)
-    if table is None:
-        if dtype in _FLOAT8:
-            table = _float8_values(dtype).astype(target)
-        else:  # a 1-byte float dtype from elsewhere (ml_dtypes): its own cast, once per code
-            table = np.arange(256, dtype=np.uint8).view(dtype).astype(target)
-        table.flags.writeable = False
-        _tables[key] = table
+    if dtype in _FLOAT8:
+        table = _float8_values(dtype).astype(target)
+    else:  # a 1-byte float dtype from elsewhere (ml_dtypes): its own cast, once per code
+        table = np.arange(256, dtype=np.uint8).view(dtype).astype(target)
+    table.flags.writeable = False
     return table
 
 

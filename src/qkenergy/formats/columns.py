@@ -163,14 +163,13 @@ def concat(parts: Sequence[Columns]) -> Columns:
     Columns
         Every column of any part, over all their rows.
     """
-    names = list(dict.fromkeys(name for part in parts for name in part))
-    out: Columns = {}
-    for name in names:
-        pieces = []
-        for part in parts:
-            pieces.append(part[name] if name in part else np.full(row_count(part), np.nan))
-        out[name] = np.concatenate(pieces) if pieces else np.empty(0)
-    return out
+    names = dict.fromkeys(name for part in parts for name in part)
+    return {
+        name: np.concatenate(
+            [part[name] if name in part else np.full(row_count(part), np.nan) for part in parts]
+        )
+        for name in names
+    }
 
 
 def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
@@ -190,8 +189,7 @@ def with_integer_counts(df: pd.DataFrame) -> pd.DataFrame:
 
     for col in COUNT_COLUMNS:
         if col in df.columns:
-            values = pd.to_numeric(df[col], errors="coerce")
-            df[col] = values.round().astype("Int64")
+            df[col] = pd.to_numeric(df[col], errors="coerce").round().astype("Int64")
     return df
 
 

@@ -10,6 +10,8 @@ A column table is written without pandas.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
 from qkenergy.base.formatting import json_safe
-from qkenergy.base.json_input import parse_object, read_bytes
+from qkenergy.base.json_input import read_bytes, read_object
 from qkenergy.formats.columns import Columns, csv_text, frame_columns, with_integer_counts, write_csv
 from qkenergy.formats.recorded_settings import MAX_SETTINGS_BYTES, check_settings, sidecar_path
 from qkenergy.formats.schema import MAX_CELL_CHARS, MAX_ROWS, MAX_TABLE_BYTES, column_kind
@@ -70,12 +72,9 @@ def write(
     if layers is not None:
         raise ValueError("a csv table holds one table; the layer table is a table of its own")
     target = Path(path)
-    tmp = outputs.stage(target)
-    if isinstance(table, dict):
-        write_csv(table, tmp)
-    else:
-        # through the column writer: text neutralised for spreadsheets (csv_cell), CR quoted
-        write_csv(frame_columns(with_integer_counts(table.copy())), tmp)
+    # a DataFrame through the column writer too: text neutralised for spreadsheets (csv_cell), CR quoted
+    columns = table if isinstance(table, dict) else frame_columns(with_integer_counts(table.copy()))
+    write_csv(columns, outputs.stage(target))
     if settings is None:
         return [target]
     sidecar = {
@@ -140,9 +139,7 @@ def read_settings(path: Path) -> dict[str, Any] | None:
     if not sidecar.exists():
         return None
     side = show_path(sidecar)
-    document = parse_object(
-        read_bytes(sidecar, side, "the settings", MAX_SETTINGS_BYTES), side, "the settings"
-    )
+    document = read_object(sidecar, side, "the settings", MAX_SETTINGS_BYTES)
     return check_settings(document.get("settings"), side)
 
 
@@ -173,9 +170,6 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any]]:
     QKEnergyError
         The file is too large, not CSV, or exceeds a bound.
     """
-    import csv
-    import io
-
     require("tables", "pyarrow", f"{where}: CSV tables are read with it")
     import pyarrow as pa
     import pyarrow.compute as pc

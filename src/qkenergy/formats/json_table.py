@@ -60,9 +60,8 @@ def write(
         ``[path]``.
     """
     target = Path(path)
-    heads = (
-        column_records(table) if isinstance(table, dict) else records(frame_of(table))
-    )  # no pandas for Columns
+    # no pandas for Columns
+    heads = column_records(table) if isinstance(table, dict) else records(frame_of(table))
     document: dict[str, Any] = {"settings": settings, "heads": heads}
     if layers is not None:
         document["layers"] = records(with_integer_counts(layers.copy()))
@@ -175,10 +174,8 @@ def read_cells(
     for i, record in enumerate(rows):
         if not isinstance(record, dict):
             raise QKEnergyError(f"{where}: record {i + 1} is {json_type(record)}; expected an object")
-        for key in record:
-            if key not in names:
-                names[key] = None
-                if len(names) > MAX_COLUMNS:
-                    raise too_many(where, len(names), "columns or more", MAX_COLUMNS)
+        names.update(dict.fromkeys(record))
+        if len(names) > MAX_COLUMNS:
+            raise too_many(where, MAX_COLUMNS + 1, "columns or more", MAX_COLUMNS)
     columns = check_names(list(names), where)
     return columns, {name: [r.get(name) for r in rows] for name in columns}, settings

@@ -61,13 +61,6 @@ def arrow_table(
 ) -> Any:
     """``frame`` as an Arrow table (no index), ``settings`` as JSON text under the metadata key ``qkenergy``.
 
-    ``types``: column -> Arrow type each named column is cast to;
-    ``nulls_as_text``: a column holding nothing but nulls is stored as text,
-    not as Arrow's null type (a dataset whose files must agree on every
-    column's type: the survey's); ``metadata``: further key-value metadata,
-    before the settings; ``pandas_metadata``: keep the ``pandas`` key that
-    pyarrow adds (a survey's unit files carry only qkenergy's keys).
-
     Parameters
     ----------
     frame : DataFrame
@@ -75,13 +68,14 @@ def arrow_table(
     settings : mapping or None, optional
         The settings to record.
     metadata : mapping or None, optional
-        Further key-value metadata.
+        Further key-value metadata, before the settings.
     types : mapping or None, optional
-        Column -> Arrow type.
+        Column -> the Arrow type it is cast to.
     nulls_as_text : bool, optional
-        Store all-null columns as text.
+        Store a column holding nothing but nulls as text, not as Arrow's null type (a dataset
+        whose files must agree on every column's type: the survey's).
     pandas_metadata : bool, optional
-        Keep pyarrow's ``pandas`` metadata key.
+        Keep the ``pandas`` key that pyarrow adds (a survey's unit files carry only qkenergy's keys).
 
     Returns
     -------
@@ -311,13 +305,10 @@ def read_cells(source: Path, where: str) -> tuple[list[str], dict[str, Any], dic
         As :func:`read_arrow`.
     """
     arrow, settings = read_arrow(source, where)
-    cells: dict[str, Any] = {}
-    for field in arrow.schema:
-        column = arrow.column(field.name)
-        if _is_numeric(field.type):
-            cells[field.name] = column.to_numpy().astype(np.float64)
-        else:
-            cells[field.name] = column.to_pylist()
+    cells = {
+        field.name: column.to_numpy().astype(np.float64) if _is_numeric(field.type) else column.to_pylist()
+        for field, column in zip(arrow.schema, arrow.columns, strict=True)
+    }
     return list(arrow.schema.names), cells, settings
 
 

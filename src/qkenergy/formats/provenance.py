@@ -9,15 +9,9 @@ made here:
 - ``model_source``: the MODEL argument and what it resolved to (see :func:`model_source`),
   with a fingerprint of every weight file read (see :func:`fingerprint_files`).
 
-Where the settings live (each table format module writes and reads its own,
-:mod:`qkenergy.formats.recorded_settings` holds their JSON text and checks;
-:func:`read_settings` asks the module of a file's extension):
-
-- Parquet: the file's key-value metadata under the key ``qkenergy`` (JSON text);
-- JSON: the ``"settings"`` member of the top-level object
-  ``{"settings": ..., "heads": [...], "layers": [...]}``;
-- CSV: a sidecar ``<table>.meta.json`` (``results.csv.meta.json``) holding
-  ``{"table": ..., "settings": ..., "list_columns": ...}``.
+Each table format module writes and reads its own settings (where: see
+:func:`qkenergy.formats.tables.write_table`); :mod:`qkenergy.formats.recorded_settings`
+holds their JSON text and checks; :func:`read_settings` asks the module of a file's extension.
 """
 
 from __future__ import annotations
@@ -49,7 +43,7 @@ from qkenergy.formats.recorded_settings import (
     settings_json,
     sidecar_path,
 )
-from qkenergy.weights.safetensors_io import TensorSource
+from qkenergy.weights.safetensors_io import Closeable, TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource
@@ -93,15 +87,13 @@ def _installed_version(name: str) -> str | None:
 def run_settings(resolved: Mapping[str, Any] | None = None, /, **settings: Any) -> dict[str, Any]:
     """The common provenance keys, then ``model_source`` = ``resolved`` (:func:`model_source`), then ``settings``.
 
-    ``settings`` are the command's own keys (samples, seed, radius, fold_norm,
-    null_kind, ...): any JSON-ready values, recorded as given.
-
     Parameters
     ----------
     resolved : mapping or None, optional
         The :func:`model_source` of the run, positional only.
     **settings
-        The command's own keys.
+        The command's own keys (samples, seed, radius, fold_norm, null_kind, ...): any JSON-ready
+        values, recorded as given.
 
     Returns
     -------
@@ -180,7 +172,7 @@ def model_source(
     }
 
 
-class ReadRecorder:
+class ReadRecorder(Closeable):
     """A TensorReader (layouts.TensorReader) that notes which tensors were read from ``tensors``.
 
     Over safetensors files the fingerprints are those of :func:`fingerprint_files`,
@@ -211,12 +203,6 @@ class ReadRecorder:
         self._begun: dict[Path, _BegunDigest] = {}  # file digests begun as tensors are read
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="qkenergy-hash")
         self._hashing: list[Future[None]] = []
-
-    def __enter__(self) -> ReadRecorder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop the hashing thread (what it has not hashed yet is dropped)."""
@@ -381,12 +367,10 @@ def fingerprint_files(
         if not names:
             continue
         infos = sorted((sf.info(n) for n in names), key=lambda i: i.begin)
-        hashed = 0
         try:
             with open(sf.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                header_end = _header_end(sf, fh)
-                ranges = [(0, header_end)] + [(i.begin, i.end) for i in infos]
+                ranges = [(0, _header_end(sf, fh))] + [(i.begin, i.end) for i in infos]
                 if max(end for _, end in ranges) > size:
                     raise QKEnergyError(
                         f"{show_path(sf.path)}: file changed while it was read (now {size} bytes)"

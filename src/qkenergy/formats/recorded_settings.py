@@ -17,6 +17,7 @@ from typing import Any
 
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
+from qkenergy.base.json_input import describe, get_bool, get_int, get_str, json_type, parse_object
 
 __all__ = [
     "MAX_SETTINGS_BYTES",
@@ -87,8 +88,6 @@ def parse_settings(raw: bytes | None, where: str) -> dict[str, Any] | None:
     QKEnergyError
         The value is too large, not a JSON object, or fails :func:`check_settings`.
     """
-    from qkenergy.base.json_input import parse_object
-
     if raw is None:
         return None
     if len(raw) > MAX_SETTINGS_BYTES:
@@ -125,8 +124,6 @@ def check_settings(settings: Any, where: str) -> dict[str, Any] | None:
     QKEnergyError
         ``settings`` is not an object, or a key has the wrong type.
     """
-    from qkenergy.base.json_input import describe, get_bool, get_int, get_str, json_type
-
     if settings is None:
         return None
     if not isinstance(settings, dict):

@@ -20,7 +20,7 @@ import numpy as np
 
 from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.base.json_input import describe
+from qkenergy.base.json_input import describe, parse_value
 
 __all__ = [
     "KINDS",
@@ -131,10 +131,7 @@ def column_kind(name: str) -> str | None:
     str or None
         Its kind.
     """
-    kind = _NAMED.get(name)
-    if kind is None:
-        kind = next((k for suffix, k in _SUFFIXES if name.endswith(suffix)), None)
-    return kind
+    return _NAMED.get(name) or next((k for suffix, k in _SUFFIXES if name.endswith(suffix)), None)
 
 
 def _fail(where: str, name: str, row: int, value: object, expected: str) -> QKEnergyError:
@@ -168,17 +165,14 @@ def _numbers(cells: Sequence[Any], name: str, where: str, kind: str, source: str
     for i, cell in enumerate(cells):
         if cell is None or (source == "csv" and cell == ""):
             out[i] = math.nan
-        elif source == "csv":
-            try:
-                out[i] = float(cell)
-            except ValueError:
-                raise _fail(where, name, i, cell, expected) from None
-        elif isinstance(cell, bool) or not isinstance(cell, int | float | np.integer | np.floating):
+        elif source != "csv" and (
+            isinstance(cell, bool) or not isinstance(cell, int | float | np.integer | np.floating)
+        ):
             raise _fail(where, name, i, cell, expected)
         else:
             try:
                 out[i] = float(cell)
-            except OverflowError:  # an integer beyond a double
+            except (ValueError, OverflowError):  # CSV text that is no number; an integer beyond a double
                 raise _fail(where, name, i, cell, expected) from None
     return out
 
@@ -203,15 +197,13 @@ def _check_numbers(values: np.ndarray, name: str, where: str, kind: str) -> np.n
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise _fail(where, name, row, float(values[row]), _EXPECTED[kind])
-    if kind in ("index", "size", "offset"):
-        return values.astype(np.int64)
-    return values
+    return values.astype(np.int64) if kind in ("index", "size", "offset") else values
 
 
 def _texts(cells: Sequence[Any], name: str, where: str, source: str) -> list[str]:
     out = []
     for i, cell in enumerate(cells):
-        if cell is None:
+        if cell is None or (source == "parquet" and isinstance(cell, float) and math.isnan(cell)):
             out.append("")
         elif isinstance(cell, str):
             if len(cell) > MAX_CELL_CHARS:
@@ -219,8 +211,6 @@ def _texts(cells: Sequence[Any], name: str, where: str, source: str) -> list[str
                     f"{where}: column {show_name(name, 60)} row {i + 1}: text longer than {MAX_CELL_CHARS} characters"
                 )
             out.append(cell)
-        elif source == "parquet" and isinstance(cell, float) and math.isnan(cell):
-            out.append("")
         else:
             raise _fail(where, name, i, cell, "text")
     return out
@@ -239,8 +229,6 @@ def _flags(cells: Sequence[Any], name: str, where: str, source: str) -> np.ndarr
 
 
 def _lobes(cells: Sequence[Any], name: str, where: str, source: str) -> list[list[float]]:
-    from qkenergy.base.json_input import parse_value
-
     out = []
     expected = "a list of finite numbers"
     for i, cell in enumerate(cells):
@@ -338,16 +326,9 @@ def check_cells(cells: Sequence[Any], name: str, where: str, source: str) -> Any
         try:
             return _numbers(cells, name, where, "score", source)
         except QKEnergyError:
-            return _texts(
-                [str(c) if c is not None and not isinstance(c, str) else c for c in cells],
-                name,
-                where,
-                source,
-            )
-    if kind == "text":
-        return _texts(cells, name, where, source)
-    if kind == "flag":
-        return _flags(cells, name, where, source)
-    if kind == "lobe":
-        return _lobes(cells, name, where, source)
+            texts = [str(c) if c is not None and not isinstance(c, str) else c for c in cells]
+            return _texts(texts, name, where, source)
+    read = {"text": _texts, "flag": _flags, "lobe": _lobes}.get(kind)
+    if read is not None:
+        return read(cells, name, where, source)
     return _check_numbers(_numbers(cells, name, where, kind, source), name, where, kind)

@@ -27,7 +27,7 @@ from qkenergy.base.display import show_name
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.formatting import json_safe
 from qkenergy.base.json_input import describe
-from qkenergy.formats.columns import LIST_COLUMNS, Columns, to_frame, with_integer_counts
+from qkenergy.formats.columns import LIST_COLUMNS, Columns, list_column, to_frame, with_integer_counts
 from qkenergy.formats.schema import MAX_COLUMNS, check_cells, check_numbers, column_kind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -212,31 +212,26 @@ def checked_frame(
 ) -> pd.DataFrame:
     """The table read back: required columns present, every cell checked for its kind, as a DataFrame.
 
-    ``cells``: column -> float64 array (numbers a reader already converted) or
-    raw cells, checked by :func:`qkenergy.formats.schema.check_cells` under the
-    rules of ``source`` ('csv': cells are text; 'json', 'parquet': typed values).
-    ``text``: applied to every text cell once checked (CSV: undoing the
-    spreadsheet neutralisation). Counts come back as nullable integers.
-
     Parameters
     ----------
     names : sequence of str
         The columns, in order.
     cells : dict
-        Column -> its values.
+        Column -> float64 array (numbers a reader already converted) or raw cells, checked by
+        :func:`qkenergy.formats.schema.check_cells`.
     where : str
         The file as errors show it.
     table : {"heads", "layers"}
         Which table it is (its required columns).
     source : {"csv", "json", "parquet"}
-        The format read.
+        The format read, whose rules the raw cells are checked under (csv: text; others: typed values).
     text : callable or None, optional
-        Applied to each text cell.
+        Applied to each text cell once checked (CSV: undoing the spreadsheet neutralisation).
 
     Returns
     -------
     DataFrame
-        The table.
+        The table, counts as nullable integers.
 
     Raises
     ------
@@ -265,9 +260,7 @@ def checked_frame(
         if isinstance(values, np.ndarray):
             data[name] = pd.Series(values, dtype=values.dtype)
         elif (values and isinstance(values[0], list)) or column_kind(name) == "lobe":
-            column = np.empty(len(values), dtype=object)
-            column[:] = values
-            data[name] = pd.Series(column, dtype=object)
+            data[name] = pd.Series(list_column(values), dtype=object)
         else:
             data[name] = text_column(pd.Series(values, dtype=object))
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(next(iter(data.values()))) if data else 0))

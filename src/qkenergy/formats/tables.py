@@ -1,10 +1,7 @@
 """Tidy tables: csv / parquet / json, written atomically with their settings, and read back.
 
-One module per format (:mod:`~qkenergy.formats.csv_table`,
-:mod:`~qkenergy.formats.parquet_table`, :mod:`~qkenergy.formats.json_table`),
-each a :class:`~qkenergy.formats.table_format.TableFormat`; :data:`FORMATS`
-maps a file's extension to its module, and the functions here dispatch
-through it. A new format is one module and one line of :data:`FORMATS`.
+:data:`FORMATS` maps a file's extension to its format module (a
+:class:`~qkenergy.formats.table_format.TableFormat`); the functions here dispatch through it.
 
 pandas is imported where a function needs it, not with this module: writing a
 CSV of an analysis (a column table, :mod:`qkenergy.formats.columns`) never needs it.
@@ -22,17 +19,10 @@ from qkenergy.base.errors import QKEnergyError
 from qkenergy.base.extras import require
 from qkenergy.formats import csv_table, json_table, parquet_table
 from qkenergy.formats.columns import COUNT_COLUMNS, LIST_COLUMNS, Columns, with_integer_counts
-from qkenergy.formats.table_format import (
-    REQUIRED_COLUMNS,
-    STRING_COLUMNS,
-    TABLES,
-    TableFormat,
-    text_column,
-)
+from qkenergy.formats.table_format import REQUIRED_COLUMNS, STRING_COLUMNS, TABLES, TableFormat, text_column
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-
 
 __all__ = [
     "COUNT_COLUMNS",
@@ -125,30 +115,23 @@ def write_table(
 ) -> Path:
     """Write ``df`` as csv, parquet or json (by extension), atomically, with its settings; returns the path.
 
-    ``settings`` (default: ``df.attrs["settings"]``, if any): how the table was
-    made (see :mod:`qkenergy.formats.provenance`): Parquet key-value metadata
-    ``qkenergy``, the ``settings`` member of the JSON object, or the CSV
-    sidecar ``<path>.meta.json`` (only when there are settings). csv keeps the
-    list columns (alpha, beta) as JSON array text; json is the object
-    ``{"settings": ..., "heads": [records], "layers": [records]}`` with NaN as
-    null (``layers`` only for json: csv and parquet take the layer table as a
-    table of its own, see :func:`write_results`); parquet keeps lists natively.
-    ``transaction``: stage the files in the caller's transaction instead of
-    committing them here. ``df`` may be a column table
-    (:mod:`qkenergy.formats.columns`): csv is then written without pandas.
+    The settings go in Parquet key-value metadata ``qkenergy``, the ``settings`` member of the
+    JSON object ``{"settings": ..., "heads": [records], "layers": [records]}`` (NaN as null), or
+    the CSV sidecar ``<path>.meta.json`` (only when there are settings). The list columns
+    (alpha, beta) are JSON array text in csv, native lists in json and parquet.
 
     Parameters
     ----------
     df : DataFrame or Columns
-        The table.
+        The table; a column table (:mod:`qkenergy.formats.columns`) is written as csv without pandas.
     path : str or path-like
         The file; its extension picks the format.
     settings : dict or None, optional
-        How the table was made.
+        How the table was made (:mod:`qkenergy.formats.provenance`); default ``df.attrs["settings"]``.
     layers : DataFrame or None, optional
-        The layer table (json only).
+        The layer table (json only: csv and parquet write it as a table of its own, :func:`write_results`).
     transaction : OutputTransaction or None, optional
-        The caller's transaction; None to commit here.
+        The caller's transaction to stage the files in; None to commit here.
 
     Returns
     -------
@@ -236,38 +219,32 @@ def write_results(
     """
     target = Path(path)
     with joined(transaction) as outputs:
-        if table_format(target).EMBEDS_LAYERS:
-            parts = [_write(heads, target, settings, layers, outputs)]
-        else:
-            parts = [_write(heads, target, settings, None, outputs)]
-            if layers is not None:
-                parts.append(_write(layers, layers_path(target), settings, None, outputs))
+        embeds = table_format(target).EMBEDS_LAYERS
+        parts = [_write(heads, target, settings, layers if embeds else None, outputs)]
+        if layers is not None and not embeds:
+            parts.append(_write(layers, layers_path(target), settings, None, outputs))
     return [files[0] for files in parts] + [extra for files in parts for extra in files[1:]]
 
 
 def read_table(path: str | os.PathLike[str], *, table: str = "heads") -> pd.DataFrame:
     """Inverse of :func:`write_table`: the table, with its settings in ``df.attrs["settings"]`` (or None).
 
-    Older files are read too: a JSON list of records, a CSV without sidecar.
-    ``table="layers"`` reads the layer table embedded in a json file, or a
-    ``.layers`` csv / parquet file. Head tables are checked for the head-table columns.
-
-    A table is input like any other: a regular file of bounded size
-    (:data:`~qkenergy.formats.schema.MAX_TABLE_BYTES`; Parquet: rows, columns and
-    decompressed size from its metadata, before reading), at most
+    Older files are read too: a JSON list of records, a CSV without sidecar. A table is input
+    like any other: a regular file of bounded size (:data:`~qkenergy.formats.schema.MAX_TABLE_BYTES`;
+    Parquet: rows, columns and decompressed size from its metadata, before reading), at most
     :data:`~qkenergy.formats.schema.MAX_COLUMNS` uniquely named columns and
-    :data:`~qkenergy.formats.schema.MAX_ROWS` rows, every documented column
-    checked for its kind (:mod:`qkenergy.formats.schema`) and the settings for
-    their types, before anything uses them; each failure one line naming the
-    file, the column and the row. Text cells that :func:`write_table`
-    neutralised for spreadsheets (a leading ``'``) come back as written.
+    :data:`~qkenergy.formats.schema.MAX_ROWS` rows, every documented column checked for its
+    kind (:mod:`qkenergy.formats.schema`) and the settings for their types, before anything uses
+    them. Text cells that :func:`write_table` neutralised for spreadsheets (a leading ``'``)
+    come back as written.
 
     Parameters
     ----------
     path : path
         A .csv, .parquet or .json table.
     table : str
-        "heads" or "layers".
+        "heads" (checked for the head-table columns) or "layers": the layer table embedded in a
+        json file, or a ``.layers`` csv / parquet file.
 
     Returns
     -------

@@ -24,9 +24,7 @@ def write_outputs(
     """Write the head table (and layer table) to ``output`` and the figures into ``plot_dir``.
 
     All files land together or none does (:class:`OutputTransaction`): an
-    unwritable plot directory or a failing layer table leaves no head table
-    behind. ``plot_options`` go to :func:`qkenergy.figures.plots.plot_results`.
-    Returns the files written.
+    unwritable plot directory or a failing layer table leaves no head table behind.
 
     Parameters
     ----------

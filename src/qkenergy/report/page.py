@@ -42,7 +42,8 @@ from qkenergy.analysis.comparison import (
 from qkenergy.base.atomic import OutputTransaction
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.extras import require
-from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe
+from qkenergy.base.formatting import MISSING, format_fixed, format_percent, json_safe, plural
+from qkenergy.base.json_input import read_object
 from qkenergy.base.version import __version__
 from qkenergy.figures.survey_figures import WIDTH, ReportFigure, report_figures
 from qkenergy.formats.tables import layers_path, read_table, write_table
@@ -81,7 +82,7 @@ class Report:
     comparison : BaselineComparison or None
         The comparison with a reference model, when asked for.
     renderer : str or None, optional
-        What drew the static figures.
+        What drew the PNG / SVG figures: "kaleido", or None (none drawn).
     """
 
     html: Path
@@ -91,7 +92,6 @@ class Report:
     summary: pd.DataFrame
     comparison: BaselineComparison | None
     renderer: str | None = None
-    """What drew the PNG / SVG figures: "kaleido", or None (none drawn)."""
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,7 @@ def build_report(
 
 
 def _default_title(summary: pd.DataFrame) -> str:
-    count = len(summary)
-    return f"qkenergy report: {count} model{'s' if count != 1 else ''}, {int(summary['heads'].sum())} heads"
+    return f"qkenergy report: {plural(len(summary), 'model')}, {int(summary['heads'].sum())} heads"
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -252,7 +251,7 @@ class ReportInputs:
     settings : dict
         The run's settings.
     losses : DataFrame or None, optional
-        Training loss per run and step.
+        Training loss per run and step (``run``, ``step``, ``loss``), from the checkpoints' trainer_state.json.
     """
 
     heads: pd.DataFrame
@@ -260,7 +259,6 @@ class ReportInputs:
     models: pd.DataFrame | None
     settings: dict[str, Any]
     losses: pd.DataFrame | None = None
-    """Training loss per run and step (``run``, ``step``, ``loss``), from the checkpoints' trainer_state.json."""
 
 
 def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
@@ -313,13 +311,7 @@ def read_inputs(sources: Sequence[str | os.PathLike[str]]) -> ReportInputs:
                     f"{path}: model {name!r} is already in {origin[name]}; give each model once"
                 )
             origin[name] = path
-            facts.append(
-                {
-                    "model": name,
-                    "model_type": settings.get("model_type"),
-                    "n_layers": settings.get("n_layers"),
-                }
-            )
+            facts.append({"model": name} | {key: settings.get(key) for key in ("model_type", "n_layers")})
         heads.append(table)
         # analyze --per-layer keeps the layer forms in the same json file, or beside a csv / parquet one.
         if path.suffix.lower() == ".json":
@@ -356,15 +348,14 @@ def _read_survey(out: Path) -> ReportInputs:
                     else None,
                 }
             )
-    models = pd.DataFrame(entries) if entries else None
-    settings: dict[str, Any] = {
+    kept: dict[str, Any] = {
         k: record[k] for k in ("settings", "manifest", "run", "provenance") if k in record
     }
     return ReportInputs(
         heads=heads,
         layers=layers,
-        models=models,
-        settings={"survey": str(out), **settings},
+        models=pd.DataFrame(entries) if entries else None,
+        settings={"survey": str(out), **kept},
         losses=training_losses(entries),
     )
 
@@ -381,8 +372,6 @@ def training_losses(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
     ``log_history`` lists the logged losses up to that checkpoint; the
     checkpoint of a run with the largest ``step`` gives the run's curve.
     """
-    from qkenergy.base.json_input import read_object
-
     latest: dict[str, tuple[float, Path]] = {}
     for entry in entries:
         path = entry.get("path")
@@ -473,8 +462,7 @@ def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Seque
     require("report", "kaleido", "the report's PNG / SVG figures")
     import kaleido
 
-    jobs = []
-    paths = []
+    jobs, paths = [], []
     for fig in figures:
         for fmt in formats:
             path = directory / f"{fig.name}.{fmt}"
@@ -626,11 +614,10 @@ def _figure_section(fig: ReportFigure, files: str, formats: Sequence[str]) -> st
         default_height=f"{fig.height}px",
         config={"displaylogo": False, "responsive": True},
     )
-    links = ""
-    if formats:
-        links = " ".join(
-            f'<a href="{html.escape(quote(files))}/{fig.name}.{fmt}">{fmt.upper()}</a>' for fmt in formats
-        )
+    links = " ".join(
+        f'<a href="{html.escape(quote(files))}/{fig.name}.{fmt}">{fmt.upper()}</a>' for fmt in formats
+    )
+    if links:
         links = f" Static: {links}."
     return (
         f'<section id="{html.escape(fig.name)}"><h2>{html.escape(fig.title)}</h2><figure>{div}'
