@@ -305,3 +305,29 @@ def test_models_with_several_stacks(tables) -> None:
     figures = report_figures(both, summary.reset_index(), models=models)
     hover = {row[1] for trace in figures[0].figure.data if trace.type == "box" for row in trace.customdata}
     assert "layer 5, head 11 (decoder)" in hover and "layer 2, head 3" in hover
+
+
+def test_a_survey_of_trainer_checkpoints_reads_their_loss_curves(tables, tmp_path: Path) -> None:
+    """A survey's record names each checkpoint's path, group and step: the report reads the losses there."""
+    import json
+
+    from qkenergy.report.page import read_inputs
+    from qkenergy.surveys.dataset import write_unit
+
+    heads, _, _ = tables
+    out, checkpoints = tmp_path / "OUT", tmp_path / "run"
+    unit = heads[heads["model"] == heads["model"].iloc[0]]
+    write_unit(
+        out, "heads", "tiny", int(unit["layer"].iloc[0]), unit[unit["layer"] == unit["layer"].iloc[0]], {}
+    )
+    models = []
+    for step in (10, 20):
+        folder = checkpoints / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        history = [{"step": s, "loss": 5.0 / s} for s in range(1, step + 1)]
+        (folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+        models.append({"name": f"tiny-{step}", "path": str(folder), "group": "run", "step": step})
+    (out / "survey.json").write_text(json.dumps({"settings": {}, "models": models}))
+    losses = read_inputs([out]).losses
+    assert losses is not None  # the latest checkpoint's history: steps 1 to 20
+    assert list(losses["run"].unique()) == ["run"] and list(losses["step"]) == list(range(1, 21))

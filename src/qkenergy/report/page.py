@@ -334,9 +334,10 @@ def _read_survey(out: Path) -> ReportInputs:
     heads, layers = load_survey(out)
     record = read_record(out / "survey.json") or {}  # bounded and checked, as every input
     listed = record.get("models", [])
+    listed = listed if isinstance(listed, list) else []
     entries = []
     # Per-model facts, each of its type or left out: the record is a file anyone may have edited.
-    for entry in listed if isinstance(listed, list) else []:
+    for entry in listed:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             model_type, n_layers = entry.get("model_type"), entry.get("n_layers")
             entries.append(
@@ -356,7 +357,8 @@ def _read_survey(out: Path) -> ReportInputs:
         layers=layers,
         models=pd.DataFrame(entries) if entries else None,
         settings={"survey": str(out), **kept},
-        losses=training_losses(entries),
+        # the record's own entries: they name each checkpoint's path, group and step
+        losses=training_losses([entry for entry in listed if isinstance(entry, dict)]),
     )
 
 
