@@ -89,6 +89,14 @@ def stdout_console() -> Any:
     return output_console()
 
 
+def print_result(result: Any, as_json: bool) -> None:
+    """A result's JSON (``--json``) or its summary, on standard output."""
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        result.print_summary(stdout_console())
+
+
 def fail(message: str, status: int) -> NoReturn:
     click.echo(f"{PROG}: error: {one_line(message)}", err=True)
     sys.exit(status)

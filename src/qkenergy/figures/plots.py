@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -140,10 +140,12 @@ def _title(df: pd.DataFrame) -> str:
     return _model_name(df) or "heads"
 
 
-def _legend_below(ax: Axes, ncol: int = 1, *, gap: float = 0.15) -> Any:
+def _legend_below(ax: Axes, ncol: int = 1, *, gap: float = 0.15, entries: Sequence[Any] = ()) -> Any:
     """The axes' legend under them (``gap``: axes heights below their bottom, under the axis title),
-    off the data: a legend inside may cover the very point that matters."""
-    return ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=ncol, frameon=False)
+    off the data: a legend inside may cover the very point that matters. ``entries``: (handles, labels)."""
+    return ax.legend(
+        *entries, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=ncol, frameon=False
+    )
 
 
 # ----------------------------------------------------------------------------- 1. heatmap
@@ -156,6 +158,13 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     labels = df["stack"].astype(str) + " " + df["layer"].astype(str)
     order = pd.unique(labels)  # stacks in table order, layers as analysed
     return df.assign(row=pd.Categorical(labels, categories=order, ordered=True))
+
+
+def _pivot(df: pd.DataFrame, values: str) -> pd.DataFrame:
+    """``values`` by heatmap row and head."""
+    return df.pivot_table(
+        index="row", columns="head", values=values, aggfunc="first", dropna=False, observed=True
+    )
 
 
 def _canvas(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -190,9 +199,7 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     from matplotlib.colors import FuncNorm
 
     df = _rows(df)
-    grid = df.pivot_table(
-        index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
-    )
+    grid = _pivot(df, "symmetric_energy")
     values = grid.to_numpy(np.float64)
     centre = float(baseline(float(df["N"].unique()[0])))
     finite = values[np.isfinite(values)]
@@ -214,15 +221,7 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     # Mark heads whose symmetric energy differs significantly from the random law.
     sig = np.full(values.shape, np.nan)
     if "symmetric_energy_p_bh" in df.columns:
-        sig_table = df.pivot_table(
-            index="row",
-            columns="head",
-            values="symmetric_energy_p_bh",
-            aggfunc="first",
-            dropna=False,
-            observed=True,
-        )
-        sig = sig_table.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
+        sig = _pivot(df, "symmetric_energy_p_bh").reindex_like(grid).to_numpy(np.float64)
     annotate = rows * cols <= 400
     for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
         star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
@@ -248,6 +247,25 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 # ----------------------------------------------------------------------------- 2. null histogram
 
 
+def _shape_laws(
+    df: pd.DataFrame,
+    laws: Mapping[tuple[int, int], NullLaw] | None,
+    null_samples: int,
+    seed: int,
+    cache_dir: str | os.PathLike[str] | None,
+) -> Iterator[tuple[int, Any, Any, NullLaw]]:
+    """(k, n, N, law) for each head shape of the table in order: the law given, else drawn (or cached)."""
+    from qkenergy.analysis.nullspec import NullSpec
+    from qkenergy.math.nulls import NULL_STATISTICS
+
+    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
+    for k, (n, N) in enumerate(shapes):
+        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
+            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
+        )
+        yield k, n, N, law
+
+
 def _null_histogram(
     df: pd.DataFrame,
     *,
@@ -258,9 +276,6 @@ def _null_histogram(
     laws: Mapping[tuple[int, int], NullLaw] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
-    from qkenergy.analysis.nullspec import NullSpec
-    from qkenergy.math.nulls import NULL_STATISTICS
-
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
     fig, ax = _canvas(ax, (7.0, 4.6))
@@ -268,14 +283,10 @@ def _null_histogram(
     # ... drawn above the heads' bars, which would otherwise hide it.
     axn.set_zorder(ax.get_zorder() + 1)
     axn.patch.set_visible(False)
-    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     colours = ["0.15", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     drawn: list[tuple[np.ndarray, str, float]] = []
-    for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
-            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
-        )
+    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]
@@ -309,17 +320,8 @@ def _null_histogram(
     axn.set_ylabel("null density")
     if drawn:
         _null_zoom(ax, s, *drawn[0], right=drawn[0][2] <= (lo + hi) / 2)
-    handles = ax.get_legend_handles_labels()
-    handles_n = axn.get_legend_handles_labels()
-    axn.legend(
-        handles[0] + handles_n[0],
-        handles[1] + handles_n[1],
-        fontsize=7,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.14),
-        ncol=2,
-        frameon=False,
-    )
+    (handles, labels), (handles_n, labels_n) = ax.get_legend_handles_labels(), axn.get_legend_handles_labels()
+    _legend_below(axn, 2, gap=0.14, entries=(handles + handles_n, labels + labels_n))
     ax.set_title(f"{_title(df)}: heads against the exact random law", fontsize=10)
     return fig
 
@@ -386,17 +388,9 @@ def _type_shares(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     ax.set_yticks(range(rows), [str(r) for r in counts.index], fontsize=7 if rows > 16 else 9)
     ax.set_ylabel("layer")
     if rows * cols <= 600:
-        for i in range(rows):
-            for j in range(cols):
-                ax.text(
-                    j,
-                    i,
-                    f"{number[i, j]}/{totals[i]}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if shares[i, j] > 0.6 else "black",
-                )
+        for i, j in np.ndindex(rows, cols):
+            colour = "white" if shares[i, j] > 0.6 else "black"
+            ax.text(j, i, f"{number[i, j]}/{totals[i]}", ha="center", va="center", fontsize=7, color=colour)
     bar = fig.colorbar(image, ax=ax)
     bar.set_label("share of the layer's heads")
     ax.set_title(f"{_title(df)}: head types per layer (heads of the type / heads)", fontsize=9)
@@ -752,23 +746,11 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(len(layers), 1)))
     for colour, layer in zip(colours, layers):
         by_offset = df[df["layer"] == layer].groupby("offset")["symmetric_energy"]
-        offsets = np.asarray(by_offset.median().index, dtype=np.float64)
-        ax.plot(
-            offsets,
-            by_offset.median().to_numpy(),
-            marker="o",
-            ms=3,
-            lw=1.2,
-            color=colour,
-            label=f"layer {layer}",
-        )
-        ax.fill_between(
-            offsets,
-            by_offset.quantile(0.25).to_numpy(),
-            by_offset.quantile(0.75).to_numpy(),
-            color=colour,
-            alpha=0.12,
-        )
+        median = by_offset.median()
+        offsets = np.asarray(median.index, dtype=np.float64)
+        ax.plot(offsets, median.to_numpy(), marker="o", ms=3, lw=1.2, color=colour, label=f"layer {layer}")
+        quartiles = [by_offset.quantile(q).to_numpy() for q in (0.25, 0.75)]
+        ax.fill_between(offsets, *quartiles, color=colour, alpha=0.12)
     base = float(baseline(float(df["N"].iloc[0])))
     ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
     ax.set_xscale("symlog", linthresh=1)
@@ -829,16 +811,9 @@ def moment_scatter(
     Figure
         The matplotlib figure.
     """
-    from qkenergy.analysis.nullspec import NullSpec
-    from qkenergy.math.nulls import NULL_STATISTICS
-
     fig, ax = _canvas(ax, (7.0, 5.0))
-    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
-    for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
-            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
-        )
+    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
         O, E = law.samples("moment_O"), law.samples("moment_E")
         ok = np.isfinite(O) & np.isfinite(E)
         ax.scatter(
@@ -950,18 +925,13 @@ def figure(
     if settings is None:
         settings = df.attrs.get("settings")
     population = population_label(settings, _model_name(df))
+    nulls: dict[str, Any] = dict(
+        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+    )
     if name == "symmetric_energy_heatmap":
         return _heatmap(df, ax)
     if name == "symmetric_energy_null":
-        return _null_histogram(
-            df,
-            null_samples=null_samples,
-            seed=seed,
-            cache_dir=cache_dir,
-            population=population,
-            laws=null_laws,
-            ax=ax,
-        )
+        return _null_histogram(df, laws=null_laws, ax=ax, **nulls)
     if name == "symmetric_profiles":
         _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
         return _simplex(df, population=population, ax=ax, **_type_rule(settings))
@@ -973,9 +943,7 @@ def figure(
         return _type_spectra(df, axes=ax)
     if name == "moments_O_E":
         _need(df, MOMENT_COLUMNS, "the O-E figure")
-        return moment_scatter(
-            df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, ax=ax
-        )
+        return moment_scatter(df, ax=ax, **nulls)
     _need(df, ("alpha", "beta"), "the lobes figure")
     layer, h = choose_head(df, head)
     return _lobes(df, layer, h, ax)
@@ -1060,6 +1028,9 @@ def plot_results(
     if settings is None:
         settings = df.attrs.get("settings")
     population = _plain(population_label(settings, str(df["model"].iloc[0]) if _model_name(df) else None))
+    nulls: dict[str, Any] = dict(
+        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, laws=null_laws
+    )
     paths: list[Path] = []
     with joined(transaction) as outputs:
         outdir = outputs.ensure_directory(outdir)
@@ -1070,32 +1041,12 @@ def plot_results(
         if "offset" in every_offset.columns:
             save(_offsets(every_offset), "symmetric_energy_offsets")
         save(_heatmap(df), "symmetric_energy_heatmap")
-        save(
-            _null_histogram(
-                df,
-                null_samples=null_samples,
-                seed=seed,
-                cache_dir=cache_dir,
-                population=population,
-                laws=null_laws,
-            ),
-            "symmetric_energy_null",
-        )
+        save(_null_histogram(df, **nulls), "symmetric_energy_null")
         if "head_type" in df.columns:
             save(_type_shares(df), "head_types_per_layer")
         save(_simplex(df, population=population, **_type_rule(settings)), "symmetric_profiles")
         if set(MOMENT_COLUMNS) <= set(df.columns):
-            save(
-                moment_scatter(
-                    df,
-                    null_samples=null_samples,
-                    seed=seed,
-                    cache_dir=cache_dir,
-                    population=population,
-                    laws=null_laws,
-                ),
-                "moments_O_E",
-            )
+            save(moment_scatter(df, **nulls), "moments_O_E")
         else:
             warnings.warn("the table has no moment columns: the O-E figure skipped", stacklevel=2)
         if {"alpha", "beta"} <= set(df.columns):
