@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
 
-SUFFIXES: tuple[str, ...] = ("null_mean", "null_sd", "z", "p")
-
 
 def empirical_floor(law: NullLaw, name: str) -> float:
     """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples.

@@ -76,12 +76,6 @@ def one_line(error: BaseException | str) -> str:
     return f"{text[:head]} [... {len(text) - head - tail} characters ...] {text[-tail:]}"
 
 
-def stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
 def stdout_console() -> Any:
     """A rich Console on standard output (off a terminal its lines carry no trailing spaces)."""
     from qkenergy.base.formatting import output_console

@@ -216,8 +216,7 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     )
     ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
     ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    ax.set(xlabel="head", ylabel="layer")
     # Mark heads whose symmetric energy differs significantly from the random law.
     sig = np.full(values.shape, np.nan)
     if "symmetric_energy_p_bh" in df.columns:
@@ -315,8 +314,7 @@ def _null_histogram(
             s, bins=bins.tolist(), color="tab:red", alpha=0.6, label=f"{population} ({s.size})"
         )
         ax.set_ylim(0, 1.9 * max(float(np.max(counts)), 1.0))  # headroom for the zoom on the null
-    ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
-    ax.set_ylabel("heads")
+    ax.set(xlabel="symmetric energy s = ||S||²/||L||²", ylabel="heads")
     axn.set_ylabel("null density")
     if drawn:
         _null_zoom(ax, s, *drawn[0], right=drawn[0][2] <= (lo + hi) / 2)
@@ -609,8 +607,7 @@ def _simplex(
     )
     ax.text(-pad, -pad, "c_sym\n(α excess, I+)", ha="right", va="top", fontsize=8)
     ax.text(1 + pad, -pad, "d_sym\n(β excess, I−)", ha="left", va="top", fontsize=8)
-    ax.set_xlim(-0.25, 1.25)
-    ax.set_ylim(-0.2, _SQRT3_2 + 0.18)
+    ax.set(xlim=(-0.25, 1.25), ylim=(-0.2, _SQRT3_2 + 0.18))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
     ax.set_title(f"{_title(df)}: symmetric profiles (b, c, d)/s", fontsize=10)
     return fig
@@ -707,19 +704,15 @@ def _lobes(df: pd.DataFrame, layer: int, head: int, axes: Sequence[Axes] | None 
         zorder=3,
         label="sorted pairs (α_i, β_i)",
     )
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_aspect("equal")
-    ax.set_xlabel("α_i (positive eigenvalues of S)")
-    ax.set_ylabel("β_i (|negative eigenvalues| of S)")
+    ax.set(xlim=(0, top), ylim=(0, top), aspect="equal")
+    ax.set(xlabel="α_i (positive eigenvalues of S)", ylabel="β_i (|negative eigenvalues| of S)")
     _legend_below(ax)
     ranks = np.arange(1, m + 1)
     ax2.plot(ranks, alpha, marker="o", ms=3, lw=1, label="α (positive lobe)")
     ax2.plot(ranks, beta, marker="s", ms=3, lw=1, label="β (negative lobe)")
     if math.isfinite(rho):
         ax2.plot(ranks, rho * alpha, color="tab:orange", lw=1, ls="--", label="ρα")
-    ax2.set_xlabel("rank i")
-    ax2.set_ylabel("eigenvalue magnitude")
+    ax2.set(xlabel="rank i", ylabel="eigenvalue magnitude")
     _legend_below(ax2)
 
     def fmt(name: str, digits: int = 3) -> str:
