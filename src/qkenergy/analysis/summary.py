@@ -208,7 +208,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         if np.ptp(base) == 0
         else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     )
-    counts = _significant(df, "symmetric_energy") if null else None
+    counts = significant_counts(df, "symmetric_energy") if null else None
     if counts is None:
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
@@ -223,7 +223,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
     )
 
 
-def _significant(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int] | None:
+def significant_counts(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int] | None:
     """(above, below, total) heads with BH-adjusted p < SIGNIFICANCE under one null; None if not drawn."""
     p_col, z_col = f"{prefix}_p_bh", f"{prefix}_z"
     if p_col not in df or z_col not in df:
@@ -251,7 +251,7 @@ def null_verdicts(df: pd.DataFrame | Columns) -> list[str]:
     """
     lines = []
     for kind in (k for k in KINDS.values() if k.verdict is not None):
-        counts = _significant(df, f"symmetric_energy_{kind.infix}".rstrip("_"))
+        counts = significant_counts(df, f"symmetric_energy_{kind.infix}".rstrip("_"))
         if counts is None:
             continue
         above, below, total = counts
@@ -522,9 +522,7 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
             format_fixed(r["baseline"]),
             format_percent(r["share_above"]),
             format_percent(r["share_below"]),
-            str(r["type_II"]),
-            str(r["type_I+"]),
-            str(r["type_I-"]),
+            *(str(r[f"type_{t}"]) for t in HEAD_TYPES),
         )
     print_table(console, table)
     _print_layer_forms(cast("pd.DataFrame | None", _at_offset(analysis.layers, offset)), console)

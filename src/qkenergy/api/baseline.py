@@ -295,7 +295,6 @@ def baseline(
         # one statistic's law (NaN draws, undefined statistics, left out); the exact mean where known
         sampled = Law(name, columns[name])
         summary = Law(name, columns[name], exact_mean=exact.get(name))
-        sample_mean, sample_stderr = sampled.mean(), sampled.stderr()
         quantiles = summary.ppf(QUANTILE_LEVELS) if summary.defined else [math.nan] * len(QUANTILE_LEVELS)
         row: dict[str, Any] = {
             "mean": summary.mean(),
@@ -316,8 +315,7 @@ def baseline(
                 row["departure_z"] = (
                     (row["mean"] - ratio_of_expectations) / row["stderr"] if row["stderr"] > 0 else math.nan
                 )
-            row["sample_mean"] = sample_mean
-            row["sample_stderr"] = sample_stderr
+            row["sample_mean"], row["sample_stderr"] = sampled.mean(), sampled.stderr()
         result[name] = json_safe(row)
     return Baseline(result)
 

@@ -89,10 +89,6 @@ class ReportFigure:
     height: int
 
 
-def _colours(models: list[str]) -> dict[str, str]:
-    return {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
-
-
 def _report(name: str, title: str, caption: str, fig: go.Figure) -> ReportFigure:
     """The figure as the report shows it, at the height its layout was given."""
     return ReportFigure(name, title, caption, fig, fig.layout.height)
@@ -889,7 +885,7 @@ def report_figures(
     info = model_info(heads, models)
     order = list(info.index)
     heads = heads.assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
-    colours = _colours(order)
+    colours = {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(order)}
     figures = [
         _by_model(heads, order, colours),
         _by_depth(heads, order, colours),

@@ -79,17 +79,14 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     hint = "; remove it or choose another output directory"
+    where, what = show_path(path), "the survey record"
     try:
-        record = parse_object(
-            read_bytes(path, show_path(path), "the survey record", MAX_RECORD_BYTES),
-            show_path(path),
-            "the survey record",
-        )
+        record = parse_object(read_bytes(path, where, what, MAX_RECORD_BYTES), where, what)
     except QKEnergyError as error:
         raise QKEnergyError(f"{error}{hint}") from None
     settings = record.get("settings", {})
     if not isinstance(settings, dict):
-        raise QKEnergyError(f"{show_path(path)}: its 'settings' are not a JSON object{hint}")
+        raise QKEnergyError(f"{where}: its 'settings' are not a JSON object{hint}")
     return record
 
 

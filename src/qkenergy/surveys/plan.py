@@ -106,12 +106,8 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
             None if embedded else entry.source, revision=entry.revision, hub_cache=hub_cache
         ) as source:
             # as analyze_model reads them: every attention stack the checkpoint holds
-            stacks = [
-                a
-                for a, _ in present_stacks(
-                    source.tensors, architectures(source.config, source.config_where, layout=source.layout)
-                )
-            ]
+            found = architectures(source.config, source.config_where, layout=source.layout)
+            stacks = [a for a, _ in present_stacks(source.tensors, found)]
             arch = stacks[0]
             n_layers = max(a.n_layers for a in stacks)
             plan.origin = source.origin
