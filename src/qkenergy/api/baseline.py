@@ -114,9 +114,7 @@ class Baseline(ShownAsJson):
 
         rows = {
             name: {
-                "mean": self.result[name]["mean"],
-                "stderr": self.result[name]["stderr"],
-                "sd": self.result[name]["sd"],
+                **{key: self.result[name][key] for key in ("mean", "stderr", "sd")},
                 **{f"quantile {q:g}": self.result[name]["quantiles"][f"{q:g}"] for q in QUANTILE_LEVELS},
             }
             for name in BASELINE_STATISTICS

@@ -294,15 +294,8 @@ def _null_histogram(
             # The null's central 99 % as a band over the whole height: visible at any width of the law.
             ax.axvspan(*np.quantile(draws, [0.005, 0.995]), color=colour, alpha=0.15, lw=0, zorder=0)
             axn.hist(draws, bins=60, density=True, histtype="stepfilled", color=colour, alpha=0.35)
-            axn.hist(
-                draws,
-                bins=60,
-                density=True,
-                histtype="step",
-                color=colour,
-                lw=1.2,
-                label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)",
-            )
+            label = f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)"
+            axn.hist(draws, bins=60, density=True, histtype="step", color=colour, lw=1.2, label=label)
             lo, hi = min(lo, draws.min()), max(hi, draws.max())
             drawn.append((draws, colour, base))
         axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
@@ -553,12 +546,8 @@ def _simplex(
         # Type boundaries: (c - d)/(c + d) = +-cut, rays from the b corner (the edge c + d <= 0.01 is
         # a share of the whole form's energy: no one line here).
         high, low = (1 + imbalance_cut) / 2, (1 - imbalance_cut) / 2
-        ax.plot(
-            *ternary_xy([1, 0], [0, high], [0, low]),
-            color="0.4",
-            lw=0.8,
-            label=f"type boundaries |c − d|/(c + d) = {imbalance_cut:g}: II between, I+ left, I− right",
-        )
+        label = f"type boundaries |c − d|/(c + d) = {imbalance_cut:g}: II between, I+ left, I− right"
+        ax.plot(*ternary_xy([1, 0], [0, high], [0, low]), color="0.4", lw=0.8, label=label)
         ax.plot(*ternary_xy([1, 0], [0, low], [0, high]), color="0.4", lw=0.8)
     else:
         # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
@@ -576,16 +565,11 @@ def _simplex(
             label=f"c + d = {radius:g}: Type II above",
         )
     theta = np.linspace(0, np.pi / 2, 400)
-    limit = accumulation_limit(np.tan(theta[:-1]))
-    limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
+    limit = np.vstack([accumulation_limit(np.tan(theta[:-1])), [0.0, 0.0, 1.0]])  # rho -> infinity last
     ax.plot(
-        *ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]),
-        color="tab:orange",
-        lw=1.5,
-        label="accumulation limit, ρ from 0 (c) to ∞ (d)",
+        *ternary_xy(*limit.T), color="tab:orange", lw=1.5, label="accumulation limit, ρ from 0 (c) to ∞ (d)"
     )
-    ok = df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)
-    sub = df[ok]
+    sub = df[df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)]
     x, y = ternary_xy(sub["b_sym"], sub["c_sym"], sub["d_sym"])
     points = ax.scatter(
         x,
@@ -749,13 +733,8 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("relative offset d = i - j (query i, key j)")
     ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
-    ax.legend(  # beside the axes, off the lines
-        fontsize=7,
-        ncol=2 if len(layers) > 16 else 1,
-        loc="upper left",
-        bbox_to_anchor=(1.02, 1),
-        frameon=False,
-    )
+    ncol = 2 if len(layers) > 16 else 1  # the legend beside the axes, off the lines
+    ax.legend(fontsize=7, ncol=ncol, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     ax.set_title(
         f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
     )
@@ -809,16 +788,9 @@ def moment_scatter(
     for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
         O, E = law.samples("moment_O"), law.samples("moment_E")
         ok = np.isfinite(O) & np.isfinite(E)
-        ax.scatter(
-            O[ok],
-            E[ok],
-            s=3,
-            color=clouds[k % len(clouds)],
-            alpha=0.35,
-            linewidths=0,
-            label=f"null, Gaussian head n={n}, N={N} ({int(ok.sum())} samples)",
-            zorder=1,
-        )
+        colour = clouds[k % len(clouds)]
+        label = f"null, Gaussian head n={n}, N={N} ({int(ok.sum())} samples)"
+        ax.scatter(O[ok], E[ok], s=3, color=colour, alpha=0.35, linewidths=0, label=label, zorder=1)
     types = df["head_type"].fillna("").astype(str)
     defined = df["moment_O"].notna() & df["moment_E"].notna()
     for head_type in ("I+", "I-", "II"):
