@@ -542,16 +542,13 @@ def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console:
     from rich.markup import escape
 
     settings = analysis.settings
-    null = bool(settings.get("null", True))
     fold = "used" if settings.get("fold_norm") else "not used"
     # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
     # of trained heads often lie far beyond what K null samples can resolve.
-    if not null:
-        null_text = "null laws skipped"
-    else:
+    null_text = "null laws skipped"
+    if settings.get("null", True):
         draws = [(k, int(settings.get(k.samples) or 0)) for k in selected(settings.get("null_kind"))]
-        texts = [k.header.format(K=K, floor=f"{2 / (K + 1):.2g}") for k, K in draws if K]
-        null_text = " · ".join(texts)
+        null_text = " · ".join(k.header.format(K=K, floor=f"{2 / (K + 1):.2g}") for k, K in draws if K)
     # Names are data: a model called "[red]m" prints as written (markup escaped), never as markup.
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""

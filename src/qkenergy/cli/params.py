@@ -94,8 +94,7 @@ class HeadType(click.ParamType):
     ) -> tuple[int, int]:
         if isinstance(value, tuple):
             return value
-        parts = [part.strip() for part in str(value).split(",")]
-        numbers = [_parse_int(part) for part in parts]
+        numbers = [_parse_int(part) for part in str(value).split(",")]
         if len(numbers) != 2 or any(x is None or x < 0 for x in numbers):
             self.fail(
                 f"expected LAYER,HEAD as two non-negative integers, e.g. 3,7, got {value!r}", param, ctx

@@ -56,10 +56,9 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,199}")
 _PART = re.compile(r"layer-(\d{5,})\.parquet")
 
 
-# BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
-# holding that null's sample count K).
 def bh_columns() -> dict[str, tuple[str, str, str]]:
-    """BH column -> (its p column, its p_tail column, its samples setting), one per registered null."""
+    """BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
+    holding that null's sample count K), one per registered null."""
     at = [(f"symmetric_energy_{k.infix}", k.samples) for k in KINDS.values()]
     return {f"{a}p_bh": (f"{a}p", f"{a}p_tail", samples) for a, samples in at}
 
