@@ -295,9 +295,8 @@ def _model_row(
         row[f"share_{t}"] = float((types == t).mean())
     row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
     balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
-    row["balance_min"] = (
-        float(np.min(balance[np.isfinite(balance)])) if np.isfinite(balance).any() else np.nan
-    )
+    balance = balance[np.isfinite(balance)]
+    row["balance_min"] = float(np.min(balance)) if balance.size else np.nan
     row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
     for score in ("symmetry_score", "directionality"):
         values = forms[score] if forms is not None and score in forms.columns else np.nan

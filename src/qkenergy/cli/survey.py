@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -90,11 +90,8 @@ def survey(
 
     from qkenergy.api.survey import survey as run_survey
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
     # SIGTERM (a batch system's cancel) unwinds like Ctrl-C: the cluster is stopped, in-flight units released.
-    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = run_survey(
             manifest,

@@ -110,11 +110,8 @@ def model_name(text: str) -> str:
     """
     safe = _UNSAFE.sub("_", text.strip().replace("/", "--")).lstrip("._") or "model"
     if len(safe) > MAX_NAME_BYTES:  # ASCII only by now: characters are bytes
-        safe = (
-            safe[: MAX_NAME_BYTES - 17]
-            + "-"
-            + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
-        )
+        digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        safe = f"{safe[: MAX_NAME_BYTES - 17]}-{digest}"
     return safe
 
 
