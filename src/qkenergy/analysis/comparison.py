@@ -80,8 +80,7 @@ def check_heads(heads: pd.DataFrame, what: str = "head table") -> None:
     QKEnergyError
         A required column is missing, or the table is empty.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in heads.columns]
-    if missing:
+    if missing := [c for c in REQUIRED_COLUMNS if c not in heads.columns]:
         raise QKEnergyError(f"{what}: not a qkenergy head table; missing column(s) {', '.join(missing)}")
     if len(heads) == 0:
         raise QKEnergyError(f"{what}: no heads to report")

@@ -102,8 +102,7 @@ def bh(p: np.ndarray) -> np.ndarray:
     out = np.full(p.shape, np.nan)
     finite = np.isfinite(p)
     values = p[finite]
-    m = values.size
-    if m:
+    if m := values.size:
         order = np.argsort(values, kind="stable")
         scaled = values[order] * (m / np.arange(1, m + 1))
         adjusted = np.empty(m)

@@ -288,8 +288,7 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
         if K < 2 or f"{prefix}_p" not in df:
             continue
         p = _floats(df, f"{prefix}_p")
-        at_floor = int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum())
-        if at_floor:
+        if at_floor := int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum()):
             parts.append(f"{at_floor} heads under the {label} null")
     if not parts:
         return None

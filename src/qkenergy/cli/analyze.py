@@ -186,8 +186,7 @@ def analyze(
     if not quiet:
         for path in written:
             click.echo(f"wrote {path}", err=True)
-        hub = result.settings.get("hub")
-        if hub:
+        if hub := result.settings.get("hub"):
             from qkenergy.weights.hub import fetch_summary
 
             click.echo(fetch_summary(hub), err=True)

@@ -23,18 +23,8 @@ _LIBRARY_NAMES = {"kind": "null_kind", "null": "no_null", "layout": "layout_file
 
 @functools.cache
 def option_flags(group: click.Group) -> dict[str, str]:
-    """Python parameter -> the command line's flag, from the options every command of ``group`` declares.
-
-    Parameters
-    ----------
-    group : click.Group
-        The command line (``qkenergy.cli.main.cli``).
-
-    Returns
-    -------
-    dict
-        e.g. ``{"samples": "--samples", "rotation_samples": "--rotation-samples", "null": "--no-null"}``.
-    """
+    """Python parameter -> the command line's flag (``{"samples": "--samples", "null": "--no-null", ...}``),
+    from the options every command of ``group`` (``qkenergy.cli.main.cli``) declares."""
     flags: dict[str, str] = {}
     for command in group.commands.values():
         for param in command.params:

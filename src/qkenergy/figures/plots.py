@@ -120,8 +120,7 @@ def _check_formats(formats: Sequence[str]) -> list[str]:
 
 
 def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
+    if missing := [c for c in columns if c not in df.columns]:
         raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
 
 

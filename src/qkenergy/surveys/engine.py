@@ -269,8 +269,7 @@ def _plan_and_run(
                 result.skipped += 1
             else:
                 todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
-    scheduler_text = scheduler or "LocalCluster"
-    result.run = ledger.start_run(scheduler_text)
+    result.run = ledger.start_run(scheduler or "LocalCluster")
     record["run"] = {"run": result.run, "started": time.time()}
     _write_json(out / "survey.json", record)
     status = "interrupted"
