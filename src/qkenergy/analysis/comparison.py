@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qkenergy.analysis.summary import HEAD_TYPES, SIGNIFICANCE, baseline
+from qkenergy.analysis.summary import HEAD_TYPES, baseline, significant_counts
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.formats.tables import REQUIRED_COLUMNS
 from qkenergy.formats.tables import text_column as text
@@ -80,8 +80,7 @@ def check_heads(heads: pd.DataFrame, what: str = "head table") -> None:
     QKEnergyError
         A required column is missing, or the table is empty.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in heads.columns]
-    if missing:
+    if missing := [c for c in REQUIRED_COLUMNS if c not in heads.columns]:
         raise QKEnergyError(f"{what}: not a qkenergy head table; missing column(s) {', '.join(missing)}")
     if len(heads) == 0:
         raise QKEnergyError(f"{what}: no heads to report")
@@ -295,9 +294,8 @@ def _model_row(
         row[f"share_{t}"] = float((types == t).mean())
     row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
     balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
-    row["balance_min"] = (
-        float(np.min(balance[np.isfinite(balance)])) if np.isfinite(balance).any() else np.nan
-    )
+    balance = balance[np.isfinite(balance)]
+    row["balance_min"] = float(np.min(balance)) if balance.size else np.nan
     row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
     for score in ("symmetry_score", "directionality"):
         values = forms[score] if forms is not None and score in forms.columns else np.nan
@@ -308,18 +306,11 @@ def _model_row(
 
 def _significance(group: pd.DataFrame, defined: np.ndarray) -> dict[str, float]:
     """Shares of heads significantly above / below the null (BH-adjusted p < 0.05), over defined heads."""
-    if not {"symmetric_energy_p_bh", "symmetric_energy_z"} <= set(group.columns):
+    counts = significant_counts(group, "symmetric_energy")
+    if counts is None or not defined.any():
         return {"share_above": np.nan, "share_below": np.nan}
-    p = group["symmetric_energy_p_bh"].to_numpy(np.float64)
-    z = group["symmetric_energy_z"].to_numpy(np.float64)
-    if not np.isfinite(p).any() or not defined.any():
-        return {"share_above": np.nan, "share_below": np.nan}
-    significant = np.isfinite(p) & (p < SIGNIFICANCE)
     total = int(defined.sum())
-    return {
-        "share_above": float((significant & (z > 0)).sum() / total),
-        "share_below": float((significant & (z < 0)).sum() / total),
-    }
+    return {"share_above": counts[0] / total, "share_below": counts[1] / total}
 
 
 # ----------------------------------------------------------------------------- reference model
@@ -360,19 +351,10 @@ class BaselineComparison:
             q1, med, q3 = _quartiles(d)
             finite = d[np.isfinite(d)]
             rows.append(
-                {
-                    "model": name,
-                    "heads": len(group),
-                    "difference_median": med,
-                    "difference_q1": q1,
-                    "difference_q3": q3,
-                    "share_higher": float(np.mean(finite > 0)) if finite.size else np.nan,
-                }
+                [name, len(group), med, q1, q3, float(np.mean(finite > 0)) if finite.size else np.nan]
             )
-        return pd.DataFrame(
-            rows,
-            columns=["model", "heads", "difference_median", "difference_q1", "difference_q3", "share_higher"],
-        )
+        columns = ["model", "heads", "difference_median", "difference_q1", "difference_q3", "share_higher"]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def baseline_comparison(

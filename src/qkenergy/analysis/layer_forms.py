@@ -103,12 +103,9 @@ def layer_form_statistics(
         The route taken, "gram" or "dense".
     """
     hn, N = w_query.shape
-    types: dict[str, Any] = {
-        "radius": radius,
-        "type_rule": type_rule,
-        "imbalance_cut": imbalance_cut,
-        "edge_cut": edge_cut,
-    }
+    types: dict[str, Any] = dict(
+        radius=radius, type_rule=type_rule, imbalance_cut=imbalance_cut, edge_cut=edge_cut
+    )
     # Each factor scaled by a power of two (exact): the products below cannot overflow.
     wq, wk = rescale_by_power_of_two(w_query)[0], rescale_by_power_of_two(w_key)[0]
     if route is None:

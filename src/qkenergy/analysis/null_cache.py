@@ -443,18 +443,16 @@ def layer_null_law(
         The per-layer null law (kind "layer").
     """
     group_sizes = tuple(int(m) for m in group_sizes)
-    samples, seed = spec.samples, spec.seed
+    draw = dict(samples=spec.samples, seed=spec.seed, progress=progress)
     if cache_dir is None:
-        return layer_null.layer_null_law(
-            group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress
-        )
+        return layer_null.layer_null_law(group_sizes, head_dim, N, **draw)  # type: ignore[arg-type]
     names = layer_null.LAYER_NULL_STATISTICS
     path = layer_null_cache_path(cache_dir, spec, group_sizes, head_dim, N)
-    values = load_cached(path, names, samples)
+    values = load_cached(path, names, spec.samples)
     if values is not None:
         values.flags.writeable = False
         n = sum(1 for m in group_sizes if m > 0) * head_dim
-        return nulls.NullLaw(n=n, N=N, seed=seed, names=names, values=values, kind="layer")
-    law = layer_null.layer_null_law(group_sizes, head_dim, N, samples=samples, seed=seed, progress=progress)
+        return nulls.NullLaw(n=n, N=N, seed=spec.seed, names=names, values=values, kind="layer")
+    law = layer_null.layer_null_law(group_sizes, head_dim, N, **draw)  # type: ignore[arg-type]
     save_cached(path, law.values, law.names)
     return law

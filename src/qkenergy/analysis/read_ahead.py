@@ -145,9 +145,7 @@ def layer_progress(enabled: bool, total: int, fetching: tuple[Any, int] | None =
                 fetching[0].on_bytes = None
 
 
-def fetch_plan(
-    source: ModelSource, tensors: Any, todo: list[tuple[Architecture, str, int, list[int]]]
-) -> Any:
+def fetch_plan(source: ModelSource, tensors: Any, todo: list[LayerItem]) -> Any:
     """For a hub model: (its repository, the bytes of the query and key tensors of ``todo`` not fetched yet)."""
     repo = source.remote
     if repo is None:

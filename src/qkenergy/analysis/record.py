@@ -76,11 +76,7 @@ def run_settings(
     settings: dict[str, Any] = {
         "model": plan.label,
         "model_type": arch.model_type,
-        "n_layers": arch.n_layers,
-        "n_heads": arch.n_heads,
-        "n_kv_heads": arch.n_kv_heads,
-        "head_dim": arch.head_dim,
-        "hidden_size": arch.hidden_size,
+        **shape_settings(arch),
         "stacks": [stack_settings(a) for a in stacks],
         "notes": [note for note in (family_note, *notes(stacks, plan.offsets)) if note],
         "layers": list(plan.layer_ids),
@@ -215,30 +211,27 @@ def stack_settings(arch: Architecture) -> dict[str, Any]:
         stack, n_layers, n_heads, n_kv_heads, head_dim, hidden_size, positional, qk_norm,
         attention_layers; and layer_shapes / key_layers where the stack has them.
     """
-    return {
+    settings: dict[str, Any] = {
         "stack": arch.stack,
-        "n_layers": arch.n_layers,
-        "n_heads": arch.n_heads,
-        "n_kv_heads": arch.n_kv_heads,
-        "head_dim": arch.head_dim,
-        "hidden_size": arch.hidden_size,
+        **shape_settings(arch),
         "positional": arch.positional,
         "qk_norm": arch.qk_norm,
         # hybrid models: the model's layers with softmax attention (the others have no rows)
         "attention_layers": list(arch.attention_layers),
-        # per-layer shapes (gemma4, mimo_v2_flash): the layers whose heads differ from the above
-        **(
-            {
-                "layer_shapes": [
-                    {"layer": layer, "n_kv_heads": kv, "head_dim": dim}
-                    for layer, kv, dim in arch.layer_shapes
-                ]
-            }
-            if arch.layer_shapes
-            else {}
-        ),
-        # KV sharing (gemma4): layer -> the earlier layer whose keys it reuses
-        **({"key_layers": {str(a): b for a, b in arch.key_layers}} if arch.key_layers else {}),
+    }
+    if arch.layer_shapes:  # per-layer shapes (gemma4, mimo_v2_flash): the layers whose heads differ
+        settings["layer_shapes"] = [
+            {"layer": layer, "n_kv_heads": kv, "head_dim": dim} for layer, kv, dim in arch.layer_shapes
+        ]
+    if arch.key_layers:  # KV sharing (gemma4): layer -> the earlier layer whose keys it reuses
+        settings["key_layers"] = {str(a): b for a, b in arch.key_layers}
+    return settings
+
+
+def shape_settings(arch: Architecture) -> dict[str, int]:
+    """The stack's sizes as the settings record them: n_layers, n_heads, n_kv_heads, head_dim, hidden_size."""
+    return {
+        key: getattr(arch, key) for key in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_size")
     }
 
 

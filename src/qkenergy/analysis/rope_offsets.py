@@ -71,13 +71,13 @@ def plan_offsets(
             )
         return ropes, log_offsets(context)
     offsets: set[int] = set()
+    too_many = ArgumentError(
+        f"rope_offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer", parameter="rope_offsets"
+    )
     for value in [spec] if isinstance(spec, int | np.integer | range) else spec:
         if isinstance(value, range) and value.step > 0 and value.start >= 0:
-            if len(offsets) + len(value) > MAX_OFFSETS:
-                raise ArgumentError(
-                    f"rope_offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer",
-                    parameter="rope_offsets",
-                )
+            if len(offsets) + len(value) > MAX_OFFSETS:  # checked before the range is expanded
+                raise too_many
             offsets.update(value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
@@ -86,9 +86,7 @@ def plan_offsets(
             )
         offsets.add(int(value))
     if len(offsets) > MAX_OFFSETS:
-        raise ArgumentError(
-            f"rope_offsets: more than {MAX_OFFSETS} offsets; use 'log' or fewer", parameter="rope_offsets"
-        )
+        raise too_many
     if not offsets:
         raise ArgumentError("rope_offsets: empty list of offsets", parameter="rope_offsets")
     return ropes, sorted(offsets)

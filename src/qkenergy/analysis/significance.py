@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
 
-SUFFIXES: tuple[str, ...] = ("null_mean", "null_sd", "z", "p")
-
 
 def empirical_floor(law: NullLaw, name: str) -> float:
     """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples.
@@ -104,8 +102,7 @@ def bh(p: np.ndarray) -> np.ndarray:
     out = np.full(p.shape, np.nan)
     finite = np.isfinite(p)
     values = p[finite]
-    m = values.size
-    if m:
+    if m := values.size:
         order = np.argsort(values, kind="stable")
         scaled = values[order] * (m / np.arange(1, m + 1))
         adjusted = np.empty(m)

@@ -208,7 +208,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
         if np.ptp(base) == 0
         else f"{format_fixed(base.min())}–{format_fixed(base.max())}"
     )
-    counts = _significant(df, "symmetric_energy") if null else None
+    counts = significant_counts(df, "symmetric_energy") if null else None
     if counts is None:
         return (
             f"Median symmetric energy {median:.4f} against the random baseline {base_text} "
@@ -223,7 +223,7 @@ def verdict(df: pd.DataFrame | Columns, *, null: bool = True) -> str:
     )
 
 
-def _significant(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int] | None:
+def significant_counts(df: pd.DataFrame | Columns, prefix: str) -> tuple[int, int, int] | None:
     """(above, below, total) heads with BH-adjusted p < SIGNIFICANCE under one null; None if not drawn."""
     p_col, z_col = f"{prefix}_p_bh", f"{prefix}_z"
     if p_col not in df or z_col not in df:
@@ -251,7 +251,7 @@ def null_verdicts(df: pd.DataFrame | Columns) -> list[str]:
     """
     lines = []
     for kind in (k for k in KINDS.values() if k.verdict is not None):
-        counts = _significant(df, f"symmetric_energy_{kind.infix}".rstrip("_"))
+        counts = significant_counts(df, f"symmetric_energy_{kind.infix}".rstrip("_"))
         if counts is None:
             continue
         above, below, total = counts
@@ -288,8 +288,7 @@ def tail_note(df: pd.DataFrame | Columns, settings: dict[str, Any]) -> str | Non
         if K < 2 or f"{prefix}_p" not in df:
             continue
         p = _floats(df, f"{prefix}_p")
-        at_floor = int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum())
-        if at_floor:
+        if at_floor := int((np.isfinite(p) & (p <= 2 / (K + 1) * (1 + 1e-9))).sum()):
             parts.append(f"{at_floor} heads under the {label} null")
     if not parts:
         return None
@@ -522,9 +521,7 @@ def print_summary(analysis: AnalysisResult, console: Console | None = None, *, t
             format_fixed(r["baseline"]),
             format_percent(r["share_above"]),
             format_percent(r["share_below"]),
-            str(r["type_II"]),
-            str(r["type_I+"]),
-            str(r["type_I-"]),
+            *(str(r[f"type_{t}"]) for t in HEAD_TYPES),
         )
     print_table(console, table)
     _print_layer_forms(cast("pd.DataFrame | None", _at_offset(analysis.layers, offset)), console)
@@ -544,16 +541,13 @@ def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console:
     from rich.markup import escape
 
     settings = analysis.settings
-    null = bool(settings.get("null", True))
     fold = "used" if settings.get("fold_norm") else "not used"
     # Empirical two-sided p-values cannot go below 2/(K + 1): say so, since z-scores
     # of trained heads often lie far beyond what K null samples can resolve.
-    if not null:
-        null_text = "null laws skipped"
-    else:
+    null_text = "null laws skipped"
+    if settings.get("null", True):
         draws = [(k, int(settings.get(k.samples) or 0)) for k in selected(settings.get("null_kind"))]
-        texts = [k.header.format(K=K, floor=f"{2 / (K + 1):.2g}") for k, K in draws if K]
-        null_text = " · ".join(texts)
+        null_text = " · ".join(k.header.format(K=K, floor=f"{2 / (K + 1):.2g}") for k, K in draws if K)
     # Names are data: a model called "[red]m" prints as written (markup escaped), never as markup.
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""

@@ -114,9 +114,7 @@ class Baseline(ShownAsJson):
 
         rows = {
             name: {
-                "mean": self.result[name]["mean"],
-                "stderr": self.result[name]["stderr"],
-                "sd": self.result[name]["sd"],
+                **{key: self.result[name][key] for key in ("mean", "stderr", "sd")},
                 **{f"quantile {q:g}": self.result[name]["quantiles"][f"{q:g}"] for q in QUANTILE_LEVELS},
             }
             for name in BASELINE_STATISTICS
@@ -295,7 +293,6 @@ def baseline(
         # one statistic's law (NaN draws, undefined statistics, left out); the exact mean where known
         sampled = Law(name, columns[name])
         summary = Law(name, columns[name], exact_mean=exact.get(name))
-        sample_mean, sample_stderr = sampled.mean(), sampled.stderr()
         quantiles = summary.ppf(QUANTILE_LEVELS) if summary.defined else [math.nan] * len(QUANTILE_LEVELS)
         row: dict[str, Any] = {
             "mean": summary.mean(),
@@ -316,8 +313,7 @@ def baseline(
                 row["departure_z"] = (
                     (row["mean"] - ratio_of_expectations) / row["stderr"] if row["stderr"] > 0 else math.nan
                 )
-            row["sample_mean"] = sample_mean
-            row["sample_stderr"] = sample_stderr
+            row["sample_mean"], row["sample_stderr"] = sampled.mean(), sampled.stderr()
         result[name] = json_safe(row)
     return Baseline(result)
 

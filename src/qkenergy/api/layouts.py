@@ -225,13 +225,8 @@ class Coverage(_Rows):
 def _matching(
     rows: Iterable[Mapping[str, str]], name: str | None, fields: tuple[str, ...]
 ) -> tuple[Mapping[str, str], ...]:
-    """The rows whose ``fields`` contain ``name`` (case-insensitive); all of them without a name.
-
-    Raises
-    ------
-    QKEnergyError
-        No row matches.
-    """
+    """The rows whose ``fields`` contain ``name`` (case-insensitive; QKEnergyError when none does); all of
+    them without a name."""
     rows = tuple(rows)
     if name is None:
         return rows

@@ -9,6 +9,7 @@ DataFrame (:attr:`Verification.table`) or JSON records, and prints the table
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -198,8 +199,6 @@ class Verification(ShownAsJson):
         console.print(f"{CAPTION}{shortened} --json gives every detail.")
 
     def _repr_html_(self) -> str:
-        import html
-
         shown = self.table if self.passed else self.table[~self.table["passed"]]
         which = "every check" if self.passed else "the failed checks"
         return (
@@ -211,17 +210,7 @@ class Verification(ShownAsJson):
 
 def _record(check: Check) -> dict[str, Any]:
     """One check as a dict of :data:`COLUMNS`, with its derived z and error."""
-    return {
-        "claim": check.claim,
-        "setting": check.setting,
-        "theory": check.theory,
-        "estimate": check.estimate,
-        "stderr": check.stderr,
-        "z": check.z,
-        "error": check.error,
-        "passed": bool(check.passed),
-        "note": check.note,
-    }
+    return {name: getattr(check, name) for name in COLUMNS} | {"passed": bool(check.passed)}
 
 
 def _deviation(check: Check) -> str:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.extras import require
 from qkenergy.cli.output import stdout_console
 from qkenergy.cli.params import (
     IndexSelectionType,
     NullOptions,
     RopeOffsetsType,
+    cache_dir_option,
     draws_option,
     null_options,
     plot_options,
@@ -66,12 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @draws_option(
     "--rotation-samples", default=None, help="Rotation-null draws per head (not cached).  [default: 500]"
 )
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Null-law cache, and in its hub/ the byte ranges fetched of hub models (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
-)
+@cache_dir_option("Null-law cache, and in its hub/ the byte ranges fetched of hub models")
 @click.option(
     "--model-type",
     default=None,
@@ -137,7 +132,7 @@ def analyze(
     heads: tuple[int, ...] | None,
     null: NullOptions,
     types: TypeRule,
-    cache_dir: Path | None,
+    cache_dir: Path,
     model_type: str | None,
     revision: str | None,
     layout_file: Path | None,
@@ -177,7 +172,7 @@ def analyze(
         spec=null.spec,
         types=types,
         per_layer=per_layer,
-        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        cache_dir=cache_dir,
         threads=threads,
         progress=not quiet and sys.stderr.isatty(),
     )
@@ -191,8 +186,7 @@ def analyze(
     if not quiet:
         for path in written:
             click.echo(f"wrote {path}", err=True)
-        hub = result.settings.get("hub")
-        if hub:
+        if hub := result.settings.get("hub"):
             from qkenergy.weights.hub import fetch_summary
 
             click.echo(fetch_summary(hub), err=True)

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 
-from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.cli.output import one_line, stdout_console
+from qkenergy.cli.output import one_line, print_result
 from qkenergy.cli.params import (
-    BYTES_PER_NULL_SAMPLE,
     DEFAULT_BASELINE_SAMPLES,
-    fits_in_memory,
+    cache_dir_option,
+    draws_option,
     parse_entry_law,
     validated_by,
 )
@@ -34,24 +33,12 @@ from qkenergy.cli.params import (
     help="Entry law of W_Q and W_K: gaussian, rademacher, uniform, exponential, lognormal, "
     "bernoulli:p, student_t:nu.",
 )
-@click.option(
-    "--samples",
-    type=click.IntRange(min=2),
-    default=DEFAULT_BASELINE_SAMPLES,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    show_default=True,
-    help="Random heads drawn.",
-)
+@draws_option("--samples", default=DEFAULT_BASELINE_SAMPLES, show_default=True, help="Random heads drawn.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Gaussian null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
-)
+@cache_dir_option("Gaussian null-law cache")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of a table.")
 def baseline(
-    head_dim: int, model_dim: int, dist: str, samples: int, seed: int, cache_dir: Path | None, as_json: bool
+    head_dim: int, model_dim: int, dist: str, samples: int, seed: int, cache_dir: Path, as_json: bool
 ) -> None:
     """The random baseline of a head of shape (n, N) (Corollary 2, Proposition 6)."""
     if head_dim > model_dim:
@@ -72,10 +59,7 @@ def baseline(
         dist=dist,
         samples=samples,
         seed=seed,
-        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+        cache_dir=cache_dir,
         progress=not as_json and sys.stderr.isatty(),
     )
-    if as_json:
-        click.echo(result.to_json())
-    else:
-        result.print_summary(stdout_console())
+    print_result(result, as_json)

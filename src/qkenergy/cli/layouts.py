@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from qkenergy.base.errors import QKEnergyError
-from qkenergy.cli.output import stdout_console
+from qkenergy.cli.output import print_result
 
 
 @click.command()
@@ -40,9 +40,7 @@ def layouts(name: str | None, as_json: bool, markdown: bool, coverage: bool) -> 
             ) from None
     else:
         result = catalog.layouts(name=name)
-    if as_json:
-        click.echo(result.to_json())
-    elif markdown:
+    if markdown and not as_json:
         click.echo(result.to_markdown())
     else:
-        result.print_summary(stdout_console())
+        print_result(result, as_json)

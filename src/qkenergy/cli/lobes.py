@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from qkenergy.cli.output import stdout_console
+from qkenergy.cli.output import print_result
 from qkenergy.cli.params import (
     BYTES_PER_LOBE_ENTRY,
     BYTES_PER_REPEAT,
@@ -58,7 +58,4 @@ def lobes(law: str, rho: float, ns: tuple[int, ...], seed: int, repeats: int, as
     from qkenergy.api.lobes import lobes as lobe_departure
 
     result = lobe_departure(law, rho, ns, seed=seed, repeats=repeats)
-    if as_json:
-        click.echo(result.to_json())
-    else:
-        result.print_summary(stdout_console())
+    print_result(result, as_json)

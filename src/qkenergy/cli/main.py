@@ -49,15 +49,8 @@ for _command in (verify, baseline, lobes, analyze, plot, layouts, survey, report
     cli.add_command(_command)
 
 
-def _warning_line(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: Any = None,
-    line: str | None = None,
-) -> None:
-    """warnings.showwarning for the command line: ``qkenergy: warning: <message>``, one line."""
+def _warning_line(message: Warning | str, *where: Any, **named: Any) -> None:
+    """warnings.showwarning for the command line: ``qkenergy: warning: <message>``, one line (not where)."""
     click.echo(f"{PROG}: warning: {one_line(str(message))}", err=True)
 
 

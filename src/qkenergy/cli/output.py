@@ -23,18 +23,8 @@ _LIBRARY_NAMES = {"kind": "null_kind", "null": "no_null", "layout": "layout_file
 
 @functools.cache
 def option_flags(group: click.Group) -> dict[str, str]:
-    """Python parameter -> the command line's flag, from the options every command of ``group`` declares.
-
-    Parameters
-    ----------
-    group : click.Group
-        The command line (``qkenergy.cli.main.cli``).
-
-    Returns
-    -------
-    dict
-        e.g. ``{"samples": "--samples", "rotation_samples": "--rotation-samples", "null": "--no-null"}``.
-    """
+    """Python parameter -> the command line's flag (``{"samples": "--samples", "null": "--no-null", ...}``),
+    from the options every command of ``group`` (``qkenergy.cli.main.cli``) declares."""
     flags: dict[str, str] = {}
     for command in group.commands.values():
         for param in command.params:
@@ -76,17 +66,19 @@ def one_line(error: BaseException | str) -> str:
     return f"{text[:head]} [... {len(text) - head - tail} characters ...] {text[-tail:]}"
 
 
-def stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
 def stdout_console() -> Any:
     """A rich Console on standard output (off a terminal its lines carry no trailing spaces)."""
     from qkenergy.base.formatting import output_console
 
     return output_console()
+
+
+def print_result(result: Any, as_json: bool) -> None:
+    """A result's JSON (``--json``) or its summary, on standard output."""
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        result.print_summary(stdout_console())
 
 
 def fail(message: str, status: int) -> NoReturn:

@@ -94,8 +94,7 @@ class HeadType(click.ParamType):
     ) -> tuple[int, int]:
         if isinstance(value, tuple):
             return value
-        parts = [part.strip() for part in str(value).split(",")]
-        numbers = [_parse_int(part) for part in parts]
+        numbers = [_parse_int(part) for part in str(value).split(",")]
         if len(numbers) != 2 or any(x is None or x < 0 for x in numbers):
             self.fail(
                 f"expected LAYER,HEAD as two non-negative integers, e.g. 3,7, got {value!r}", param, ctx
@@ -135,11 +134,7 @@ def validated_by(lookup: Any) -> Any:
 # Memory of one Monte Carlo sample or lobe entry, for the checks below: a null-law sample
 # holds 25 statistics (8 bytes each) plus a sorted copy; a lobe entry two lobes and their sorts.
 BYTES_PER_NULL_SAMPLE = 400
-
-
 BYTES_PER_LOBE_ENTRY = 32
-
-
 BYTES_PER_REPEAT = 512  # one child SeedSequence and its generator
 
 
@@ -198,6 +193,12 @@ class NullOptions:
     samples: int | None  # --samples as given (None: left at its default)
 
 
+def _cut_option(flag: str, default: float, help: str) -> Callable[[F], F]:
+    """A tolerance of the head-type rules, in [0, 1)."""
+    type_ = click.FloatRange(min=0, max=1, max_open=True)
+    return click.option(flag, type=type_, default=default, show_default=True, help=help)
+
+
 def null_options(command: F) -> F:
     """The options analyze and survey share: seed, null kind and the head-type rule with its tolerances.
 
@@ -217,13 +218,7 @@ def null_options(command: F) -> F:
             help="Null law: a Gaussian head of the same shape, the head's own W_K, W_Q with the query's "
             "input space rotated at random (Haar), or both.",
         ),
-        click.option(
-            "--radius",
-            type=click.FloatRange(min=0, max=1, max_open=True),
-            default=RADIUS,
-            show_default=True,
-            help="Type II radius of --type-rule radius: c_sym + d_sym at most this.",
-        ),
+        _cut_option("--radius", RADIUS, "Type II radius of --type-rule radius: c_sym + d_sym at most this."),
         click.option(
             "--type-rule",
             type=click.Choice(["imbalance", "radius"]),
@@ -233,20 +228,12 @@ def null_options(command: F) -> F:
             "--edge-cut, else I+ / I- when (c - d)/(c + d) is above --imbalance-cut / below minus it, II in "
             "between), or 'radius' (Type II when c_sym + d_sym <= --radius, else the sign of c_sym - d_sym).",
         ),
-        click.option(
+        _cut_option(
             "--imbalance-cut",
-            type=click.FloatRange(min=0, max=1, max_open=True),
-            default=IMBALANCE_CUT,
-            show_default=True,
-            help="Imbalance rule: Type I+ above this imbalance (c - d)/(c + d), I- below minus it.",
+            IMBALANCE_CUT,
+            "Imbalance rule: Type I+ above this imbalance (c - d)/(c + d), I- below minus it.",
         ),
-        click.option(
-            "--edge-cut",
-            type=click.FloatRange(min=0, max=1, max_open=True),
-            default=EDGE_CUT,
-            show_default=True,
-            help="Imbalance rule: Type II whenever c + d is at most this.",
-        ),
+        _cut_option("--edge-cut", EDGE_CUT, "Imbalance rule: Type II whenever c + d is at most this."),
     ]
 
     @functools.wraps(command)
@@ -262,10 +249,9 @@ def null_options(command: F) -> F:
             rotation_samples=ROTATION_SAMPLES if rotation_samples is None else rotation_samples,
         )
         values["null"] = NullOptions(drawn=not values.pop("no_null"), spec=spec, samples=samples)
-        rule = TypeRule(
+        values["types"] = TypeRule(
             values.pop("type_rule"), values.pop("imbalance_cut"), values.pop("edge_cut"), values.pop("radius")
         )
-        values["types"] = rule
         return command(*args, **values)
 
     wrapped: Any = with_objects
@@ -274,12 +260,20 @@ def null_options(command: F) -> F:
     return wrapped  # type: ignore[no-any-return]
 
 
-def plot_options(*, samples: int | None, seed: int, cache_dir: Path | None) -> dict[str, Any]:
+def cache_dir_option(what: str) -> Callable[[F], F]:
+    """--cache-dir, holding ``what``: the command receives a Path, :func:`default_cache_dir` when not given."""
+    return click.option(
+        "--cache-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        callback=lambda ctx, param, value: default_cache_dir() if value is None else value,
+        help=f"{what} (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+    )
+
+
+def plot_options(*, samples: int | None, seed: int, cache_dir: Path) -> dict[str, Any]:
     """plots.plot_results options from the command line: null-law samples, seed and cache."""
-    options: dict[str, Any] = {
-        "seed": seed,
-        "cache_dir": cache_dir if cache_dir is not None else default_cache_dir(),
-    }
+    options: dict[str, Any] = {"seed": seed, "cache_dir": cache_dir}
     if samples is not None:
         options["null_samples"] = samples
     return options

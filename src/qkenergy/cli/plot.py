@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qkenergy.base.extras import require
-from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, HeadType, fits_in_memory, plot_options
+from qkenergy.cli.params import HeadType, cache_dir_option, draws_option, plot_options
 
 
 @click.command()
@@ -21,27 +21,16 @@ from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, HeadType, fits_in_memory,
     help="Directory for the figures.",
 )
 @click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
-@click.option(
-    "--samples",
-    type=click.IntRange(min=2),
-    default=None,
-    callback=fits_in_memory(BYTES_PER_NULL_SAMPLE),
-    help="Null-law samples for the overlays.",
-)
+@draws_option("--samples", default=None, help="Null-law samples for the overlays.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Null-law cache (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
-)
+@cache_dir_option("Null-law cache")
 def plot(
     results: Path,
     outdir: Path,
     head: tuple[int, int] | None,
     samples: int | None,
     seed: int,
-    cache_dir: Path | None,
+    cache_dir: Path,
 ) -> None:
     """Plot a results table written by qkenergy analyze -o (its recorded settings label the figures)."""
     from qkenergy.api.model import read

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from qkenergy.base.cache_dirs import default_cache_dir
 from qkenergy.cli.output import fail, stdout_console
 from qkenergy.cli.params import (
     DEFAULT_BASELINE_SAMPLES,
     NullOptions,
+    cache_dir_option,
     draws_option,
     null_options,
 )
@@ -64,11 +64,9 @@ if TYPE_CHECKING:  # pragma: no cover
     default=None,
     help="Worker processes of the local cluster.  [default: one per core]",
 )
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Null-law cache, read and written by this process, and in its hub/ the byte ranges of hub models shared with the workers (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
+@cache_dir_option(
+    "Null-law cache, read and written by this process, and in its hub/ the byte ranges of hub models "
+    "shared with the workers"
 )
 @click.option("--quiet", is_flag=True, help="No progress display and no summary.")
 def survey(
@@ -80,7 +78,7 @@ def survey(
     retries: int,
     scheduler: str | None,
     workers: int | None,
-    cache_dir: Path | None,
+    cache_dir: Path,
     quiet: bool,
 ) -> None:
     """Analyse every layer of every model of MANIFEST on Dask, restartably (see qkenergy explain survey).
@@ -92,11 +90,8 @@ def survey(
 
     from qkenergy.api.survey import survey as run_survey
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
     # SIGTERM (a batch system's cancel) unwinds like Ctrl-C: the cluster is stopped, in-flight units released.
-    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = run_survey(
             manifest,
@@ -108,7 +103,7 @@ def survey(
             retries=retries,
             scheduler=scheduler,
             workers=workers,
-            cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+            cache_dir=cache_dir,
             progress=not quiet and sys.stderr.isatty(),
         )
     except KeyboardInterrupt:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from qkenergy.cli.output import stdout_console
+from qkenergy.cli.output import print_result
 from qkenergy.cli.params import BYTES_PER_NULL_SAMPLE, fits_in_memory
 
 
@@ -26,8 +26,5 @@ def verify(ctx: click.Context, samples: int | None, seed: int, as_json: bool) ->
     from qkenergy.api.verification import verify as run_verification
 
     result = run_verification(samples, seed, progress=not as_json and sys.stderr.isatty())
-    if as_json:
-        click.echo(result.to_json())
-    else:
-        result.print_summary(stdout_console())
+    print_result(result, as_json)
     ctx.exit(0 if result.passed else 1)

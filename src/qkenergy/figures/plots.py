@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -120,8 +120,7 @@ def _check_formats(formats: Sequence[str]) -> list[str]:
 
 
 def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
+    if missing := [c for c in columns if c not in df.columns]:
         raise QKEnergyError(f"cannot plot {what}: the table lacks column(s) {', '.join(missing)}")
 
 
@@ -140,10 +139,12 @@ def _title(df: pd.DataFrame) -> str:
     return _model_name(df) or "heads"
 
 
-def _legend_below(ax: Axes, ncol: int = 1, *, gap: float = 0.15) -> Any:
+def _legend_below(ax: Axes, ncol: int = 1, *, gap: float = 0.15, entries: Sequence[Any] = ()) -> Any:
     """The axes' legend under them (``gap``: axes heights below their bottom, under the axis title),
-    off the data: a legend inside may cover the very point that matters."""
-    return ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=ncol, frameon=False)
+    off the data: a legend inside may cover the very point that matters. ``entries``: (handles, labels)."""
+    return ax.legend(
+        *entries, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=ncol, frameon=False
+    )
 
 
 # ----------------------------------------------------------------------------- 1. heatmap
@@ -156,6 +157,13 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     labels = df["stack"].astype(str) + " " + df["layer"].astype(str)
     order = pd.unique(labels)  # stacks in table order, layers as analysed
     return df.assign(row=pd.Categorical(labels, categories=order, ordered=True))
+
+
+def _pivot(df: pd.DataFrame, values: str) -> pd.DataFrame:
+    """``values`` by heatmap row and head."""
+    return df.pivot_table(
+        index="row", columns="head", values=values, aggfunc="first", dropna=False, observed=True
+    )
 
 
 def _canvas(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -190,9 +198,7 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     from matplotlib.colors import FuncNorm
 
     df = _rows(df)
-    grid = df.pivot_table(
-        index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False, observed=True
-    )
+    grid = _pivot(df, "symmetric_energy")
     values = grid.to_numpy(np.float64)
     centre = float(baseline(float(df["N"].unique()[0])))
     finite = values[np.isfinite(values)]
@@ -209,20 +215,11 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     )
     ax.set_xticks(range(cols), [str(c) for c in grid.columns], fontsize=7 if cols > 16 else 9)
     ax.set_yticks(range(rows), [str(r) for r in grid.index], fontsize=7 if rows > 16 else 9)
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    ax.set(xlabel="head", ylabel="layer")
     # Mark heads whose symmetric energy differs significantly from the random law.
     sig = np.full(values.shape, np.nan)
     if "symmetric_energy_p_bh" in df.columns:
-        sig_table = df.pivot_table(
-            index="row",
-            columns="head",
-            values="symmetric_energy_p_bh",
-            aggfunc="first",
-            dropna=False,
-            observed=True,
-        )
-        sig = sig_table.reindex(index=grid.index, columns=grid.columns).to_numpy(np.float64)
+        sig = _pivot(df, "symmetric_energy_p_bh").reindex_like(grid).to_numpy(np.float64)
     annotate = rows * cols <= 400
     for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
         star = "*" if math.isfinite(sig[i, j]) and sig[i, j] < 0.05 else ""
@@ -248,6 +245,25 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 # ----------------------------------------------------------------------------- 2. null histogram
 
 
+def _shape_laws(
+    df: pd.DataFrame,
+    laws: Mapping[tuple[int, int], NullLaw] | None,
+    null_samples: int,
+    seed: int,
+    cache_dir: str | os.PathLike[str] | None,
+) -> Iterator[tuple[int, Any, Any, NullLaw]]:
+    """(k, n, N, law) for each head shape of the table in order: the law given, else drawn (or cached)."""
+    from qkenergy.analysis.nullspec import NullSpec
+    from qkenergy.math.nulls import NULL_STATISTICS
+
+    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
+    for k, (n, N) in enumerate(shapes):
+        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
+            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
+        )
+        yield k, n, N, law
+
+
 def _null_histogram(
     df: pd.DataFrame,
     *,
@@ -258,9 +274,6 @@ def _null_histogram(
     laws: Mapping[tuple[int, int], NullLaw] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
-    from qkenergy.analysis.nullspec import NullSpec
-    from qkenergy.math.nulls import NULL_STATISTICS
-
     s = df["symmetric_energy"].to_numpy(np.float64)
     s = s[np.isfinite(s)]
     fig, ax = _canvas(ax, (7.0, 4.6))
@@ -268,14 +281,10 @@ def _null_histogram(
     # ... drawn above the heads' bars, which would otherwise hide it.
     axn.set_zorder(ax.get_zorder() + 1)
     axn.patch.set_visible(False)
-    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     colours = ["0.15", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     drawn: list[tuple[np.ndarray, str, float]] = []
-    for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
-            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
-        )
+    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]
@@ -284,15 +293,8 @@ def _null_histogram(
             # The null's central 99 % as a band over the whole height: visible at any width of the law.
             ax.axvspan(*np.quantile(draws, [0.005, 0.995]), color=colour, alpha=0.15, lw=0, zorder=0)
             axn.hist(draws, bins=60, density=True, histtype="stepfilled", color=colour, alpha=0.35)
-            axn.hist(
-                draws,
-                bins=60,
-                density=True,
-                histtype="step",
-                color=colour,
-                lw=1.2,
-                label=f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)",
-            )
+            label = f"null, Gaussian head n={n}, N={N} ({draws.size} samples; band: central 99%)"
+            axn.hist(draws, bins=60, density=True, histtype="step", color=colour, lw=1.2, label=label)
             lo, hi = min(lo, draws.min()), max(hi, draws.max())
             drawn.append((draws, colour, base))
         axn.axvline(base, color=colour, ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
@@ -304,22 +306,12 @@ def _null_histogram(
             s, bins=bins.tolist(), color="tab:red", alpha=0.6, label=f"{population} ({s.size})"
         )
         ax.set_ylim(0, 1.9 * max(float(np.max(counts)), 1.0))  # headroom for the zoom on the null
-    ax.set_xlabel("symmetric energy s = ||S||²/||L||²")
-    ax.set_ylabel("heads")
+    ax.set(xlabel="symmetric energy s = ||S||²/||L||²", ylabel="heads")
     axn.set_ylabel("null density")
     if drawn:
         _null_zoom(ax, s, *drawn[0], right=drawn[0][2] <= (lo + hi) / 2)
-    handles = ax.get_legend_handles_labels()
-    handles_n = axn.get_legend_handles_labels()
-    axn.legend(
-        handles[0] + handles_n[0],
-        handles[1] + handles_n[1],
-        fontsize=7,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.14),
-        ncol=2,
-        frameon=False,
-    )
+    (handles, labels), (handles_n, labels_n) = ax.get_legend_handles_labels(), axn.get_legend_handles_labels()
+    _legend_below(axn, 2, gap=0.14, entries=(handles + handles_n, labels + labels_n))
     ax.set_title(f"{_title(df)}: heads against the exact random law", fontsize=10)
     return fig
 
@@ -386,17 +378,9 @@ def _type_shares(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     ax.set_yticks(range(rows), [str(r) for r in counts.index], fontsize=7 if rows > 16 else 9)
     ax.set_ylabel("layer")
     if rows * cols <= 600:
-        for i in range(rows):
-            for j in range(cols):
-                ax.text(
-                    j,
-                    i,
-                    f"{number[i, j]}/{totals[i]}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if shares[i, j] > 0.6 else "black",
-                )
+        for i, j in np.ndindex(rows, cols):
+            colour = "white" if shares[i, j] > 0.6 else "black"
+            ax.text(j, i, f"{number[i, j]}/{totals[i]}", ha="center", va="center", fontsize=7, color=colour)
     bar = fig.colorbar(image, ax=ax)
     bar.set_label("share of the layer's heads")
     ax.set_title(f"{_title(df)}: head types per layer (heads of the type / heads)", fontsize=9)
@@ -561,12 +545,8 @@ def _simplex(
         # Type boundaries: (c - d)/(c + d) = +-cut, rays from the b corner (the edge c + d <= 0.01 is
         # a share of the whole form's energy: no one line here).
         high, low = (1 + imbalance_cut) / 2, (1 - imbalance_cut) / 2
-        ax.plot(
-            *ternary_xy([1, 0], [0, high], [0, low]),
-            color="0.4",
-            lw=0.8,
-            label=f"type boundaries |c − d|/(c + d) = {imbalance_cut:g}: II between, I+ left, I− right",
-        )
+        label = f"type boundaries |c − d|/(c + d) = {imbalance_cut:g}: II between, I+ left, I− right"
+        ax.plot(*ternary_xy([1, 0], [0, high], [0, low]), color="0.4", lw=0.8, label=label)
         ax.plot(*ternary_xy([1, 0], [0, low], [0, high]), color="0.4", lw=0.8)
     else:
         # Type boundaries: c = d splits I+ from I-; c + d <= radius is Type II.
@@ -584,16 +564,11 @@ def _simplex(
             label=f"c + d = {radius:g}: Type II above",
         )
     theta = np.linspace(0, np.pi / 2, 400)
-    limit = accumulation_limit(np.tan(theta[:-1]))
-    limit = np.vstack([limit, [0.0, 0.0, 1.0]])  # rho -> infinity
+    limit = np.vstack([accumulation_limit(np.tan(theta[:-1])), [0.0, 0.0, 1.0]])  # rho -> infinity last
     ax.plot(
-        *ternary_xy(limit[:, 0], limit[:, 1], limit[:, 2]),
-        color="tab:orange",
-        lw=1.5,
-        label="accumulation limit, ρ from 0 (c) to ∞ (d)",
+        *ternary_xy(*limit.T), color="tab:orange", lw=1.5, label="accumulation limit, ρ from 0 (c) to ∞ (d)"
     )
-    ok = df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)
-    sub = df[ok]
+    sub = df[df[["b_sym", "c_sym", "d_sym"]].notna().all(axis=1)]
     x, y = ternary_xy(sub["b_sym"], sub["c_sym"], sub["d_sym"])
     points = ax.scatter(
         x,
@@ -615,8 +590,7 @@ def _simplex(
     )
     ax.text(-pad, -pad, "c_sym\n(α excess, I+)", ha="right", va="top", fontsize=8)
     ax.text(1 + pad, -pad, "d_sym\n(β excess, I−)", ha="left", va="top", fontsize=8)
-    ax.set_xlim(-0.25, 1.25)
-    ax.set_ylim(-0.2, _SQRT3_2 + 0.18)
+    ax.set(xlim=(-0.25, 1.25), ylim=(-0.2, _SQRT3_2 + 0.18))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
     ax.set_title(f"{_title(df)}: symmetric profiles (b, c, d)/s", fontsize=10)
     return fig
@@ -713,19 +687,15 @@ def _lobes(df: pd.DataFrame, layer: int, head: int, axes: Sequence[Axes] | None 
         zorder=3,
         label="sorted pairs (α_i, β_i)",
     )
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_aspect("equal")
-    ax.set_xlabel("α_i (positive eigenvalues of S)")
-    ax.set_ylabel("β_i (|negative eigenvalues| of S)")
+    ax.set(xlim=(0, top), ylim=(0, top), aspect="equal")
+    ax.set(xlabel="α_i (positive eigenvalues of S)", ylabel="β_i (|negative eigenvalues| of S)")
     _legend_below(ax)
     ranks = np.arange(1, m + 1)
     ax2.plot(ranks, alpha, marker="o", ms=3, lw=1, label="α (positive lobe)")
     ax2.plot(ranks, beta, marker="s", ms=3, lw=1, label="β (negative lobe)")
     if math.isfinite(rho):
         ax2.plot(ranks, rho * alpha, color="tab:orange", lw=1, ls="--", label="ρα")
-    ax2.set_xlabel("rank i")
-    ax2.set_ylabel("eigenvalue magnitude")
+    ax2.set(xlabel="rank i", ylabel="eigenvalue magnitude")
     _legend_below(ax2)
 
     def fmt(name: str, digits: int = 3) -> str:
@@ -752,35 +722,18 @@ def _offsets(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(len(layers), 1)))
     for colour, layer in zip(colours, layers):
         by_offset = df[df["layer"] == layer].groupby("offset")["symmetric_energy"]
-        offsets = np.asarray(by_offset.median().index, dtype=np.float64)
-        ax.plot(
-            offsets,
-            by_offset.median().to_numpy(),
-            marker="o",
-            ms=3,
-            lw=1.2,
-            color=colour,
-            label=f"layer {layer}",
-        )
-        ax.fill_between(
-            offsets,
-            by_offset.quantile(0.25).to_numpy(),
-            by_offset.quantile(0.75).to_numpy(),
-            color=colour,
-            alpha=0.12,
-        )
+        median = by_offset.median()
+        offsets = np.asarray(median.index, dtype=np.float64)
+        ax.plot(offsets, median.to_numpy(), marker="o", ms=3, lw=1.2, color=colour, label=f"layer {layer}")
+        quartiles = [by_offset.quantile(q).to_numpy() for q in (0.25, 0.75)]
+        ax.fill_between(offsets, *quartiles, color=colour, alpha=0.12)
     base = float(baseline(float(df["N"].iloc[0])))
     ax.axhline(base, color="0.3", ls="--", lw=1, label=f"baseline (N+1)/(2N) = {base:.4f}")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("relative offset d = i - j (query i, key j)")
     ax.set_ylabel("symmetric energy s of L_d = W_K^T R_d W_Q")
-    ax.legend(  # beside the axes, off the lines
-        fontsize=7,
-        ncol=2 if len(layers) > 16 else 1,
-        loc="upper left",
-        bbox_to_anchor=(1.02, 1),
-        frameon=False,
-    )
+    ncol = 2 if len(layers) > 16 else 1  # the legend beside the axes, off the lines
+    ax.legend(fontsize=7, ncol=ncol, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     ax.set_title(
         f"{_title(df)}: symmetric energy against RoPE offset (median over heads, IQR band)", fontsize=9
     )
@@ -829,28 +782,14 @@ def moment_scatter(
     Figure
         The matplotlib figure.
     """
-    from qkenergy.analysis.nullspec import NullSpec
-    from qkenergy.math.nulls import NULL_STATISTICS
-
     fig, ax = _canvas(ax, (7.0, 5.0))
-    shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
-    for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
-            int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
-        )
+    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
         O, E = law.samples("moment_O"), law.samples("moment_E")
         ok = np.isfinite(O) & np.isfinite(E)
-        ax.scatter(
-            O[ok],
-            E[ok],
-            s=3,
-            color=clouds[k % len(clouds)],
-            alpha=0.35,
-            linewidths=0,
-            label=f"null, Gaussian head n={n}, N={N} ({int(ok.sum())} samples)",
-            zorder=1,
-        )
+        colour = clouds[k % len(clouds)]
+        label = f"null, Gaussian head n={n}, N={N} ({int(ok.sum())} samples)"
+        ax.scatter(O[ok], E[ok], s=3, color=colour, alpha=0.35, linewidths=0, label=label, zorder=1)
     types = df["head_type"].fillna("").astype(str)
     defined = df["moment_O"].notna() & df["moment_E"].notna()
     for head_type in ("I+", "I-", "II"):
@@ -950,18 +889,13 @@ def figure(
     if settings is None:
         settings = df.attrs.get("settings")
     population = population_label(settings, _model_name(df))
+    nulls: dict[str, Any] = dict(
+        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
+    )
     if name == "symmetric_energy_heatmap":
         return _heatmap(df, ax)
     if name == "symmetric_energy_null":
-        return _null_histogram(
-            df,
-            null_samples=null_samples,
-            seed=seed,
-            cache_dir=cache_dir,
-            population=population,
-            laws=null_laws,
-            ax=ax,
-        )
+        return _null_histogram(df, laws=null_laws, ax=ax, **nulls)
     if name == "symmetric_profiles":
         _need(df, ("b_sym", "c_sym", "d_sym"), "symmetric profiles")
         return _simplex(df, population=population, ax=ax, **_type_rule(settings))
@@ -973,9 +907,7 @@ def figure(
         return _type_spectra(df, axes=ax)
     if name == "moments_O_E":
         _need(df, MOMENT_COLUMNS, "the O-E figure")
-        return moment_scatter(
-            df, null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, ax=ax
-        )
+        return moment_scatter(df, ax=ax, **nulls)
     _need(df, ("alpha", "beta"), "the lobes figure")
     layer, h = choose_head(df, head)
     return _lobes(df, layer, h, ax)
@@ -1060,6 +992,9 @@ def plot_results(
     if settings is None:
         settings = df.attrs.get("settings")
     population = _plain(population_label(settings, str(df["model"].iloc[0]) if _model_name(df) else None))
+    nulls: dict[str, Any] = dict(
+        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, laws=null_laws
+    )
     paths: list[Path] = []
     with joined(transaction) as outputs:
         outdir = outputs.ensure_directory(outdir)
@@ -1070,32 +1005,12 @@ def plot_results(
         if "offset" in every_offset.columns:
             save(_offsets(every_offset), "symmetric_energy_offsets")
         save(_heatmap(df), "symmetric_energy_heatmap")
-        save(
-            _null_histogram(
-                df,
-                null_samples=null_samples,
-                seed=seed,
-                cache_dir=cache_dir,
-                population=population,
-                laws=null_laws,
-            ),
-            "symmetric_energy_null",
-        )
+        save(_null_histogram(df, **nulls), "symmetric_energy_null")
         if "head_type" in df.columns:
             save(_type_shares(df), "head_types_per_layer")
         save(_simplex(df, population=population, **_type_rule(settings)), "symmetric_profiles")
         if set(MOMENT_COLUMNS) <= set(df.columns):
-            save(
-                moment_scatter(
-                    df,
-                    null_samples=null_samples,
-                    seed=seed,
-                    cache_dir=cache_dir,
-                    population=population,
-                    laws=null_laws,
-                ),
-                "moments_O_E",
-            )
+            save(moment_scatter(df, **nulls), "moments_O_E")
         else:
             warnings.warn("the table has no moment columns: the O-E figure skipped", stacklevel=2)
         if {"alpha", "beta"} <= set(df.columns):

@@ -58,6 +58,10 @@ _TYPE_COLOURS = {"II": "#7f7f7f", "I+": "#d62728", "I-": "#1f77b4", "undefined":
 _FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
 _BAND_FILL = "rgba(255,150,0,0.45)"  # the null band: a colour of its own, seen against grey and the points
 _BAND_EDGE = "rgba(200,100,0,0.9)"
+_BAND_OUTLINE = {"width": 1, "color": _BAND_EDGE}
+_BASELINE_LINE = {"color": "black", "width": 1.5, "dash": "dash"}
+_OUTLINE = {"width": 0.3, "color": "black"}  # of a head's marker
+_DOTTED = {"color": "black", "width": 1, "dash": "dot"}  # the baselines of the other figures
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,9 @@ class ReportFigure:
     height: int
 
 
-def _colours(models: list[str]) -> dict[str, str]:
-    return {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
+def _report(name: str, title: str, caption: str, fig: go.Figure) -> ReportFigure:
+    """The figure as the report shows it, at the height its layout was given."""
+    return ReportFigure(name, title, caption, fig, fig.layout.height)
 
 
 def _layout(fig: go.Figure, height: int, **extra: Any) -> None:
@@ -178,56 +183,19 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
                 if "symmetric_energy_null_sd" in shape
                 else math.nan
             )
+            across = {"x0": i - 0.45, "x1": i + 0.45}
             if math.isfinite(sd):
                 # An edge as well as a fill: at a few null sd the band is only pixels high.
-                fig.add_shape(
-                    type="rect",
-                    x0=i - 0.45,
-                    x1=i + 0.45,
-                    y0=base - 2 * sd,
-                    y1=base + 2 * sd,
-                    fillcolor=_BAND_FILL,
-                    line={"width": 1, "color": _BAND_EDGE},
-                    layer="below",
-                )
-            fig.add_shape(
-                type="line",
-                x0=i - 0.45,
-                x1=i + 0.45,
-                y0=base,
-                y1=base,
-                line={"color": "black", "width": 1.5, "dash": "dash"},
-            )
-    # Legend entries for the lines and bands (shapes have none of their own).
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line={"color": "black", "width": 1.5, "dash": "dash"},
-            name="random baseline (N+1)/(2N)",
-            hoverinfo="skip",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="markers",
-            marker={
-                "symbol": "square",
-                "size": 12,
-                "color": _BAND_FILL,
-                "line": {"width": 1, "color": _BAND_EDGE},
-            },
-            name="null law: mean ± 2 sd",
-            hoverinfo="skip",
-        )
-    )
+                style = {"fillcolor": _BAND_FILL, "line": _BAND_OUTLINE, "layer": "below"}
+                fig.add_shape(type="rect", **across, y0=base - 2 * sd, y1=base + 2 * sd, **style)
+            fig.add_shape(type="line", **across, y0=base, y1=base, line=_BASELINE_LINE)
+    fig.add_trace(_key("random baseline (N+1)/(2N)", mode="lines", line=_BASELINE_LINE))
+    band = {"symbol": "square", "size": 12, "color": _BAND_FILL, "line": _BAND_OUTLINE}
+    fig.add_trace(_key("null law: mean ± 2 sd", mode="markers", marker=band))
     _layout(fig, 460)
     fig.update_xaxes(categoryorder="array", categoryarray=models, title_text="model")
     fig.update_yaxes(title_text="symmetric energy s = ||S||²/||L||²")
-    return ReportFigure(
+    return _report(
         "symmetric_energy_by_model",
         "Symmetric energy per model against its random baseline",
         "Each point is a head; the box spans its model's quartiles. The dashed line is the exact mean of "
@@ -235,23 +203,20 @@ def _by_model(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
         "± 2 standard deviations. Heads far outside the band are more symmetric (above) or more skew "
         "(below) than chance.",
         fig,
-        460,
     )
 
 
 # ----------------------------------------------------------------------------- 2. by depth
 
 
+def _key(name: str, **style: Any) -> go.Scatter:
+    """A legend entry for lines and bands drawn as shapes (they have none of their own)."""
+    return go.Scatter(x=[None], y=[None], name=name, hoverinfo="skip", **style)
+
+
 def _baseline_key() -> go.Scatter:
-    """A legend entry for the dotted baseline lines (shapes have none of their own)."""
-    return go.Scatter(
-        x=[None],
-        y=[None],
-        mode="lines",
-        line={"color": "black", "width": 1, "dash": "dot"},
-        name="random baseline (N+1)/(2N)",
-        hoverinfo="skip",
-    )
+    """A legend entry for the dotted baseline lines."""
+    return _key("random baseline (N+1)/(2N)", mode="lines", line=_DOTTED)
 
 
 def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -> ReportFigure:
@@ -285,20 +250,18 @@ def _by_depth(heads: pd.DataFrame, models: list[str], colours: dict[str, str]) -
             )
         )
     for N in sorted(heads["N"].unique()):
-        base = float(baseline(float(N)))
-        fig.add_hline(y=base, line={"color": "black", "width": 1, "dash": "dot"})
+        fig.add_hline(y=float(baseline(float(N))), line=_DOTTED)
     fig.add_trace(_baseline_key())
     _layout(fig, 460)
     fig.update_xaxes(title_text="relative depth: layer / (layers - 1)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text="symmetric energy s")
-    return ReportFigure(
+    return _report(
         "symmetric_energy_by_depth",
         "Symmetric energy against relative depth",
         "Points are heads, lines the median over each layer's heads, with depth scaled so that every "
         "model runs from its first layer (0) to its last (1). Dotted lines: the random baselines (N+1)/(2N) "
         "of the models' widths. Click a model in the legend to hide it; double-click to show it alone.",
         fig,
-        460,
     )
 
 
@@ -334,13 +297,12 @@ def _head_types(heads: pd.DataFrame, models: list[str], rule: str | None) -> Rep
     _layout(fig, 400, barmode="stack")
     fig.update_yaxes(title_text="share of heads", tickformat=".0%", range=[0, 1])
     fig.update_xaxes(title_text="model")
-    return ReportFigure(
+    return _report(
         "head_types",
         "Head types per model",
         f"{rule or _UNRECORDED_RULE} Here c and d are the unpaired positive and negative shares of the head's profile (c_sym, d_sym "
         "the same in units of ||S||²). Undefined: heads with L = 0 or non-finite weights.",
         fig,
-        400,
     )
 
 
@@ -390,20 +352,18 @@ def _type_shares(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
         )
         # one axis title, under the last panel: above it would crowd the next model's name
         fig.update_xaxes(title_text="layer" if row == len(models) else None, type="category", row=row, col=1)
-    height = 80 + 170 * len(models)
     _layout(
         fig,
-        height,
+        80 + 170 * len(models),
         coloraxis={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "share"}}},
     )
-    return ReportFigure(
+    return _report(
         "head_types_per_layer",
         "Head types per layer",
         "For each model and layer, the share of the layer's heads of each type (the cells give the counts): "
         "where in depth the Type II heads (paired lobes), the I+ heads (excess positive lobe) and the I- heads "
         "(excess negative lobe) sit.",
         fig,
-        height,
     )
 
 
@@ -458,7 +418,7 @@ def _type_spectra(heads: pd.DataFrame, models: list[str], colours: dict[str, str
         margin={"l": 70, "r": 30, "t": 90, "b": 60},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "x": 0},
     )
-    return ReportFigure(
+    return _report(
         "type_spectra",
         "Mean normalised spectrum of S, most extreme heads of each type",
         f"For each type and model, the mean over the model's {EXTREME_HEADS} heads of that type that go "
@@ -467,7 +427,6 @@ def _type_spectra(heads: pd.DataFrame, models: list[str], colours: dict[str, str
         "ones −β_i below (dotted), by rank i. Matched lobes mirror each other; an I+ head's upper lobe "
         "outweighs its lower one, an I- head's the reverse.",
         fig,
-        440,
     )
 
 
@@ -518,7 +477,7 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
                     "color": group["relative_depth"],
                     "coloraxis": "coloraxis",
                     "size": 5,
-                    "line": {"width": 0.3, "color": "black"},
+                    "line": _OUTLINE,
                 },
                 name=name,
                 showlegend=False,
@@ -528,11 +487,10 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
             row=row,
             col=col,
         )
-    height = 150 + 330 * rows
     # the legend above the panels' titles, the colour bar clear of the last column's corner labels
     _layout(
         fig,
-        height,
+        150 + 330 * rows,
         margin={"l": 70, "r": 90, "t": 100, "b": 60},
         legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
         coloraxis={
@@ -549,7 +507,7 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
         sum=1,
     )
     fig.update_annotations(yshift=18)
-    return ReportFigure(
+    return _report(
         "symmetric_profiles",
         "Symmetric profiles on the simplex",
         "Each head's symmetric energy split into paired lobe energy b_sym (top corner, Type II), positive "
@@ -557,7 +515,6 @@ def _simplex(heads: pd.DataFrame, models: list[str]) -> ReportFigure:
         "depth. The orange curve, along the two upper edges, is the accumulation limit "
         "(2ρ, (1-ρ)₊², (ρ-1)₊²)/(1+ρ²) that the profile of a head with long, regular lobes approaches.",
         fig,
-        height,
     )
 
 
@@ -636,11 +593,7 @@ def _moments(
                     x=sub["moment_O"],
                     y=sub["moment_E"],
                     mode="markers",
-                    marker={
-                        "color": _TYPE_COLOURS[head_type],
-                        "size": 6,
-                        "line": {"width": 0.3, "color": "black"},
-                    },
+                    marker={"color": _TYPE_COLOURS[head_type], "size": 6, "line": _OUTLINE},
                     name=f"Type {head_type}",
                     legendgroup=head_type,
                     showlegend=i == 0,
@@ -650,18 +603,17 @@ def _moments(
                 row=row,
                 col=col,
             )
-    height = 150 + 330 * rows
     # the legend at the top of the figure, above the panels' titles, not on them
     _layout(
         fig,
-        height,
+        150 + 330 * rows,
         margin={"l": 70, "r": 30, "t": 100, "b": 60},
         legend={"orientation": "h", "yref": "container", "yanchor": "top", "y": 0.995, "x": 0},
     )
     fig.update_xaxes(title_text="O = Σ λ/(1-λ²)")
     fig.update_yaxes(title_text="E = Σ λ²/(1-λ²)")
     fig.update_annotations(yshift=8)
-    return ReportFigure(
+    return _report(
         "moments_O_E",
         "Moment statistics O and E of the normalised spectrum",
         "Each head's normalised nonzero spectrum λ of S (a unit vector) summarised by the odd moment "
@@ -669,7 +621,6 @@ def _moments(
         f"concentrated the spectrum is), coloured by head type. Grey: {MOMENT_CLOUD_SAMPLES} Gaussian heads "
         "of the same shape (n, N), the null law the moment columns are judged against.",
         fig,
-        height,
     )
 
 
@@ -730,18 +681,12 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
                 col=1,
             )
         for N in sorted(part["N"].unique()):
-            fig.add_hline(
-                y=float(baseline(float(N))),
-                line={"color": "black", "width": 1, "dash": "dot"},
-                row=row,
-                col=1,
-            )
+            fig.add_hline(y=float(baseline(float(N))), line=_DOTTED, row=row, col=1)
         fig.update_xaxes(title_text="training step", type="log" if positive else "linear", row=row, col=1)
         fig.update_yaxes(title_text="median s", row=row, col=1)
     fig.add_trace(_baseline_key(), row=1, col=1)
-    height = 80 + 340 * len(runs)
-    _layout(fig, height, legend={"orientation": "v", "x": 1.02, "y": 1})
-    return ReportFigure(
+    _layout(fig, 80 + 340 * len(runs), legend={"orientation": "v", "x": 1.02, "y": 1})
+    return _report(
         "training_steps",
         "Symmetric energy per layer across training",
         "For checkpoints of one training run (one panel per group), the median symmetric energy of each "
@@ -749,7 +694,6 @@ def _steps(heads: pd.DataFrame, info: pd.DataFrame) -> ReportFigure | None:
         "(yellow). Dotted: the random baseline (N+1)/(2N), where every layer starts from a random "
         "initialisation.",
         fig,
-        height,
     )
 
 
@@ -772,16 +716,14 @@ def _losses(losses: pd.DataFrame) -> ReportFigure:
         )
     fig.update_xaxes(title_text="training step", type="log" if positive else "linear")
     fig.update_yaxes(title_text="training loss")
-    height = 420
-    _layout(fig, height)
-    return ReportFigure(
+    _layout(fig, 420)
+    return _report(
         "training_loss",
         "Training loss",
         "The loss each run logged while it trained (from the trainer_state.json of its last checkpoint), "
         "against the training step. Runs with different objectives (masked and causal language "
         "modelling) compare in shape, not in level.",
         fig,
-        height,
     )
 
 
@@ -832,13 +774,12 @@ def _groups(heads: pd.DataFrame, summary: pd.DataFrame) -> ReportFigure:
     _layout(fig, 420)
     fig.update_xaxes(title_text="group", categoryorder="array", categoryarray=names)
     fig.update_yaxes(title_text="symmetric energy s")
-    return ReportFigure(
+    return _report(
         "groups",
         "Models compared by group",
         "Boxes: the symmetric energy of all heads of each group's models. Diamonds: each model's median "
         "with its interquartile range (hover for the model).",
         fig,
-        420,
     )
 
 
@@ -858,27 +799,19 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
     span = span if math.isfinite(span) and span > 0 else 1e-3
     heights = []
     for row, name in enumerate(compared, start=1):
-        part = diffs[diffs["model"] == name].copy()
-        stack = text(part["stack"]) if "stack" in part else pd.Series("", index=part.index)
-        part["row"] = part["layer"].astype(str).where(stack == "", stack + " " + part["layer"].astype(str))
-        grid = part.pivot_table(
-            index="row", columns="head", values="difference", aggfunc="first", dropna=False
+        part = diffs[diffs["model"] == name]
+        part = part.assign(row=_layer_labels(part))
+        grid, own, ref = (
+            part.pivot_table(index="row", columns="head", values=values, aggfunc="first", dropna=False)
+            for values in ("difference", "symmetric_energy", "symmetric_energy_reference")
         )
-        own = part.pivot_table(
-            index="row", columns="head", values="symmetric_energy", aggfunc="first", dropna=False
-        )
-        ref = part.pivot_table(
-            index="row", columns="head", values="symmetric_energy_reference", aggfunc="first", dropna=False
-        )
-        own = own.reindex_like(grid)
-        ref = ref.reindex_like(grid)
         fig.add_trace(
             go.Heatmap(
                 z=grid.to_numpy(np.float64),
                 x=[str(h) for h in grid.columns],
                 y=[str(r) for r in grid.index],
                 coloraxis="coloraxis",
-                customdata=np.dstack([own.to_numpy(np.float64), ref.to_numpy(np.float64)]),
+                customdata=np.dstack([t.reindex_like(grid).to_numpy(np.float64) for t in (own, ref)]),
                 hovertemplate=f"<b>{name}</b><br>layer %{{y}}, head %{{x}}<br>s = %{{customdata[0]:.4f}}, "
                 f"{comparison.reference}: %{{customdata[1]:.4f}}<br>difference %{{z:+.4f}}<extra></extra>",
                 xgap=1,
@@ -891,10 +824,9 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
         # one axis title, under the last panel: above it would run into the next panel's title
         fig.update_xaxes(title_text="head" if row == len(compared) else None, row=row, col=1)
         heights.append(len(grid))
-    height = int(80 + sum(max(160, 60 + 18 * h) for h in heights))
     _layout(
         fig,
-        height,
+        int(80 + sum(max(160, 60 + 18 * h) for h in heights)),
         coloraxis={
             "colorscale": "RdBu_r",
             "cmid": 0,
@@ -903,14 +835,13 @@ def _difference(comparison: BaselineComparison) -> ReportFigure:
             "colorbar": {"title": {"text": "Δs"}},
         },
     )
-    return ReportFigure(
+    return _report(
         "baseline_difference",
         f"Difference from {comparison.reference}, head by head",
         f"For each model of the same architecture as {comparison.reference}, the symmetric energy of every "
         "head minus that of the same head (layer, head) of the reference: red cells became more symmetric, "
         "blue cells more skew.",
         fig,
-        height,
     )
 
 
@@ -954,7 +885,7 @@ def report_figures(
     info = model_info(heads, models)
     order = list(info.index)
     heads = heads.assign(model=heads["model"].astype(str), relative_depth=relative_depth(heads, info))
-    colours = _colours(order)
+    colours = {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(order)}
     figures = [
         _by_model(heads, order, colours),
         _by_depth(heads, order, colours),
@@ -983,10 +914,6 @@ def report_figures(
 
 def _literal(value: Any) -> Any:
     """Text escaped for plotly's label markup (it reads <b>, <a href>, entities); others as they are."""
-    import html
-
-    import numpy as np
-
     if isinstance(value, str):
         return html.escape(value, quote=False)
     if isinstance(value, np.ndarray) and value.dtype == object:

@@ -56,10 +56,9 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9-][A-Za-z0-9._-]{0,199}")
 _PART = re.compile(r"layer-(\d{5,})\.parquet")
 
 
-# BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
-# holding that null's sample count K).
 def bh_columns() -> dict[str, tuple[str, str, str]]:
-    """BH column -> (its p column, its p_tail column, its samples setting), one per registered null."""
+    """BH column -> (its p column, the p_tail column that replaces p at the Monte Carlo floor, the setting
+    holding that null's sample count K), one per registered null."""
     at = [(f"symmetric_energy_{k.infix}", k.samples) for k in KINDS.values()]
     return {f"{a}p_bh": (f"{a}p", f"{a}p_tail", samples) for a, samples in at}
 
@@ -79,17 +78,14 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     hint = "; remove it or choose another output directory"
+    where, what = show_path(path), "the survey record"
     try:
-        record = parse_object(
-            read_bytes(path, show_path(path), "the survey record", MAX_RECORD_BYTES),
-            show_path(path),
-            "the survey record",
-        )
+        record = parse_object(read_bytes(path, where, what, MAX_RECORD_BYTES), where, what)
     except QKEnergyError as error:
         raise QKEnergyError(f"{error}{hint}") from None
     settings = record.get("settings", {})
     if not isinstance(settings, dict):
-        raise QKEnergyError(f"{show_path(path)}: its 'settings' are not a JSON object{hint}")
+        raise QKEnergyError(f"{where}: its 'settings' are not a JSON object{hint}")
     return record
 
 

@@ -269,8 +269,7 @@ def _plan_and_run(
                 result.skipped += 1
             else:
                 todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
-    scheduler_text = scheduler or "LocalCluster"
-    result.run = ledger.start_run(scheduler_text)
+    result.run = ledger.start_run(scheduler or "LocalCluster")
     record["run"] = {"run": result.run, "started": time.time()}
     _write_json(out / "survey.json", record)
     status = "interrupted"
@@ -458,13 +457,11 @@ def _record(unit: UnitResult, plan: ModelPlan, out: Path, ledger: Ledger, result
     if not unit.unchanged:
         extra = {"group": entry.group, "step": entry.step, "source": entry.source, "revision": entry.revision}
         settings = {**(unit.settings or {}), "model": entry.name, **extra}
-        path = write_unit(out, "heads", entry.name, unit.spec.layer, unit.heads, extra, settings)
-        written["heads_file"] = str(path.relative_to(out))
-        written["heads_sha256"] = file_sha256(path)
-        if unit.layers is not None:
-            path = write_unit(out, "layers", entry.name, unit.spec.layer, unit.layers, extra, settings)
-            written["layers_file"] = str(path.relative_to(out))
-            written["layers_sha256"] = file_sha256(path)
+        for table, frame in (("heads", unit.heads), ("layers", unit.layers)):
+            if frame is not None:
+                path = write_unit(out, table, entry.name, unit.spec.layer, frame, extra, settings)
+                written[f"{table}_file"] = str(path.relative_to(out))
+                written[f"{table}_sha256"] = file_sha256(path)
         result.computed += 1
         result.heads += len(unit.heads)
     else:

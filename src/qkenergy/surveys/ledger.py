@@ -369,8 +369,7 @@ class Ledger:
                     found.append(column)
             if read_only:
                 expected = [c for c in expected if c not in _ADDED.get(table, ())]
-            missing = [c for c in expected if c not in found]
-            if missing:
+            if missing := [c for c in expected if c not in found]:
                 raise sqlite3.DatabaseError(f"its table {table!r} has no column {missing[0]!r}")
 
     def error(self, error: sqlite3.Error | UnicodeDecodeError) -> QKEnergyError:

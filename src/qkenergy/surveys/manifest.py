@@ -110,11 +110,8 @@ def model_name(text: str) -> str:
     """
     safe = _UNSAFE.sub("_", text.strip().replace("/", "--")).lstrip("._") or "model"
     if len(safe) > MAX_NAME_BYTES:  # ASCII only by now: characters are bytes
-        safe = (
-            safe[: MAX_NAME_BYTES - 17]
-            + "-"
-            + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
-        )
+        digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        safe = f"{safe[: MAX_NAME_BYTES - 17]}-{digest}"
     return safe
 
 
@@ -181,8 +178,7 @@ def _entry(table: Any, manifest: Path, index: int) -> ModelEntry:
         raise QKEnergyError(f"{_where(manifest, index, None)}: expected a [[model]] table")
     source = table.get("source")
     where = _where(manifest, index, source if isinstance(source, str) else None)
-    unknown = [k for k in table if k not in KEYS]
-    if unknown:
+    if unknown := [k for k in table if k not in KEYS]:
         raise QKEnergyError(
             f"{where}: unknown key {show_name(unknown[0], 60)}; allowed keys: {', '.join(KEYS)}"
         )
@@ -224,8 +220,7 @@ def _text(value: str, where: str, key: str) -> str:
 
 def _read_toml(path: Path, raw: bytes) -> list[ModelEntry]:
     data = parse_toml(raw, show_path(path), "the manifest")
-    extra = [k for k in data if k != "model"]
-    if extra:
+    if extra := [k for k in data if k != "model"]:
         raise QKEnergyError(
             f"{show_path(path)}: unknown key {show_name(extra[0], 60)}; a manifest holds only [[model]] tables "
             "(survey settings come from the command line)"
@@ -243,8 +238,7 @@ def _read_lines(path: Path, raw: bytes) -> list[ModelEntry]:
         raise QKEnergyError(f"{show_path(path)}: the manifest is not UTF-8 text") from None
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
-        source = line.split("#", 1)[0].strip()
-        if source:
+        if source := line.split("#", 1)[0].strip():
             source = _text(source, f"{show_path(path)}: line {number}", "source")
             entries.append(ModelEntry(source=source, name=_default_name(source)))
     if not entries:

@@ -93,7 +93,7 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
     A hub model is pinned to the commit resolved here (``org/name@commit``), so that every worker
     reads the same files, through the range cache under ``cache_dir`` (its ``hub/``) that they share.
     """
-    from qkenergy.analysis.analyze import stack_settings
+    from qkenergy.analysis.record import shape_settings, stack_settings
     from qkenergy.weights.architecture import architectures
     from qkenergy.weights.checkpoint import open_model
     from qkenergy.weights.reading import present_stacks, select
@@ -106,12 +106,8 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
             None if embedded else entry.source, revision=entry.revision, hub_cache=hub_cache
         ) as source:
             # as analyze_model reads them: every attention stack the checkpoint holds
-            stacks = [
-                a
-                for a, _ in present_stacks(
-                    source.tensors, architectures(source.config, source.config_where, layout=source.layout)
-                )
-            ]
+            found = architectures(source.config, source.config_where, layout=source.layout)
+            stacks = [a for a, _ in present_stacks(source.tensors, found)]
             arch = stacks[0]
             n_layers = max(a.n_layers for a in stacks)
             plan.origin = source.origin
@@ -122,11 +118,8 @@ def resolve_entry(entry: ModelEntry, cache_dir: str | os.PathLike[str] | None = 
                 plan.path = str(files[0].resolve() if source.origin == "file" else source.root.resolve())
             plan.arch = {
                 "model_type": arch.model_type,
-                "n_layers": n_layers,
-                "n_heads": arch.n_heads,
-                "n_kv_heads": arch.n_kv_heads,
-                "head_dim": arch.head_dim,
-                "hidden_size": arch.hidden_size,
+                **shape_settings(arch),
+                "n_layers": n_layers,  # the deepest stack's
                 "stacks": [stack_settings(a) for a in stacks],
             }
             chosen = select(f"{entry.name}: layers", entry.layers, n_layers, "layers")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -79,9 +80,7 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
     from rich.markup import escape
 
     if heads is not None and len(heads):
-        failed_units: dict[str, int] = {}
-        for model, _, _ in run.failed:
-            failed_units[model] = failed_units.get(model, 0) + 1
+        failed_units = Counter(model for model, _, _ in run.failed)
         table = rich_table(
             "Survey: symmetric energy per model",
             [
@@ -101,10 +100,7 @@ def print_survey(run: SurveyRun, heads: pd.DataFrame | None, console: Console) -
         for r in model_summary(heads).to_dict(orient="records"):
             table.add_row(
                 escape(str(r["model"])),
-                str(r["layers"]),
-                str(r["heads"]),
-                str(r["n"]),
-                str(r["N"]),
+                *(str(r[key]) for key in ("layers", "heads", "n", "N")),
                 format_fixed(r["symmetric_energy_median"]),
                 format_fixed(r["baseline"]),
                 format_percent(r["share_above"]),

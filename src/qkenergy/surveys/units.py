@@ -61,7 +61,6 @@ class UnitSpec:
     null: bool  # whether null laws are drawn, as ``null_spec`` says
     null_spec: NullSpec
     types: TypeRule
-    # When set: first compare the tensors' fingerprint with it and analyse only if they changed.
     expected_fingerprint: str | None = None
     # The null-law cache shared with the client: with per_layer, a layer's null law (a dense N x N
     # problem per draw, about a minute at N = 384) is drawn by the first unit of its shape, not by every one.
