@@ -13,6 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import qkenergy as qk
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.formatting import json_safe
 from qkenergy.figures.plots import FIGURES
 from qkenergy.math.nulls import NULL_STATISTICS
@@ -180,7 +181,7 @@ def test_a_read_analysis_reads_its_layer_table_only_when_used(written, tmp_path)
     written.write(path)
     (tmp_path / "minilm.layers.csv").write_text('layer,"unterminated\n0,1\n')  # a csv no parser reads
     back = qk.read(path)  # the heads alone: plotting them needs no layer table
-    files = back.plot(tmp_path / "plots", formats=("png",), null_samples=SAMPLES)
+    files = back.plot(tmp_path / "plots", formats=("png",), null=NullSpec(samples=SAMPLES))
     assert len(files) == 7 and all(p.suffix == ".png" for p in files)
     with pytest.raises(qk.QKEnergyError, match="minilm.layers.csv: not a valid CSV header"):
         _ = back.layers

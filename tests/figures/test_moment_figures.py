@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.nullspec import NullSpec
 
 
 def test_o_e_figures(tmp_path: Path) -> None:
@@ -15,7 +16,7 @@ def test_o_e_figures(tmp_path: Path) -> None:
     from qkenergy.figures.survey_figures import report_figures
 
     df: pd.DataFrame = analyze_model(samples=200, cache_dir=tmp_path).heads
-    fig = moment_scatter(df, null_samples=200, cache_dir=tmp_path, population="MiniLM heads")
+    fig = moment_scatter(df, null=NullSpec(samples=200), cache_dir=tmp_path, population="MiniLM heads")
     ax = fig.axes[0]
     labels = [c.get_label() for c in ax.collections]
     assert labels == [
@@ -25,7 +26,9 @@ def test_o_e_figures(tmp_path: Path) -> None:
         "MiniLM heads, Type II (9)",
     ]
     assert [len(c.get_offsets()) for c in ax.collections] == [200, 43, 20, 9]
-    paths = plot_results(df, tmp_path / "figs", null_samples=200, cache_dir=tmp_path, formats=("png",))
+    paths = plot_results(
+        df, tmp_path / "figs", null=NullSpec(samples=200), cache_dir=tmp_path, formats=("png",)
+    )
     assert (tmp_path / "figs" / "moments_O_E.png") in paths
     assert (tmp_path / "figs" / "moments_O_E.png").read_bytes().startswith(b"\x89PNG")
     report = report_figures(df, model_summary(df))

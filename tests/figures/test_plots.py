@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import QKEnergyError
 from qkenergy.figures.plots import (
     accumulation_limit,
@@ -36,7 +37,7 @@ def table(cache: Path) -> pd.DataFrame:
 
 def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
     out = tmp_path / "figs" / "deep"
-    paths = plot_results(table, out, null_samples=SAMPLES, cache_dir=cache)
+    paths = plot_results(table, out, null=NullSpec(samples=SAMPLES), cache_dir=cache)
     layer, head = choose_head(table)
     z = table["symmetric_energy_z"].abs()
     assert (layer, head) == tuple(table.loc[z.idxmax(), ["layer", "head"]])
@@ -61,7 +62,9 @@ def test_plot_results(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
 
 
 def test_chosen_head_and_formats(table: pd.DataFrame, tmp_path: Path, cache: Path) -> None:
-    paths = plot_results(table, tmp_path, head=(2, 3), null_samples=SAMPLES, cache_dir=cache, formats=["svg"])
+    paths = plot_results(
+        table, tmp_path, head=(2, 3), null=NullSpec(samples=SAMPLES), cache_dir=cache, formats=["svg"]
+    )
     assert [p.name for p in paths][-1] == "lobes_layer2_head3.svg"
     assert all(p.suffix == ".svg" for p in paths)
 
@@ -70,7 +73,7 @@ def test_without_null_or_lobes(table: pd.DataFrame, tmp_path: Path, cache: Path)
     df = table.drop(columns=["alpha", "beta"])
     df[[c for c in df.columns if c.endswith(("_z", "_p", "_p_bh"))]] = np.nan
     with pytest.warns(UserWarning, match="lobe figures skipped"):
-        paths = plot_results(df, tmp_path, null_samples=SAMPLES, cache_dir=cache, formats=("png",))
+        paths = plot_results(df, tmp_path, null=NullSpec(samples=SAMPLES), cache_dir=cache, formats=("png",))
     assert (
         len(paths) == 5
     )  # heatmap, null, head types per layer, profiles, O-E (no null columns needed): no spectra without lobes
@@ -142,7 +145,7 @@ def test_legends_lie_off_the_data(table: pd.DataFrame) -> None:
     from qkenergy.figures.plots import figure
 
     for name in ("lobes", "moments_O_E", "type_spectra"):
-        fig = figure(table, name, null_samples=SAMPLES)
+        fig = figure(table, name, null=NullSpec(samples=SAMPLES))
         renderer = FigureCanvasAgg(fig).get_renderer()
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
         assert legends, name

@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 
 from qkenergy import cli
 from qkenergy.analysis.analyze import analyze_model
+from qkenergy.analysis.nullspec import NullSpec
 from qkenergy.base.errors import ArgumentError
 from qkenergy.figures.plots import plot_results
 from qkenergy.math.rope import Rope, inverse_frequencies, log_offsets, rotate, rotated_gram
@@ -212,7 +213,7 @@ def test_offset_rows_are_the_rotated_heads(tmp_path: Path) -> None:
     assert not np.allclose(df[df["offset"] == 17]["symmetric_energy"], plain["symmetric_energy"])
     assert result.layers is not None and list(result.layers["offset"]) == [0, 3, 17, 0, 3, 17]
 
-    paths = plot_results(df, tmp_path / "figs", null_samples=200, cache_dir=cache, formats=["png"])
+    paths = plot_results(df, tmp_path / "figs", null=NullSpec(samples=200), cache_dir=cache, formats=["png"])
     assert paths[0].name == "symmetric_energy_offsets.png" and paths[0].stat().st_size > 5000
 
     log = analyze_model(tmp_path / "m", rope_offsets="log", null=False)

@@ -312,8 +312,7 @@ class Analysis(Shown):
             head=head,
             ax=ax,
             null_laws=laws,
-            null_samples=spec.samples,
-            seed=spec.seed,
+            null=spec,
             settings=self.settings,
         )
 
@@ -336,7 +335,7 @@ class Analysis(Shown):
         plots : path, optional
             A directory for the figures of ``qkenergy analyze --plot``.
         **plot_options
-            head, formats, null_samples, seed, cache_dir (default: this analysis' null settings).
+            head, formats, null (a NullSpec), cache_dir (default: this analysis' null settings).
 
         Returns
         -------
@@ -355,9 +354,8 @@ class Analysis(Shown):
             raise QKEnergyError(f"path: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
         if plots is not None:
             require("plot", "matplotlib", "figures are drawn with it")
-            spec = self.null or NullSpec()
-            plot_options.setdefault("null_samples", spec.samples)
-            plot_options.setdefault("seed", int(self.settings.get("seed", spec.seed)))
+            # a run without null laws still recorded its seed: the figures' laws are drawn with it
+            plot_options.setdefault("null", self.null or NullSpec(seed=int(self.settings.get("seed", 0))))
             plot_options.setdefault("cache_dir", self.settings.get("cache_dir"))
         self._load_layers()
         return write_outputs(self._result, output=path, plot_dir=plots, **plot_options)
@@ -370,7 +368,7 @@ class Analysis(Shown):
         outdir : path
             The figures' folder.
         **options
-            As :func:`qkenergy.figures.plots.plot_results`: head, null_samples, seed, cache_dir,
+            As :func:`qkenergy.figures.plots.plot_results`: head, null (a NullSpec), cache_dir,
             formats (its defaults, not this analysis' null settings: see :meth:`write`).
 
         Returns

@@ -17,7 +17,6 @@ from qkenergy.cli.params import (
     cache_dir_option,
     draws_option,
     null_options,
-    plot_options,
 )
 from qkenergy.math.defaults import SAMPLES
 
@@ -180,9 +179,7 @@ def analyze(
     if not quiet:
         result.print_summary(stdout_console(), top=top)
     # the tables, their settings and the figures land together or not at all
-    written = result.write(
-        output, plots=plot_dir, **plot_options(samples=null.samples, seed=null.spec.seed, cache_dir=cache_dir)
-    )
+    written = result.write(output, plots=plot_dir, null=null.spec, cache_dir=cache_dir)
     if not quiet:
         for path in written:
             click.echo(f"wrote {path}", err=True)

@@ -269,11 +269,3 @@ def cache_dir_option(what: str) -> Callable[[F], F]:
         callback=lambda ctx, param, value: default_cache_dir() if value is None else value,
         help=f"{what} (default: $XDG_CACHE_HOME/qkenergy or ~/.cache/qkenergy).",
     )
-
-
-def plot_options(*, samples: int | None, seed: int, cache_dir: Path) -> dict[str, Any]:
-    """plots.plot_results options from the command line: null-law samples, seed and cache."""
-    options: dict[str, Any] = {"seed": seed, "cache_dir": cache_dir}
-    if samples is not None:
-        options["null_samples"] = samples
-    return options

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from qkenergy.base.extras import require
-from qkenergy.cli.params import HeadType, cache_dir_option, draws_option, plot_options
+from qkenergy.cli.params import HeadType, cache_dir_option, draws_option
+from qkenergy.math.defaults import SAMPLES
 
 
 @click.command()
@@ -21,14 +22,14 @@ from qkenergy.cli.params import HeadType, cache_dir_option, draws_option, plot_o
     help="Directory for the figures.",
 )
 @click.option("--head", type=HeadType(), default=None, help="Also plot this head in detail, as LAYER,HEAD.")
-@draws_option("--samples", default=None, help="Null-law samples for the overlays.")
+@draws_option("--samples", default=SAMPLES, help="Null-law samples for the overlays.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed.")
 @cache_dir_option("Null-law cache")
 def plot(
     results: Path,
     outdir: Path,
     head: tuple[int, int] | None,
-    samples: int | None,
+    samples: int,
     seed: int,
     cache_dir: Path,
 ) -> None:
@@ -36,6 +37,8 @@ def plot(
     from qkenergy.api.model import read
 
     require("plot", "matplotlib", "qkenergy plot draws with it")  # before the table is read (its own extra)
-    options = plot_options(samples=samples, seed=seed, cache_dir=cache_dir)
-    for path in read(results).plot(outdir, head=head, **options):
+    from qkenergy.analysis.nullspec import NullSpec
+
+    null = NullSpec(samples=samples, seed=seed)
+    for path in read(results).plot(outdir, head=head, null=null, cache_dir=cache_dir):
         click.echo(f"wrote {path}")

@@ -44,11 +44,12 @@ from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
 from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
-from qkenergy.math.defaults import RADIUS, SAMPLES
+from qkenergy.math.defaults import RADIUS
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
+    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.nulls import NullLaw
 
 __all__ = [
@@ -248,17 +249,17 @@ def _heatmap(df: pd.DataFrame, ax: Axes | None = None) -> Figure:
 def _shape_laws(
     df: pd.DataFrame,
     laws: Mapping[tuple[int, int], NullLaw] | None,
-    null_samples: int,
-    seed: int,
+    null: NullSpec | None,
     cache_dir: str | os.PathLike[str] | None,
 ) -> Iterator[tuple[int, Any, Any, NullLaw]]:
     """(k, n, N, law) for each head shape of the table in order: the law given, else drawn (or cached)."""
     from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.math.nulls import NULL_STATISTICS
 
+    null = null or NullSpec()
     shapes = df[["n", "N"]].drop_duplicates().sort_values(["n", "N"]).itertuples(index=False)
     for k, (n, N) in enumerate(shapes):
-        law = (laws or {}).get((int(n), int(N))) or NullSpec(samples=null_samples, seed=seed).null_law(
+        law = (laws or {}).get((int(n), int(N))) or null.null_law(
             int(n), int(N), cache_dir=cache_dir, names=NULL_STATISTICS
         )
         yield k, n, N, law
@@ -267,8 +268,7 @@ def _shape_laws(
 def _null_histogram(
     df: pd.DataFrame,
     *,
-    null_samples: int,
-    seed: int,
+    null: NullSpec | None,
     cache_dir: str | os.PathLike[str] | None,
     population: str = "heads",
     laws: Mapping[tuple[int, int], NullLaw] | None = None,
@@ -284,7 +284,7 @@ def _null_histogram(
     colours = ["0.15", "tab:purple", "tab:green", "tab:brown"]
     lo, hi = (s.min(), s.max()) if s.size else (np.inf, -np.inf)
     drawn: list[tuple[np.ndarray, str, float]] = []
-    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
+    for k, n, N, law in _shape_laws(df, laws, null, cache_dir):
         draws = np.asarray(law.samples("symmetric_energy"), dtype=np.float64)
         draws = draws[np.isfinite(draws)]
         colour = colours[k % len(colours)]
@@ -748,8 +748,7 @@ MOMENT_COLUMNS = ("moment_O", "moment_E", "head_type")
 def moment_scatter(
     df: pd.DataFrame,
     *,
-    null_samples: int = SAMPLES,
-    seed: int = 0,
+    null: NullSpec | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     population: str = "heads",
     laws: Mapping[tuple[int, int], NullLaw] | None = None,
@@ -758,16 +757,14 @@ def moment_scatter(
     """moment_E against moment_O per head, coloured by head type, over the null cloud of each shape (n, N).
 
     The cloud is the Gaussian null law of the same shape (``null_cache.null_law``
-    with ``null_samples`` and ``seed``: the draws of the other null figures).
+    drawn as ``null`` says: the draws of the other null figures).
 
     Parameters
     ----------
     df : DataFrame
         The head table (n, N, moment_O, moment_E, head_type).
-    null_samples : int, optional
-        Samples of each null cloud.
-    seed : int, optional
-        Seed of the null draws.
+    null : NullSpec, optional
+        How each null cloud is drawn: its samples and seed (default ``NullSpec()``).
     cache_dir : str or path-like or None, optional
         The null-law cache (None: no cache).
     population : str, optional
@@ -784,7 +781,7 @@ def moment_scatter(
     """
     fig, ax = _canvas(ax, (7.0, 5.0))
     clouds = ["0.6", "tab:purple", "tab:green", "tab:brown"]
-    for k, n, N, law in _shape_laws(df, laws, null_samples, seed, cache_dir):
+    for k, n, N, law in _shape_laws(df, laws, null, cache_dir):
         O, E = law.samples("moment_O"), law.samples("moment_E")
         ok = np.isfinite(O) & np.isfinite(E)
         colour = clouds[k % len(clouds)]
@@ -835,8 +832,7 @@ def figure(
     head: tuple[int, int] | str | None = None,
     ax: Any = None,
     null_laws: Mapping[tuple[int, int], NullLaw] | None = None,
-    null_samples: int = SAMPLES,
-    seed: int = 0,
+    null: NullSpec | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     settings: dict[str, Any] | None = None,
 ) -> Figure:
@@ -855,11 +851,9 @@ def figure(
         their figure is returned.
     null_laws : mapping (n, N) -> NullLaw, optional
         The Gaussian null laws to draw in ``symmetric_energy_null`` (an analysis' own); other
-        shapes are drawn with ``null_samples``, ``seed`` and ``cache_dir``.
-    null_samples : int, optional
-        Samples of each null law drawn here.
-    seed : int, optional
-        Seed of those draws.
+        shapes are drawn as ``null`` says, kept in ``cache_dir``.
+    null : NullSpec, optional
+        How the null laws drawn here are drawn: samples and seed (default ``NullSpec()``).
     cache_dir : str or path-like, optional
         The null-law cache (None: no cache).
     settings : dict, optional
@@ -889,9 +883,7 @@ def figure(
     if settings is None:
         settings = df.attrs.get("settings")
     population = population_label(settings, _model_name(df))
-    nulls: dict[str, Any] = dict(
-        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population
-    )
+    nulls: dict[str, Any] = dict(null=null, cache_dir=cache_dir, population=population)
     if name == "symmetric_energy_heatmap":
         return _heatmap(df, ax)
     if name == "symmetric_energy_null":
@@ -931,8 +923,7 @@ def plot_results(
     outdir: str | os.PathLike[str],
     *,
     head: tuple[int, int] | str | None = None,
-    null_samples: int = SAMPLES,
-    seed: int = 0,
+    null: NullSpec | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     formats: Sequence[str] = ("png", "svg"),
     settings: dict[str, Any] | None = None,
@@ -954,10 +945,9 @@ def plot_results(
         The directory to write into.
     head : (layer, head), str or None, optional
         Another head to draw the lobe figure of.
-    null_samples : int, optional
-        Samples of each null law drawn for the histogram and the O-E cloud (null_cache.null_law).
-    seed : int, optional
-        Seed of the null draws.
+    null : NullSpec, optional
+        How the null laws of the histogram and the O-E cloud are drawn: samples and seed
+        (default ``NullSpec()``; null_cache.null_law).
     cache_dir : str or path-like or None, optional
         The null-law cache (None: no cache).
     formats : sequence of str, optional
@@ -968,8 +958,8 @@ def plot_results(
         The caller's transaction to stage the files in (:mod:`qkenergy.base.atomic`); by default
         they are committed together here.
     null_laws : mapping (n, N) -> NullLaw, optional
-        The Gaussian laws the analysis judged the heads against (drawn with ``null_samples`` and
-        ``seed``): shown as they are, not drawn again.
+        The Gaussian laws the analysis judged the heads against (drawn as ``null`` says): shown
+        as they are, not drawn again.
 
     Returns
     -------
@@ -992,9 +982,7 @@ def plot_results(
     if settings is None:
         settings = df.attrs.get("settings")
     population = _plain(population_label(settings, str(df["model"].iloc[0]) if _model_name(df) else None))
-    nulls: dict[str, Any] = dict(
-        null_samples=null_samples, seed=seed, cache_dir=cache_dir, population=population, laws=null_laws
-    )
+    nulls: dict[str, Any] = dict(null=null, cache_dir=cache_dir, population=population, laws=null_laws)
     paths: list[Path] = []
     with joined(transaction) as outputs:
         outdir = outputs.ensure_directory(outdir)

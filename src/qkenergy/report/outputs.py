@@ -60,15 +60,15 @@ def write_outputs(
                 transaction=outputs,
             )
         if plot_dir is not None:
+            from qkenergy.analysis.nullspec import NullSpec
             from qkenergy.figures import plots
-            from qkenergy.math.defaults import SAMPLES
 
             # the laws the heads were judged against, where drawn as the figures' null laws are
-            samples, seed = plot_options.get("null_samples", SAMPLES), plot_options.get("seed", 0)
+            null = plot_options.get("null") or NullSpec()
             laws = {
                 shape: law
                 for shape, law in analysis.null_laws.items()
-                if (law.size, law.seed) == (samples, seed)
+                if (law.size, law.seed) == (null.samples, null.seed)
             }
             written += plots.plot_results(
                 analysis.heads,
