@@ -23,6 +23,7 @@ wraps it with the file I/O.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -352,14 +353,16 @@ def null_law(
     NullLaw
         The Gaussian null law of shape (n, N).
     """
-    draw = dict(samples=spec.samples, seed=spec.seed, progress=progress, chunk_size=chunk_size)
+    draw = functools.partial(
+        nulls.null_law, n, N, samples=spec.samples, seed=spec.seed, progress=progress, chunk_size=chunk_size
+    )
     if cache_dir is None:
-        return nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
+        return draw(names=names, threads=threads)
     names = tuple(STATISTICS) if names is None else tuple(names)
     law = cached_null_law(spec, n, N, cache_dir=cache_dir, names=names)
     if law is not None:
         return law
-    law = nulls.null_law(n, N, names=names, threads=threads, **draw)  # type: ignore[arg-type]
+    law = draw(names=names, threads=threads)
     store_null_law(law, spec, cache_dir)
     return law
 
@@ -443,9 +446,17 @@ def layer_null_law(
         The per-layer null law (kind "layer").
     """
     group_sizes = tuple(int(m) for m in group_sizes)
-    draw = dict(samples=spec.samples, seed=spec.seed, progress=progress)
+    draw = functools.partial(
+        layer_null.layer_null_law,
+        group_sizes,
+        head_dim,
+        N,
+        samples=spec.samples,
+        seed=spec.seed,
+        progress=progress,
+    )
     if cache_dir is None:
-        return layer_null.layer_null_law(group_sizes, head_dim, N, **draw)  # type: ignore[arg-type]
+        return draw()
     names = layer_null.LAYER_NULL_STATISTICS
     path = layer_null_cache_path(cache_dir, spec, group_sizes, head_dim, N)
     values = load_cached(path, names, spec.samples)
@@ -453,6 +464,6 @@ def layer_null_law(
         values.flags.writeable = False
         n = sum(1 for m in group_sizes if m > 0) * head_dim
         return nulls.NullLaw(n=n, N=N, seed=spec.seed, names=names, values=values, kind="layer")
-    law = layer_null.layer_null_law(group_sizes, head_dim, N, **draw)  # type: ignore[arg-type]
+    law = draw()
     save_cached(path, law.values, law.names)
     return law
