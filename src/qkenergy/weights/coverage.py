@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from qkenergy.weights.families import FAMILIES
-from qkenergy.weights.layout import Family
 
 __all__ = ["COVERAGE_COLUMNS", "NOT_BILINEAR", "STATUSES", "coverage", "coverage_counts", "coverage_line"]
 
@@ -89,9 +88,7 @@ NOT_BILINEAR: dict[str, str] = {
 }
 
 
-def coverage(
-    model_types: Iterable[str], families: Mapping[str, Family] | None = None
-) -> list[dict[str, str]]:
+def coverage(model_types: Iterable[str]) -> list[dict[str, str]]:
     """One row per model_type (sorted): its status and, for ``supported`` the class that proves it,
     for ``not bilinear`` the reason (columns COVERAGE_COLUMNS).
 
@@ -99,19 +96,16 @@ def coverage(
     ----------
     model_types : iterable of str
         The model types to classify (duplicates are counted once).
-    families : mapping of str to Family or None
-        The supported families; None for the ones qkenergy ships.
 
     Returns
     -------
     list of dict of str to str
         Rows with the keys ``model_type``, ``status`` and ``detail``.
     """
-    known = FAMILIES if families is None else families
     rows = []
     for model_type in sorted(set(model_types)):
-        if model_type in known:
-            proof = known[model_type].proof
+        if model_type in FAMILIES:
+            proof = FAMILIES[model_type].proof
             status, detail = "supported", f"proven by transformers {proof}" if proof else "not proven"
         elif model_type in NOT_BILINEAR:
             status, detail = "not bilinear", NOT_BILINEAR[model_type]

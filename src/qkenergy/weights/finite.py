@@ -360,20 +360,19 @@ def nonfinite_findings(
     return [Finding(text, reached(name)) for name, text in located]
 
 
-def heads_text(heads: Sequence[int], shown: int = 12) -> str:
-    """'head 3', 'heads 1, 3', or the first ``shown`` and how many more.
+def heads_text(heads: Sequence[int]) -> str:
+    """'head 3', 'heads 1, 3', or the first 12 and how many more.
 
     Parameters
     ----------
     heads : sequence of int
         The head indices.
-    shown : int
-        The most listed.
 
     Returns
     -------
     str
     """
+    shown = 12
     listed = ", ".join(map(str, heads[:shown])) + (
         f", ... ({len(heads) - shown} more)" if len(heads) > shown else ""
     )

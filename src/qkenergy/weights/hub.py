@@ -885,7 +885,9 @@ class HubRepo:
         # no answer of the Hub's own: nothing to compare (docs/hub.md, what cannot be checked)
         if hub is None:
             return
-        etag = _etag(hub.headers.get("X-Linked-Etag") or hub.headers.get("ETag"))
+        # without W/ and quotes, as huggingface_hub normalises it
+        etag = (hub.headers.get("X-Linked-Etag") or hub.headers.get("ETag") or "").strip().removeprefix("W/")
+        etag = etag.strip('"')
         if etag and remote.etag and etag != remote.etag:
             raise QKEnergyError(
                 f"{self.where}: {remote.path}: the file changed on the server during the run: ETag "
@@ -998,13 +1000,6 @@ def _retry_after(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _etag(value: str | None) -> str:
-    """An ETag header's value without ``W/`` and quotes (as huggingface_hub normalises it)."""
-    if not value:
-        return ""
-    return value.strip().removeprefix("W/").strip('"')
-
-
 def _local_fetch(path: Path, where: str) -> Any:
     """A ``fetch`` reading a file of the Hugging Face cache (its bytes copied into the mirror)."""
 
@@ -1055,12 +1050,12 @@ def _listing_of(data: Any, where: str) -> tuple[str, dict[str, _RemoteFile]]:
     if not isinstance(siblings, list):
         raise QKEnergyError(f'{where}: "siblings" is {type(siblings).__name__}; expected a list of files')
     rows = []
-    for k, sibling in enumerate(siblings):
-        if not isinstance(sibling, dict):
-            raise QKEnergyError(f"{where}: file {k} is {type(sibling).__name__}; expected an object")
-        lfs = sibling.get("lfs")
-        etag = (lfs.get("sha256") if isinstance(lfs, dict) else None) or sibling.get("blobId")
-        rows.append({"path": sibling.get("rfilename"), "size": sibling.get("size"), "etag": etag})
+    for sibling in siblings:
+        if isinstance(sibling, dict):  # anything else: _files_of refuses it
+            lfs = sibling.get("lfs")
+            etag = (lfs.get("sha256") if isinstance(lfs, dict) else None) or sibling.get("blobId")
+            sibling = {"path": sibling.get("rfilename"), "size": sibling.get("size"), "etag": etag}
+        rows.append(sibling)
     return commit, _files_of(rows, where)
 
 

@@ -210,7 +210,8 @@ def open_in_memory(model: Any, config: Mapping[str, Any] | None = None) -> Model
     QKEnergyError
         A model of another kind, a mapping without ``config``, or a ``config`` where the model has its own.
     """
-    if _is_transformer_lens(model):
+    cfg = getattr(model, "cfg", None)
+    if cfg is not None and hasattr(cfg, "d_head") and hasattr(model, "blocks"):  # TransformerLens
         if config is not None:
             raise QKEnergyError(
                 "config= is only for a mapping of arrays; a TransformerLens model has its own cfg"
@@ -221,7 +222,12 @@ def open_in_memory(model: Any, config: Mapping[str, Any] | None = None) -> Model
             raise QKEnergyError(
                 "config= is only for a mapping of arrays; a transformers model has its own config"
             )
-        return _transformers(model)
+        own = model.config.to_dict()
+        name = str(own.get("_name_or_path") or type(model).__name__)
+        tensors = ArrayTensors(
+            model.state_dict(keep_vars=False), f"in-memory {type(model).__name__} ({name})"
+        )
+        return _source(name, own, tensors, "transformers")
     if isinstance(model, Mapping):
         if config is None:
             raise QKEnergyError(
@@ -260,19 +266,6 @@ def _source(
         layout=layout,
         notes={**(notes or {}), **quantization},
     )
-
-
-def _transformers(model: Any) -> ModelSource:
-    config = model.config.to_dict()
-    name = str(config.get("_name_or_path") or type(model).__name__)
-    state = model.state_dict(keep_vars=False)
-    tensors = ArrayTensors(state, f"in-memory {type(model).__name__} ({name})")
-    return _source(name, config, tensors, "transformers")
-
-
-def _is_transformer_lens(model: object) -> bool:
-    cfg = getattr(model, "cfg", None)
-    return cfg is not None and hasattr(cfg, "d_head") and hasattr(model, "blocks")
 
 
 def _transformer_lens(model: Any) -> ModelSource:

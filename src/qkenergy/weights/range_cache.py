@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import sqlite3
 import threading
@@ -269,10 +270,8 @@ class RangeCache:
         """The bytes of every range recorded: the mirror's size on disk, holes aside."""
         with self._read():
             rows = self._db.execute("SELECT file, begin, end FROM ranges ORDER BY file, begin").fetchall()
-        by_file: dict[int, list[tuple[int, int]]] = {}
-        for file_id, begin, end in rows:
-            by_file.setdefault(file_id, []).append((begin, end))
-        return sum(end - begin for spans in by_file.values() for begin, end in _merged(spans))
+        by_file = itertools.groupby(rows, key=lambda row: row[0])
+        return sum(end - begin for _, spans in by_file for begin, end in _merged(row[1:] for row in spans))
 
     def close(self) -> None:
         """Close the sqlite record."""

@@ -228,11 +228,9 @@ def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "co
     layer_types = config.get("layer_types")
     nested = params and all(isinstance(v, Mapping) for v in params.values())
     # A layer's rope depends on its head size too (gemma4's full layers have larger heads).
-    dims = [arch.layer_head_dim(i) for i in range(arch.n_layers)] if arch.layer_shapes else None
+    dims = [arch.layer_head_dim(i) for i in range(arch.n_layers)]
     if not nested:
-        flat = {d: _rope(params, config, arch, source, d) for d in (dims or [arch.head_dim])}
-        if dims is None:
-            return [flat[arch.head_dim]] * arch.n_layers
+        flat = {d: _rope(params, config, arch, source, d) for d in dict.fromkeys(dims)}
         return [flat[d] for d in dims]
     if not isinstance(layer_types, list) or len(layer_types) < arch.n_layers:
         raise QKEnergyError(f"{source}: rope parameters per layer type need 'layer_types', one per layer")
@@ -241,8 +239,7 @@ def layer_ropes(config: Mapping[str, Any], arch: Architecture, source: str = "co
         raise QKEnergyError(f"{source}: no rope parameters for layer type {missing[0]!r}")
     by_type: dict[tuple[Any, int], Rope] = {}
     out = []
-    for i, t in enumerate(layer_types[: arch.n_layers]):
-        d = arch.head_dim if dims is None else dims[i]
+    for t, d in zip(layer_types[: arch.n_layers], dims, strict=True):
         if (t, d) not in by_type:
             by_type[(t, d)] = _rope(params[t], config, arch, f"{source} ({t})", d)
         out.append(by_type[(t, d)])

@@ -635,4 +635,3 @@ def stored_quantization(tensors: Any, names: Iterable[str]) -> str:
     if label is None:
         return ""
     return " + ".join(dict.fromkeys(text for name in names if (text := label(name))))
-
