@@ -251,7 +251,7 @@ class RangeCache:
                     RangeCacheNote,
                     stacklevel=2,
                 )
-        return MirroredFile(self, file_id, path, size, etag, fetch)
+        return MirroredFile(self, file_id, path, size, fetch)
 
     def present(self, file_id: int) -> list[tuple[int, int]]:
         """The ranges of a file recorded as present, sorted and merged."""
@@ -293,23 +293,6 @@ def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def missing_spans(present: list[tuple[int, int]], begin: int, end: int) -> list[tuple[int, int]]:
-    """The parts of [begin, end) not covered by the sorted, merged ``present`` ranges."""
-    out = []
-    at = begin
-    for a, b in present:
-        if b <= at:
-            continue
-        if a >= end:
-            break
-        if a > at:
-            out.append((at, a))
-        at = max(at, b)
-    if at < end:
-        out.append((at, end))
-    return out
-
-
 class MirroredFile:
     """One remote file's sparse mirror: :meth:`ensure` fetches what a read needs, once.
 
@@ -326,28 +309,36 @@ class MirroredFile:
         Its sparse file.
     size : int
         The remote file's size.
-    etag : str
-        The remote file's ETag.
     fetch : RangeFetch or None
         Yields the bytes of a range; None offline.
     """
 
     def __init__(
-        self, cache: RangeCache, file_id: int, path: Path, size: int, etag: str, fetch: RangeFetch | None
+        self, cache: RangeCache, file_id: int, path: Path, size: int, fetch: RangeFetch | None
     ) -> None:
         self.cache = cache
         self.file_id = file_id
         self.path = path
         self.size = size
-        self.etag = etag
         self._fetch = fetch
-        self.fetched = 0  # bytes this process fetched into the file
         self.on_bytes: Callable[[int], None] | None = None
         self._lock = threading.Lock()
 
     def missing(self, begin: int, end: int) -> list[tuple[int, int]]:
-        """The parts of [begin, end) not in the mirror yet."""
-        return missing_spans(self.cache.present(self.file_id), max(0, begin), min(end, self.size))
+        """The parts of [begin, end) not in the mirror yet (not covered by the sorted, merged ranges present)."""
+        out = []
+        at, end = max(0, begin), min(end, self.size)
+        for a, b in self.cache.present(self.file_id):
+            if b <= at:
+                continue
+            if a >= end:
+                break
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        if at < end:
+            out.append((at, end))
+        return out
 
     def ensure(self, begin: int, end: int) -> None:
         """Fetch whatever of [begin, end) the mirror lacks; afterwards the range reads as the remote file.
@@ -396,7 +387,6 @@ class MirroredFile:
                         wrote = os.pwrite(fd, view, at)
                         at += wrote
                         view = view[wrote:]
-                    self.fetched += len(chunk)
                     if self.on_bytes is not None:
                         self.on_bytes(len(chunk))
                     if at >= end:

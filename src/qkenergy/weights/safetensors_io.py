@@ -245,7 +245,7 @@ class Closeable:
 
 
 class _TensorIndex(Closeable):
-    """The read-only container side shared by a file and a set of shards: names, info, dtype, shape.
+    """The read-only container side shared by a file and a set of shards: names, info, dtype, shape, release.
 
     Subclasses keep ``_index`` (tensor name -> where it lives) and define ``info``.
     """
@@ -274,6 +274,9 @@ class _TensorIndex(Closeable):
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.info(name).shape
+
+    def release(self) -> None:
+        """Nothing to release: tensors are private arrays, freed with their last reference."""
 
 
 class SafetensorsFile(_TensorIndex):
@@ -403,9 +406,6 @@ class SafetensorsFile(_TensorIndex):
                     break
                 left -= got
 
-    def release(self) -> None:
-        """Nothing to release: tensors are private arrays, freed with their last reference."""
-
     def close(self) -> None:
         """Close the file descriptor; arrays already read stay valid."""
         if self._fd is not None:
@@ -496,9 +496,6 @@ class TensorSource(_TensorIndex):
         """Read these tensors into the page cache (see SafetensorsFile.prefetch; blocking)."""
         for name in names:
             self.file_of(name).prefetch(name)
-
-    def release(self) -> None:
-        """Nothing to release: tensors are private arrays, freed with their last reference."""
 
     def close(self) -> None:
         for sf in self.files:
