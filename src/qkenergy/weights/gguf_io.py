@@ -467,7 +467,6 @@ class GGUFFile(SafetensorsFile):
     ) -> None:
         self.path = Path(path)
         self.fetch = fetch
-        self.header = header
         self.metadata: dict[str, str] = {}
         self._size = header.size
         self._fd: int | None = None

@@ -436,7 +436,7 @@ class HubRepo:
         return _listing_of(data, where)
 
     def refusal(self, exc: BaseException, what: str) -> QKEnergyError | None:
-        """The Hub's refusal of a request (an exception of huggingface_hub or httpx2) as one line.
+        """The Hub's refusal of a request (an error of huggingface_hub's ``hf_raise_for_status``) as one line.
 
         Parameters
         ----------
@@ -448,12 +448,11 @@ class HubRepo:
         Returns
         -------
         QKEnergyError or None
-            None for an exception that is neither a refusal nor a transport error (a bug: raised as it is).
+            None for an exception that is not a refusal (a bug: raised as it is).
         """
         from huggingface_hub.errors import (
             GatedRepoError,
             HfHubHTTPError,
-            HFValidationError,
             RepositoryNotFoundError,
             RevisionNotFoundError,
         )
@@ -477,14 +476,6 @@ class HubRepo:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             hint = f" ({login})" if status in (401, 403) else ""
             return QKEnergyError(f"{self.where}: the Hub answered HTTP {status} for {what}{hint}")
-        if isinstance(exc, HFValidationError):
-            return QKEnergyError(f"{show_path(self.where)}: no such file or directory")
-        if _is_transport(exc):
-            return QKEnergyError(
-                f"{self.where}: not a local file or directory, and the Hugging Face Hub "
-                f"({hub_endpoint()}) could not be reached ({type(exc).__name__}); pass a local path, "
-                "or set HF_HUB_OFFLINE=1 to read what the hub range cache holds"
-            )
         return None
 
     # ------------------------------------------------------------------ what to read
