@@ -432,11 +432,6 @@ def check_float8(dtype: np.dtype, weight: StoredWeight) -> None:
         raise QKEnergyError(f"{weight.where}: stored as {code}; expected float8 (F8_E4M3 or F8_E5M2)")
 
 
-def _markers() -> dict[str, str]:
-    """The part stored instead of ``<module>.weight`` -> its storage's name (qweight, weight_packed, ...)."""
-    return {s.marker: s.name for s in STORAGES.values() if s.marker is not None}
-
-
 class QuantizedTensors:
     """A tensor source whose quantised linear weights read as dequantised float32 ``<module>.weight``.
 
@@ -467,12 +462,14 @@ class QuantizedTensors:
         self.config = config  # the config file, for messages
         stored = list(inner.names)
         self._stored = set(stored)
-        self._virtual: dict[str, str] = {}  # <module>.weight -> module, for weights stored without one
-        markers = _markers()
+        # <module>.weight -> its storage's name, for weights stored without one (a marker part instead)
+        self._virtual: dict[str, str] = {}
+        markers = {s.marker: s.name for s in STORAGES.values() if s.marker is not None}
         for name in stored:
             module, _, part = name.rpartition(".")
             if part in markers and module + ".weight" not in self._stored:
-                self._virtual.setdefault(module + ".weight", module)
+                kind = next(k for m, k in markers.items() if f"{module}.{m}" in self._stored)
+                self._virtual.setdefault(module + ".weight", kind)
         self._names = stored + list(self._virtual)
 
     @property
@@ -502,8 +499,7 @@ class QuantizedTensors:
     def storage(self, name: str) -> str | None:
         """How tensor ``name`` is stored: "qweight", "packed", "scaled", or None (as it reads)."""
         if name in self._virtual:
-            module = self._virtual[name]
-            return next(kind for marker, kind in _markers().items() if f"{module}.{marker}" in self._stored)
+            return self._virtual[name]
         if not name.endswith(".weight") or name not in self._stored:
             return None
         module = name[: -len(".weight")]
