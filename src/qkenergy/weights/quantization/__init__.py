@@ -19,7 +19,7 @@ A new method is one class and one line of the registration.
 :func:`~qkenergy.weights.quantization.config.parse_quantization` reads the
 config through the registry; anything else (bitsandbytes, HQQ, EETQ, unknown
 methods, other packings) is refused in one line naming the method and the config
-file. :class:`~qkenergy.weights.quantization.method.QuantizedTensors` reads the
+file. :class:`~qkenergy.weights.quantization.tensors.QuantizedTensors` reads the
 weights.
 """
 
@@ -36,16 +36,8 @@ from qkenergy.weights.quantization.grids import (
     product_dtype,
     unpack_fields,
 )
-from qkenergy.weights.quantization.method import (
-    METHODS,
-    Quantization,
-    QuantizedTensors,
-    QuantMethod,
-    Storage,
-    quantized_tensors,
-    register,
-    stored_quantization,
-)
+from qkenergy.weights.quantization.method import METHODS, Quantization, QuantMethod, Storage, register
+from qkenergy.weights.quantization.tensors import QuantizedTensors, quantized_tensors, stored_quantization
 
 __all__ = [
     "METHODS",
