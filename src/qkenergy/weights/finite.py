@@ -291,9 +291,6 @@ class _Recording:
         self._cleaned = set(cleaned)
         self.read: list[str] = []
 
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._inner.shape(name))
-
     def tensor(self, name: str) -> np.ndarray:
         if name not in self.read:
             self.read.append(name)
