@@ -9,7 +9,7 @@ columns or 2-D block, optional zero points.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,11 +143,6 @@ def _matches(module: str, target: str) -> bool:
     return module == target
 
 
-def _ignored(module: str, ignore: Iterable[str]) -> bool:
-    """Whether the config leaves a module unquantised (a name, its last parts, or an ``re:`` pattern)."""
-    return any(_matches(module, t) or module.endswith("." + t) for t in ignore)
-
-
 def scheme_for(module: str, q: Quantization) -> Scheme | None:
     """The config group of a linear module (exact name first, then ``re:``, then the class).
 
@@ -232,7 +227,9 @@ class CompressedTensors(QuantMethod):
         """As :meth:`QuantMethod.prepare`: the module's scheme, checked to be one that is read."""
         q = weight.q
         scheme = scheme_for(weight.module, q)
-        if scheme is None or _ignored(weight.module, q.ignore):
+        # left unquantised by the config: a name, its last parts, or an ``re:`` pattern
+        ignored = any(_matches(weight.module, t) or weight.module.endswith("." + t) for t in q.ignore)
+        if scheme is None or ignored:
             raise QKEnergyError(
                 f"{weight.where}: stored quantised, but no config group of {weight.source.config} covers this module"
             )

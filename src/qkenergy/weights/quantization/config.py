@@ -171,14 +171,11 @@ def config_field(
     if value is None:
         return default
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected {_kind_name(kind)}")
+        names = {bool: "a boolean", int: "an integer", str: "a string", list: "an array", dict: "an object"}
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(names.get(k, k.__name__) for k in kinds)
+        raise QKEnergyError(f"{where}: field {key!r} is {describe(value)}; expected {expected}")
     return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {bool: "a boolean", int: "an integer", str: "a string", list: "an array", dict: "an object"}
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
 def module_names(obj: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
