@@ -606,28 +606,22 @@ def _ks_exact(setting: str, s: np.ndarray, law: Any, size: int) -> Check:
     return _ks_row("Exact samplers", setting, stats.kstest(s, law.cdf), f"K = {size} against the exact cdf")
 
 
-def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
-    """The KS_STATISTICS of each Gram matrix, one column each."""
-    return head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
-
-
 @_shared_sections
 def check_samplers(samples: int, seed: int) -> list[Check]:
     """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS)."""
     size = max(200, samples // 4)
     rows = []
     for n, N in KS_SHAPES:
-        exact = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k)),
-            size,
-            seed=_subseed(seed, f"ks bartlett {n} {N}"),
-            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
-        )
-        direct = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k)),
-            size,
-            seed=_subseed(seed, f"ks direct {n} {N}"),
-            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
+        exact, direct = (
+            montecarlo.draw(
+                cast(montecarlo.Sampler, lambda rng, k, n=n, N=N, grams=grams: grams(rng, n, N, k)),
+                size,
+                seed=_subseed(seed, f"ks {route} {n} {N}"),
+                transform=cast(
+                    montecarlo.Transform, lambda G, N=N: head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
+                ),
+            )
+            for route, grams in (("bartlett", nulls.bartlett_gram), ("direct", nulls.direct_gram))
         )
         for j, name in enumerate(KS_STATISTICS):
             setting = f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}"
@@ -1045,23 +1039,6 @@ def _symmetric_head(rng: np.random.Generator, spectrum: np.ndarray, N: int) -> t
     return (O * spectrum) @ O.T @ w_key, w_key
 
 
-def _face_row(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool) -> Check:
-    """Theorem 4's row: the heads ``on`` the face give at most the limit, those ``off`` it more."""
-    limit = 0.0 if exact else FACE_TOLERANCE
-    worst, nearest = float(np.max(on)), float(np.min(off))
-    bound = "exactly 0" if exact else f"at most {limit:g}"
-    return Check(
-        "Theorem 4",
-        setting,
-        0.0,
-        worst if math.isfinite(worst) else math.inf,
-        None,
-        bool(worst <= limit < nearest),
-        f"{condition}; pass when the heads on the face give {bound} and those off it more "
-        f"(smallest off the face: {nearest:.3g}); tolerance 1e-12",
-    )
-
-
 @_shared_sections
 def check_theorem4(samples: int, seed: int) -> list[Check]:
     """Theorem 4: which heads the profile (a, b, c, d) sends to each face of its simplex.
@@ -1077,15 +1054,28 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     n, N, count = 4, 24, 12
     rows: list[Check] = []
 
-    def heads(make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> head_stats.HeadStatistics:
+    def heads(
+        make: Callable[[], tuple[np.ndarray, np.ndarray]], sign: float = 1.0
+    ) -> head_stats.HeadStatistics:
         pairs = [make() for _ in range(count)]
-        return head_stats.head_statistics(np.stack([q for q, _ in pairs]), np.stack([k for _, k in pairs]))
+        return head_stats.head_statistics(
+            sign * np.stack([q for q, _ in pairs]), np.stack([k for _, k in pairs])
+        )
 
     def lobe(scale: float = 1.0) -> np.ndarray:
         return np.sort(scale * rng.uniform(0.2, 1.0, n))[::-1]
 
     def face(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool = False) -> None:
-        rows.append(_face_row(setting, on, off, condition, exact))
+        """The heads ``on`` the face give at most the limit, those ``off`` it more."""
+        limit = 0.0 if exact else FACE_TOLERANCE
+        worst, nearest = float(np.max(on)), float(np.min(off))
+        bound = "exactly 0" if exact else f"at most {limit:g}"
+        note = (
+            f"{condition}; pass when the heads on the face give {bound} and those off it more "
+            f"(smallest off the face: {nearest:.3g}); tolerance 1e-12"
+        )
+        worst = worst if math.isfinite(worst) else math.inf
+        rows.append(Check("Theorem 4", setting, 0.0, worst, None, bool(worst <= limit < nearest), note))
 
     def dominated(first: float) -> tuple[np.ndarray, np.ndarray]:
         # alpha_i < beta_i for every i; first > 1 makes alpha_1 > beta_1 (the condition fails)
@@ -1133,15 +1123,10 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     )
 
     # L -> -L swaps the lobes: the same heads with W_Q negated lie on d = 0
-    def negated(
-        make: Callable[[], tuple[np.ndarray, np.ndarray]],
-    ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
-        return lambda: (lambda pair: (-pair[0], pair[1]))(make())
-
     face(
         "face d = 0: beta_i < alpha_i for every i (W_Q -> -W_Q of the heads above) vs beta_1 = 1.05 alpha_1",
-        heads(negated(lambda: dominated(0.9))).d,
-        heads(negated(lambda: dominated(1.05))).d,
+        heads(lambda: dominated(0.9), sign=-1.0).d,
+        heads(lambda: dominated(1.05), sign=-1.0).d,
         "d = 0 exactly when lambda_- <= lambda_+ entrywise",
         exact=True,
     )
