@@ -435,34 +435,23 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
     rows: list[Check] = []
     for n in PROPOSITION6_NS:
         route = "Bartlett-Wishart" if 2 * n <= N else "C C^T (N < 2n)"
-        s = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, size, n=n: nulls.null_gram(rng, n, N, size)),
-            samples,
-            seed=_subseed(seed, f"proposition6 null {n}"),
-            transform=lambda G: gram.gram_energies(G).symmetric_ratio[:, None],
-        )
-        rows.append(
-            _within(
-                "Proposition 6",
-                f"n = {n}, N = {N}: exact sampler nulls.null_gram ({route}), K = {samples}",
-                theory,
-                montecarlo.estimate_mean(s),
+        for name, sampler, how in (
+            (
+                "null",
+                lambda rng, size, n=n: gram.gram_energies(nulls.null_gram(rng, n, N, size)).symmetric_ratio,
+                f"exact sampler nulls.null_gram ({route})",
+            ),
+            (
+                "direct",
+                lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size),
+                "direct W_K, W_Q with sigma_K^2 = 0.3, sigma_Q^2 = 5, dense L",
+            ),
+        ):
+            s = montecarlo.draw(
+                cast(montecarlo.Sampler, sampler), samples, seed=_subseed(seed, f"proposition6 {name} {n}")
             )
-        )
-        s = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size)),
-            samples,
-            seed=_subseed(seed, f"proposition6 direct {n}"),
-        )
-        rows.append(
-            _within(
-                "Proposition 6",
-                f"n = {n}, N = {N}: direct W_K, W_Q with sigma_K^2 = 0.3, "
-                f"sigma_Q^2 = 5, dense L, K = {samples}",
-                theory,
-                montecarlo.estimate_mean(s),
-            )
-        )
+            setting = f"n = {n}, N = {N}: {how}, K = {samples}"
+            rows.append(_within("Proposition 6", setting, theory, montecarlo.estimate_mean(s)))
     return rows
 
 
@@ -745,14 +734,8 @@ def check_layer_null(samples: int, seed: int) -> list[Check]:
     size = max(200, samples // 4)
     law = layer_null.layer_null_law([H // H_kv] * H_kv, d, N, samples=size, seed=_subseed(seed, "layer law"))
     for j, name in enumerate(layer_null.LAYER_NULL_STATISTICS):
-        rows.append(
-            _ks_row(
-                "Layer null",
-                f"{setting}: layer null law (one Gaussian head of n = H_kv d) vs whole layers, {name}",
-                stats.ks_2samp(law.samples(name), direct[:size, j]),
-                f"K = {size} vs {size}",
-            )
-        )
+        setting_j = f"{setting}: layer null law (one Gaussian head of n = H_kv d) vs whole layers, {name}"
+        rows.append(_ks_finite("Layer null", setting_j, law.samples(name), direct[:size, j], size))
     return rows
 
 
