@@ -57,6 +57,7 @@ from qkenergy.math import (
     montecarlo,
     nulls,
     rotation,
+    spectrum,
     tails,
 )
 from qkenergy.math import statistics as head_stats
@@ -836,13 +837,6 @@ def _dense_spectrum(w_query: np.ndarray, w_key: np.ndarray) -> tuple[np.ndarray,
     return lam, np.sum(kept, axis=-1)
 
 
-def _lobes_of(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """lambda_+ (positive entries, largest first) and lambda_- (|negative entries|, largest first), padded."""
-    positive = -np.sort(-np.where(lam > 0, lam, 0.0), axis=-1)
-    negative = -np.sort(-np.where(lam < 0, -lam, 0.0), axis=-1)
-    return positive, negative
-
-
 @_shared_sections
 def check_lemma7(samples: int, seed: int) -> list[Check]:
     """Lemma 7: ||lambda_+||^2 = (1 + I)/2, ||lambda_-||^2 = (1 - I)/2, ||lambda_+ - lambda_-||^2 = 1 - 2C, P = 1 - sqrt(1 - 2C).
@@ -858,7 +852,7 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
     for setting, w_query, w_key in _spectrum_heads(rng):
         stats_ = head_stats.head_statistics(w_query, w_key)
         I, C, P = stats_.lobe_imbalance, stats_.lobe_overlap, stats_.pairing
-        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        plus, minus = spectrum.lobes(_dense_spectrum(w_query, w_key)[0], zero_tol=0.0)
         errors = [
             np.sum(plus * plus, axis=-1) - (1 + I) / 2,
             np.sum(minus * minus, axis=-1) - (1 - I) / 2,
@@ -884,12 +878,12 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
     )
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
-        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        plus, minus = spectrum.lobes(_dense_spectrum(w_query, w_key)[0], zero_tol=0.0)
         # lambda with its lobes lined up: zeros in the middle when n_pos != n_neg (n > N/2)
         lam = np.concatenate([-minus, np.flip(plus, axis=-1)], axis=-1)
         mirrored = moments.involution(lam)
         x, y = rng.standard_normal((2, *lam.shape))
-        plus_i, minus_i = _lobes_of(mirrored)
+        plus_i, minus_i = spectrum.lobes(mirrored, zero_tol=0.0)
 
         def lobe_stats(p: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             I = np.sum(p * p, axis=-1) - np.sum(m * m, axis=-1)
