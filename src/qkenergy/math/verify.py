@@ -831,8 +831,7 @@ def _spectrum_heads(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np.
 
 def _dense_spectrum(w_query: np.ndarray, w_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normalised nonzero spectra lambda (heads, k_max), zero-padded in the middle, from the N x N S; and k."""
-    L = np.swapaxes(w_key, -1, -2) @ w_query
-    eigs = np.linalg.eigvalsh(0.5 * (L + np.swapaxes(L, -1, -2)))
+    eigs = spectrum.dense_symmetric_eigenvalues(np.swapaxes(w_key, -1, -2) @ w_query)
     lam, kept = moments.normalised_spectrum(eigs)
     return lam, np.sum(kept, axis=-1)
 
