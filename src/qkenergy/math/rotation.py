@@ -36,6 +36,7 @@ import numpy as np
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.base.parallel import single_threaded_blas
 from qkenergy.math import montecarlo
+from qkenergy.math.energies import rescale_by_power_of_two
 from qkenergy.math.gram import gram_norm_sq, head_dim, key_block, query_block
 from qkenergy.math.nulls import NullLaw
 from qkenergy.math.statistics import statistic_columns
@@ -206,9 +207,7 @@ def rotated_head(gram: np.ndarray, N: int) -> RotatedHead:
         raise ValueError(f"rotated_head takes one Gram matrix (2n, 2n), got shape {G.shape}")
     if not np.all(np.isfinite(G)):
         raise QKEnergyError("rotation null: the head's Gram matrix is not finite")
-    scale = np.max(np.abs(G), initial=0.0)
-    if scale > 0:
-        G = np.ldexp(G, -int(np.frexp(scale)[1]))  # exact: a power of two (2**-e alone may overflow)
+    G, _ = rescale_by_power_of_two(G)  # exact: a power of two
     factor_q, factor_k = _factor(query_block(G)), _factor(key_block(G))
     if max(factor_q.shape[1], factor_k.shape[1]) > min(n, N):
         raise QKEnergyError(f"rotation null: rank above min(n, N) = {min(n, N)} for a head of width N = {N}")

@@ -290,10 +290,7 @@ def fill_core(
         x_half, off_diagonal = z[:n], core[n:, :n]
     flat = z.reshape(-1)
     norm_l_sq = 4.0 * float(np.dot(flat, flat))
-    h = None
-    if with_h:
-        zz = z @ z.T if not transposed else z.T @ z  # Z Z^T / 4
-        h = 2.0 * np.flip(np.sqrt(np.maximum(np.linalg.eigvalsh(zz), 0.0)))
+    h = 2.0 * block_singular_values(z.T if transposed else z) if with_h else None  # z = Z/2 (or Z^T/2)
     np.copyto(buffers.scratch, x_half)
     np.add(buffers.scratch, buffers.scratch.T, out=top_left)  # (X + X^T)/2
     norm_s_sq = float(

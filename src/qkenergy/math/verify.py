@@ -57,6 +57,7 @@ from qkenergy.math import (
     montecarlo,
     nulls,
     rotation,
+    spectrum,
     tails,
 )
 from qkenergy.math import statistics as head_stats
@@ -435,34 +436,23 @@ def check_proposition6(samples: int, seed: int) -> list[Check]:
     rows: list[Check] = []
     for n in PROPOSITION6_NS:
         route = "Bartlett-Wishart" if 2 * n <= N else "C C^T (N < 2n)"
-        s = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, size, n=n: nulls.null_gram(rng, n, N, size)),
-            samples,
-            seed=_subseed(seed, f"proposition6 null {n}"),
-            transform=lambda G: gram.gram_energies(G).symmetric_ratio[:, None],
-        )
-        rows.append(
-            _within(
-                "Proposition 6",
-                f"n = {n}, N = {N}: exact sampler nulls.null_gram ({route}), K = {samples}",
-                theory,
-                montecarlo.estimate_mean(s),
+        for name, sampler, how in (
+            (
+                "null",
+                lambda rng, size, n=n: gram.gram_energies(nulls.null_gram(rng, n, N, size)).symmetric_ratio,
+                f"exact sampler nulls.null_gram ({route})",
+            ),
+            (
+                "direct",
+                lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size),
+                "direct W_K, W_Q with sigma_K^2 = 0.3, sigma_Q^2 = 5, dense L",
+            ),
+        ):
+            s = montecarlo.draw(
+                cast(montecarlo.Sampler, sampler), samples, seed=_subseed(seed, f"proposition6 {name} {n}")
             )
-        )
-        s = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, size, n=n: _direct_symmetric_energy(rng, n, N, size)),
-            samples,
-            seed=_subseed(seed, f"proposition6 direct {n}"),
-        )
-        rows.append(
-            _within(
-                "Proposition 6",
-                f"n = {n}, N = {N}: direct W_K, W_Q with sigma_K^2 = 0.3, "
-                f"sigma_Q^2 = 5, dense L, K = {samples}",
-                theory,
-                montecarlo.estimate_mean(s),
-            )
-        )
+            setting = f"n = {n}, N = {N}: {how}, K = {samples}"
+            rows.append(_within("Proposition 6", setting, theory, montecarlo.estimate_mean(s)))
     return rows
 
 
@@ -606,28 +596,22 @@ def _ks_exact(setting: str, s: np.ndarray, law: Any, size: int) -> Check:
     return _ks_row("Exact samplers", setting, stats.kstest(s, law.cdf), f"K = {size} against the exact cdf")
 
 
-def _statistic_columns(G: np.ndarray, N: int) -> np.ndarray:
-    """The KS_STATISTICS of each Gram matrix, one column each."""
-    return head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
-
-
 @_shared_sections
 def check_samplers(samples: int, seed: int) -> list[Check]:
     """The exact samplers and laws of docs/mathematics.md §5 and §6 against direct simulation (two- and one-sample KS)."""
     size = max(200, samples // 4)
     rows = []
     for n, N in KS_SHAPES:
-        exact = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.bartlett_gram(rng, n, N, k)),
-            size,
-            seed=_subseed(seed, f"ks bartlett {n} {N}"),
-            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
-        )
-        direct = montecarlo.draw(
-            cast(montecarlo.Sampler, lambda rng, k, n=n, N=N: nulls.direct_gram(rng, n, N, k)),
-            size,
-            seed=_subseed(seed, f"ks direct {n} {N}"),
-            transform=cast(montecarlo.Transform, lambda G, N=N: _statistic_columns(G, N)),
+        exact, direct = (
+            montecarlo.draw(
+                cast(montecarlo.Sampler, lambda rng, k, n=n, N=N, grams=grams: grams(rng, n, N, k)),
+                size,
+                seed=_subseed(seed, f"ks {route} {n} {N}"),
+                transform=cast(
+                    montecarlo.Transform, lambda G, N=N: head_stats.gram_statistics(G, N).stack(KS_STATISTICS)
+                ),
+            )
+            for route, grams in (("bartlett", nulls.bartlett_gram), ("direct", nulls.direct_gram))
         )
         for j, name in enumerate(KS_STATISTICS):
             setting = f"n = {n}, N = {N}: Bartlett-Wishart G vs direct C C^T, {name}"
@@ -751,14 +735,8 @@ def check_layer_null(samples: int, seed: int) -> list[Check]:
     size = max(200, samples // 4)
     law = layer_null.layer_null_law([H // H_kv] * H_kv, d, N, samples=size, seed=_subseed(seed, "layer law"))
     for j, name in enumerate(layer_null.LAYER_NULL_STATISTICS):
-        rows.append(
-            _ks_row(
-                "Layer null",
-                f"{setting}: layer null law (one Gaussian head of n = H_kv d) vs whole layers, {name}",
-                stats.ks_2samp(law.samples(name), direct[:size, j]),
-                f"K = {size} vs {size}",
-            )
-        )
+        setting_j = f"{setting}: layer null law (one Gaussian head of n = H_kv d) vs whole layers, {name}"
+        rows.append(_ks_finite("Layer null", setting_j, law.samples(name), direct[:size, j], size))
     return rows
 
 
@@ -853,17 +831,9 @@ def _spectrum_heads(rng: np.random.Generator) -> list[tuple[str, np.ndarray, np.
 
 def _dense_spectrum(w_query: np.ndarray, w_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normalised nonzero spectra lambda (heads, k_max), zero-padded in the middle, from the N x N S; and k."""
-    L = np.swapaxes(w_key, -1, -2) @ w_query
-    eigs = np.linalg.eigvalsh(0.5 * (L + np.swapaxes(L, -1, -2)))
+    eigs = spectrum.dense_symmetric_eigenvalues(np.swapaxes(w_key, -1, -2) @ w_query)
     lam, kept = moments.normalised_spectrum(eigs)
     return lam, np.sum(kept, axis=-1)
-
-
-def _lobes_of(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """lambda_+ (positive entries, largest first) and lambda_- (|negative entries|, largest first), padded."""
-    positive = -np.sort(-np.where(lam > 0, lam, 0.0), axis=-1)
-    negative = -np.sort(-np.where(lam < 0, -lam, 0.0), axis=-1)
-    return positive, negative
 
 
 @_shared_sections
@@ -881,7 +851,7 @@ def check_lemma7(samples: int, seed: int) -> list[Check]:
     for setting, w_query, w_key in _spectrum_heads(rng):
         stats_ = head_stats.head_statistics(w_query, w_key)
         I, C, P = stats_.lobe_imbalance, stats_.lobe_overlap, stats_.pairing
-        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        plus, minus = spectrum.lobes(_dense_spectrum(w_query, w_key)[0], zero_tol=0.0)
         errors = [
             np.sum(plus * plus, axis=-1) - (1 + I) / 2,
             np.sum(minus * minus, axis=-1) - (1 - I) / 2,
@@ -907,12 +877,12 @@ def check_lemma8(samples: int, seed: int) -> list[Check]:
     )
     rows = []
     for setting, w_query, w_key in _spectrum_heads(rng):
-        plus, minus = _lobes_of(_dense_spectrum(w_query, w_key)[0])
+        plus, minus = spectrum.lobes(_dense_spectrum(w_query, w_key)[0], zero_tol=0.0)
         # lambda with its lobes lined up: zeros in the middle when n_pos != n_neg (n > N/2)
         lam = np.concatenate([-minus, np.flip(plus, axis=-1)], axis=-1)
         mirrored = moments.involution(lam)
         x, y = rng.standard_normal((2, *lam.shape))
-        plus_i, minus_i = _lobes_of(mirrored)
+        plus_i, minus_i = spectrum.lobes(mirrored, zero_tol=0.0)
 
         def lobe_stats(p: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             I = np.sum(p * p, axis=-1) - np.sum(m * m, axis=-1)
@@ -1045,23 +1015,6 @@ def _symmetric_head(rng: np.random.Generator, spectrum: np.ndarray, N: int) -> t
     return (O * spectrum) @ O.T @ w_key, w_key
 
 
-def _face_row(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool) -> Check:
-    """Theorem 4's row: the heads ``on`` the face give at most the limit, those ``off`` it more."""
-    limit = 0.0 if exact else FACE_TOLERANCE
-    worst, nearest = float(np.max(on)), float(np.min(off))
-    bound = "exactly 0" if exact else f"at most {limit:g}"
-    return Check(
-        "Theorem 4",
-        setting,
-        0.0,
-        worst if math.isfinite(worst) else math.inf,
-        None,
-        bool(worst <= limit < nearest),
-        f"{condition}; pass when the heads on the face give {bound} and those off it more "
-        f"(smallest off the face: {nearest:.3g}); tolerance 1e-12",
-    )
-
-
 @_shared_sections
 def check_theorem4(samples: int, seed: int) -> list[Check]:
     """Theorem 4: which heads the profile (a, b, c, d) sends to each face of its simplex.
@@ -1077,15 +1030,28 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     n, N, count = 4, 24, 12
     rows: list[Check] = []
 
-    def heads(make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> head_stats.HeadStatistics:
+    def heads(
+        make: Callable[[], tuple[np.ndarray, np.ndarray]], sign: float = 1.0
+    ) -> head_stats.HeadStatistics:
         pairs = [make() for _ in range(count)]
-        return head_stats.head_statistics(np.stack([q for q, _ in pairs]), np.stack([k for _, k in pairs]))
+        return head_stats.head_statistics(
+            sign * np.stack([q for q, _ in pairs]), np.stack([k for _, k in pairs])
+        )
 
     def lobe(scale: float = 1.0) -> np.ndarray:
         return np.sort(scale * rng.uniform(0.2, 1.0, n))[::-1]
 
     def face(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool = False) -> None:
-        rows.append(_face_row(setting, on, off, condition, exact))
+        """The heads ``on`` the face give at most the limit, those ``off`` it more."""
+        limit = 0.0 if exact else FACE_TOLERANCE
+        worst, nearest = float(np.max(on)), float(np.min(off))
+        bound = "exactly 0" if exact else f"at most {limit:g}"
+        note = (
+            f"{condition}; pass when the heads on the face give {bound} and those off it more "
+            f"(smallest off the face: {nearest:.3g}); tolerance 1e-12"
+        )
+        worst = worst if math.isfinite(worst) else math.inf
+        rows.append(Check("Theorem 4", setting, 0.0, worst, None, bool(worst <= limit < nearest), note))
 
     def dominated(first: float) -> tuple[np.ndarray, np.ndarray]:
         # alpha_i < beta_i for every i; first > 1 makes alpha_1 > beta_1 (the condition fails)
@@ -1133,15 +1099,10 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
     )
 
     # L -> -L swaps the lobes: the same heads with W_Q negated lie on d = 0
-    def negated(
-        make: Callable[[], tuple[np.ndarray, np.ndarray]],
-    ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
-        return lambda: (lambda pair: (-pair[0], pair[1]))(make())
-
     face(
         "face d = 0: beta_i < alpha_i for every i (W_Q -> -W_Q of the heads above) vs beta_1 = 1.05 alpha_1",
-        heads(negated(lambda: dominated(0.9))).d,
-        heads(negated(lambda: dominated(1.05))).d,
+        heads(lambda: dominated(0.9), sign=-1.0).d,
+        heads(lambda: dominated(1.05), sign=-1.0).d,
         "d = 0 exactly when lambda_- <= lambda_+ entrywise",
         exact=True,
     )
