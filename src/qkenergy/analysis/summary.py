@@ -20,10 +20,7 @@ from qkenergy.base.formatting import (
     print_table,
     rich_table,
 )
-from qkenergy.formats.columns import (
-    Columns,
-    row_count,
-)
+from qkenergy.formats.columns import Columns
 from qkenergy.math.tails import resolved_floor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,10 +58,6 @@ def _floats(table: pd.DataFrame | Columns, name: str) -> np.ndarray:
 def _texts(table: pd.DataFrame | Columns, name: str) -> list[str]:
     """A label column as str, a missing value as ""."""
     return [value if isinstance(value, str) else "" for value in np.asarray(table[name], dtype=object)]
-
-
-def _length(table: pd.DataFrame | Columns) -> int:
-    return row_count(table) if isinstance(table, dict) else len(table)
 
 
 def _take(table: pd.DataFrame | Columns, rows: np.ndarray) -> pd.DataFrame | Columns:
@@ -545,7 +538,7 @@ def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console:
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
-        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(_length(df), 'head')}{dropped} in "
+        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(len(df['layer']), 'head')}{dropped} in "
         f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):
