@@ -29,16 +29,14 @@ import numpy as np
 from qkenergy.analysis.head_rows import head_rows, with_quantization
 from qkenergy.analysis.judgement import rotation_seed, with_bh, with_null_columns
 from qkenergy.analysis.layer_forms import finite_heads, layer_form_statistics, layer_rows, with_layer_null
-from qkenergy.analysis.nullspec import ROTATION_SAMPLES, NullSpec
+from qkenergy.analysis.nullspec import ROTATION_SAMPLES
 from qkenergy.analysis.read_ahead import LayerItem, RunPlan, read_ahead
-from qkenergy.analysis.record import layer_list, nothing_left, run_settings, stack_settings
+from qkenergy.analysis.record import layer_list, nothing_left, run_settings
 from qkenergy.analysis.rope_offsets import plan_stacks, rope_description
 from qkenergy.analysis.run_config import AnalyzeOptions, RunConfig
-from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import ArgumentError
 from qkenergy.formats import provenance
 from qkenergy.formats.columns import Columns, concat, row_count, to_frame
-from qkenergy.math.directionality import DIRECTIONALITY_GAMMA, directionality
 from qkenergy.math.nulls import (
     NULL_STATISTICS,  # judged against their null law: mean / sd / z / p columns
     NullLaw,
@@ -57,20 +55,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource
 
 __all__ = [
-    "DIRECTIONALITY_GAMMA",
     "NULL_STATISTICS",
     "ROTATION_SAMPLES",
     "AnalysisResult",
-    "NullSpec",
-    "TypeRule",
     "analyze_model",
     "analyze_run",
-    "directionality",
     "layer_form_statistics",
-    "present_stacks",
     "rotation_seed",
-    "select",
-    "stack_settings",
 ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qkenergy.analysis.summary import HEAD_TYPES, baseline, significant_counts
+from qkenergy.analysis.summary import HEAD_TYPES, baseline, quartiles, significant_counts
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.formats.tables import REQUIRED_COLUMNS
 from qkenergy.formats.tables import text_column as text
@@ -195,15 +195,6 @@ def relative_depth(heads: pd.DataFrame, info: pd.DataFrame | None = None) -> pd.
     return pd.Series(depth, index=heads.index, name="relative_depth")
 
 
-def _quartiles(values: Any) -> tuple[float, float, float]:
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return (np.nan, np.nan, np.nan)
-    q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75])
-    return float(q1), float(med), float(q3)
-
-
 def _shape_value(values: pd.Series) -> Any:
     """The one value of a shape column, or its distinct values as text ("32/64") when they differ."""
     distinct = sorted(pd.unique(values.dropna()))
@@ -268,7 +259,7 @@ def _model_row(
     """One model's row of :func:`model_summary` (``forms``: its layer forms, if any)."""
     s = group["symmetric_energy"].to_numpy(np.float64)
     defined = np.isfinite(s)
-    q1, med, q3 = _quartiles(s)
+    q1, med, q3 = quartiles(s)
     stacks = sorted(set(_stack(group)) - {""})
     base = baseline(group["N"].to_numpy(np.float64))
     row: dict[str, Any] = {"model": name}
@@ -288,29 +279,23 @@ def _model_row(
         baseline_min=float(np.min(base)),
         baseline_max=float(np.max(base)),
     )
-    row.update(_significance(group, defined))
+    # over the heads with a defined s
+    counts = significant_counts(group, "symmetric_energy") if defined.any() else None
+    row["share_above"] = np.nan if counts is None else counts[0] / int(defined.sum())
+    row["share_below"] = np.nan if counts is None else counts[1] / int(defined.sum())
     types = text(group["head_type"]) if "head_type" in group else pd.Series("", index=group.index)
     for t in HEAD_TYPES:
         row[f"share_{t}"] = float((types == t).mean())
-    row["pairing_median"] = _quartiles(group.get("pairing", np.nan))[1]
+    row["pairing_median"] = quartiles(group.get("pairing", np.nan))[1]
     balance = group.get("balance", pd.Series(np.nan, index=group.index)).to_numpy(np.float64)
     balance = balance[np.isfinite(balance)]
     row["balance_min"] = float(np.min(balance)) if balance.size else np.nan
-    row["participation_ratio_median"] = _quartiles(group.get("participation_ratio", np.nan))[1]
+    row["participation_ratio_median"] = quartiles(group.get("participation_ratio", np.nan))[1]
     for score in ("symmetry_score", "directionality"):
         values = forms[score] if forms is not None and score in forms.columns else np.nan
-        lo, mid, hi = _quartiles(values)
+        lo, mid, hi = quartiles(values)
         row.update({f"{score}_median": mid, f"{score}_q1": lo, f"{score}_q3": hi})
     return row
-
-
-def _significance(group: pd.DataFrame, defined: np.ndarray) -> dict[str, float]:
-    """Shares of heads significantly above / below the null (BH-adjusted p < 0.05), over defined heads."""
-    counts = significant_counts(group, "symmetric_energy")
-    if counts is None or not defined.any():
-        return {"share_above": np.nan, "share_below": np.nan}
-    total = int(defined.sum())
-    return {"share_above": counts[0] / total, "share_below": counts[1] / total}
 
 
 # ----------------------------------------------------------------------------- reference model
@@ -348,7 +333,7 @@ class BaselineComparison:
         rows = []
         for name, group in self.differences.groupby("model", sort=False):
             d = group["difference"].to_numpy(np.float64)
-            q1, med, q3 = _quartiles(d)
+            q1, med, q3 = quartiles(d)
             finite = d[np.isfinite(d)]
             rows.append(
                 [name, len(group), med, q1, q3, float(np.mean(finite > 0)) if finite.size else np.nan]

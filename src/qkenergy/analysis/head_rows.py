@@ -6,19 +6,18 @@ The statistics of all the layer's heads come from one batched Gram-route call
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkenergy.analysis.judgement import head_null_rows
-from qkenergy.analysis.rope_offsets import offset_grams
 from qkenergy.formats.columns import Columns, broadcast, concat, list_column
 from qkenergy.math.gram import head_gram
+from qkenergy.math.rope import rotated_gram
 from qkenergy.math.statistics import HeadStatistics, gram_statistics, head_statistics
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qkenergy.analysis.nullspec import NullSpec
     from qkenergy.analysis.run_config import RunConfig
     from qkenergy.math.rope import Rope
     from qkenergy.weights.architecture import Architecture
@@ -67,22 +66,15 @@ def head_rows(
     Columns
         One row per head (and offset).
     """
-    types = run.types.keywords()
-    drawn = run.spec if run.null else None  # its laws per head are drawn from the heads' G
-    threads = int(run.threads or 1)
+    types, threads = run.types.keywords(), int(run.threads or 1)
     sel = np.asarray(head_ids)
-    kv = np.asarray(weights.kv_head)[sel]
     N = weights.w_query.shape[-1]
     if offsets is not None:
         # each offset's G_d is a rotation of G (G itself in a NoPE layer): the heads' Gram matrices are formed once
-        grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
-        return concat(
-            [
-                _head_columns(model, arch, weights, sel, kv, grams_d, offset, drawn, types, threads)
-                for offset, grams_d in offset_grams(grams, rope, offsets)
-            ]
-        )
-    if drawn is not None and any(k.sampler for k in drawn.kinds):
+        G = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
+        at = ((d, G if rope is None else rotated_gram(G, rope, d)) for d in offsets)  # one G_d at a time
+        return concat([_head_columns(run, model, arch, weights, sel, d, G_d) for d, G_d in at])
+    if run.null and any(k.sampler for k in run.spec.kinds):
         # a null per head (the rotation null) starts from each head's G
         grams = head_gram(weights.w_query, weights.w_key, weights.kv_head)[sel]
         stats = gram_statistics(grams, int(N), **types)
@@ -91,7 +83,7 @@ def head_rows(
         stats = head_statistics(
             weights.w_query, weights.w_key, kv_head=weights.kv_head, heads=sel, threads=threads, **types
         )
-    return _head_columns(model, arch, weights, sel, kv, grams, None, drawn, types, threads, stats)
+    return _head_columns(run, model, arch, weights, sel, None, grams, stats)
 
 
 def with_quantization(table: Columns, label: str) -> Columns:
@@ -117,28 +109,25 @@ def with_quantization(table: Columns, label: str) -> Columns:
 
 
 def _head_columns(
+    run: RunConfig,
     model: str,
     arch: Architecture,
     weights: LayerWeights,
     sel: np.ndarray,
-    kv: np.ndarray,
-    grams: np.ndarray,
     offset: int | None,
-    drawn: NullSpec | None,
-    types: Mapping[str, Any],
-    threads: int,
+    grams: np.ndarray,
     stats: HeadStatistics | None = None,
 ) -> Columns:
     """The rows of one layer's selected heads (at one RoPE offset); ``stats`` default: from ``grams``."""
     n, N = weights.w_query.shape[-2:]
     if stats is None:
-        stats = gram_statistics(grams, int(N), **types)
+        stats = gram_statistics(grams, int(N), **run.types.keywords())
     values: dict[str, Any] = {
         "model": model,
         "stack": arch.stack,
         "layer": weights.layer,
         "head": sel,
-        "kv_head": kv,
+        "kv_head": np.asarray(weights.kv_head)[sel],
         **({} if offset is None else {"offset": offset}),
         "n": int(n),
         "N": int(N),
@@ -147,7 +136,8 @@ def _head_columns(
         **stats.columns(),  # STATISTICS (float64), head_type, reason
     }
     table = broadcast(values, len(sel))
-    table.update(head_null_rows(grams, int(N), table, weights.layer, drawn, threads))
+    drawn = run.spec if run.null else None  # its laws per head are drawn from the heads' G
+    table.update(head_null_rows(grams, int(N), table, weights.layer, drawn, int(run.threads or 1)))
     table["alpha"] = list_column(_trimmed(stats.alpha.reshape(len(sel), -1)))
     table["beta"] = list_column(_trimmed(stats.beta.reshape(len(sel), -1)))
     return table

@@ -130,7 +130,7 @@ def with_null_columns(
     run: RunConfig,
     *,
     laws: Mapping[tuple[int, int], NullLaw],
-    used: dict[tuple[int, int], NullLaw] | None = None,
+    used: dict[tuple[int, int], NullLaw],
 ) -> Columns:
     """Add the Gaussian null columns, the Beta tail of s and its floor flag (first: :func:`with_bh` keeps that order).
 
@@ -142,7 +142,7 @@ def with_null_columns(
         Whether the Gaussian null is drawn, its spec, the cache, progress and threads.
     laws : mapping of (n, N) to NullLaw
         Laws already drawn (a survey's); other shapes are drawn (or read from the cache) here.
-    used : dict, optional
+    used : dict
         Receives the Gaussian null law of each head shape (n, N) judged against.
 
     Returns
@@ -158,7 +158,6 @@ def with_null_columns(
                 run.spec, int(n), int(N), cache_dir=run.cache_dir, progress=run.progress,
                 names=NULL_STATISTICS, threads=run.threads,
             )  # fmt: skip
-            if used is not None:
-                used[(int(n), int(N))] = law
+            used[(int(n), int(N))] = law
             _judge_into(extra, "", law, table, (table["n"] == n) & (table["N"] == N))
     return {c: v for c, v in extra.items() if c[0] == "_"} | table | extra

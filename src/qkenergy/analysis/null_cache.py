@@ -70,24 +70,9 @@ class NullCacheWarning(UserWarning):
     """The null-law cache could not be written; the run goes on without it."""
 
 
-def _cache_key(spec: NullSpec, n: int, N: int, names: tuple[str, ...]) -> str:
-    # The text hashed is the one of format 2's files: the same key for the same law.
-    text = repr(
-        (
-            CACHE_FORMAT_VERSION,
-            "gaussian",
-            n,
-            N,
-            spec.samples,
-            spec.seed,
-            names,
-            # format 2 hashed the spec's Type II radius, which never changed a law (it only names
-            # head types): its default stands here, so the files of every earlier run stay valid
-            0.02,
-            montecarlo.BLOCK_SIZE,
-        )
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _key(*parts: object) -> str:
+    """The file key: the first 16 hex digits of the SHA-256 of the parts' repr (as format 2 hashed them)."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
 def null_cache_path(
@@ -114,7 +99,12 @@ def null_cache_path(
     Path
         The file (it may not exist).
     """
-    key = _cache_key(spec, n, N, tuple(STATISTICS) if names is None else tuple(names))
+    # format 2 hashed the spec's Type II radius, which never changed a law (it only names head
+    # types): its default 0.02 stands here, so the files of every earlier run stay valid
+    names = tuple(STATISTICS) if names is None else tuple(names)
+    key = _key(
+        CACHE_FORMAT_VERSION, "gaussian", n, N, spec.samples, spec.seed, names, 0.02, montecarlo.BLOCK_SIZE
+    )
     return Path(cache_dir) / (
         f"null-v{CACHE_FORMAT_VERSION}-gaussian-n{n}-N{N}-K{spec.samples}-seed{spec.seed}-{key}.npz"
     )
@@ -394,22 +384,19 @@ def layer_null_cache_path(
     samples, seed = spec.samples, spec.seed
     n = sum(1 for m in group_sizes if m > 0) * head_dim
     route = layer_null.layer_null_route(n, N)
-    text = repr(
-        (
-            CACHE_FORMAT_VERSION,
-            "gaussian-layer",
-            tuple(group_sizes),
-            head_dim,
-            N,
-            samples,
-            seed,
-            layer_null.LAYER_NULL_STATISTICS,
-            route,
-            DIRECTIONALITY_GAMMA,
-            montecarlo.BLOCK_SIZE,
-        )
+    key = _key(
+        CACHE_FORMAT_VERSION,
+        "gaussian-layer",
+        tuple(group_sizes),
+        head_dim,
+        N,
+        samples,
+        seed,
+        layer_null.LAYER_NULL_STATISTICS,
+        route,
+        DIRECTIONALITY_GAMMA,
+        montecarlo.BLOCK_SIZE,
     )
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"null-v{CACHE_FORMAT_VERSION}-layer-n{n}-N{N}-K{samples}-seed{seed}-{key}.npz"
 
 

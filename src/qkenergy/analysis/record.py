@@ -272,10 +272,9 @@ def notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) -
                 "law of its own shape"
             )
         if arch.key_layers:
-            pairs = ", ".join(f"{a} <- {b}" for a, b in arch.key_layers[:12])
-            more = f", ... ({len(arch.key_layers) - 12} more)" if len(arch.key_layers) > 12 else ""
+            pairs = layer_list([f"{a} <- {b}" for a, b in arch.key_layers])
             notes.append(
-                f"{where}KV sharing: layers reuse the keys of an earlier layer ({pairs}{more}); their form "
+                f"{where}KV sharing: layers reuse the keys of an earlier layer ({pairs}); their form "
                 "pairs their own queries with the keys that layer projects from its own input"
             )
         if arch.layout.key_stack is not None:
@@ -286,12 +285,12 @@ def notes(archs: Iterable[Architecture], offsets: Sequence[int] | None = None) -
     return notes
 
 
-def layer_list(layers: Sequence[int], shown: int = 12) -> str:
-    """Layer indices for a note: all of them, or the first ``shown`` and how many more.
+def layer_list(layers: Sequence[int | str], shown: int = 12) -> str:
+    """Layer indices (or labels) for a note: all of them, or the first ``shown`` and how many more.
 
     Parameters
     ----------
-    layers : sequence of int
+    layers : sequence of int or str
         The layers.
     shown : int
         How many are named.
@@ -307,8 +306,7 @@ def layer_list(layers: Sequence[int], shown: int = 12) -> str:
 def skipped_note(skipped: Sequence[Mapping[str, Any]], per_layer: bool) -> str:
     """The settings' note on heads left out for non-finite weights: how many, where, where to read why."""
     layers = sorted({(str(h["stack"]), int(h["layer"])) for h in skipped})
-    where = ", ".join(f"{stack} {layer}" if stack else str(layer) for stack, layer in layers[:12])
-    where += f", ... ({len(layers) - 12} more)" if len(layers) > 12 else ""
+    where = layer_list([f"{stack} {layer}" if stack else str(layer) for stack, layer in layers])
     forms = (
         "; the whole forms of their layers sum the finite heads alone (column n_heads)" if per_layer else ""
     )

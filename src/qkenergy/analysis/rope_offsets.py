@@ -10,17 +10,17 @@ columns apply unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from qkenergy.base.errors import ArgumentError, QKEnergyError
-from qkenergy.math.rope import Rope, log_offsets, rotated_gram
+from qkenergy.math.rope import Rope, log_offsets
 from qkenergy.weights.architecture import Architecture
 from qkenergy.weights.rope_settings import context_length, has_rope, layer_ropes, stack_config
 
-__all__ = ["OffsetPlan", "offset_grams", "plan_offsets", "plan_stacks", "rope_description"]
+__all__ = ["OffsetPlan", "plan_offsets", "plan_stacks", "rope_description"]
 
 OffsetPlan = tuple[list[Rope], list[int]]
 # Each offset is a full set of rows: more than this is surely a typo (0-100000) rather than a plan.
@@ -130,37 +130,6 @@ def plan_stacks(
     if all(plan is None for plan in plans.values()):
         plan_offsets(spec, config, archs[0], where)  # raises: the model has no rotary embedding
     return plans
-
-
-def offset_grams(
-    G: np.ndarray, rope: Rope | None = None, offsets: Sequence[int] | None = None
-) -> Iterator[tuple[int | None, np.ndarray]]:
-    """(offset, Gram matrices G_d of the heads at that offset); one (None, G) without offsets.
-
-    ``G``: the heads' Gram matrices (gram.head_gram), computed once. Offsets without a
-    ``rope`` (a NoPE layer of a RoPE model) give G itself at every offset.
-
-    Parameters
-    ----------
-    G : ndarray, shape (H, 2n, 2n)
-        The heads' Gram matrices.
-    rope : Rope or None, optional
-        The layer's rotary embedding; None for none.
-    offsets : sequence of int or None, optional
-        The relative offsets d; None for none.
-
-    Yields
-    ------
-    offset : int or None
-        The offset d.
-    G_d : ndarray, shape (H, 2n, 2n)
-        The Gram matrices at offset d.
-    """
-    if offsets is None:
-        yield None, G
-        return
-    for offset in offsets:
-        yield offset, G if rope is None else rotated_gram(G, rope, offset)
 
 
 def rope_description(

@@ -20,32 +20,15 @@ from qkenergy.math.tails import TAIL_STATISTICS, beta_p_two_sided
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.math.nulls import NullLaw
 
-__all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "empirical_floor", "judge"]
-
-
-def empirical_floor(law: NullLaw, name: str) -> float:
-    """Smallest two-sided empirical p the law can give: 2/(1 + K), K its defined samples.
-
-    Parameters
-    ----------
-    law : NullLaw
-        The null law.
-    name : str
-        The statistic.
-
-    Returns
-    -------
-    float
-        2/(1 + K).
-    """
-    return 2.0 / (1 + int(np.isfinite(law.samples(name)).sum()))
+__all__ = ["TAIL_STATISTICS", "bh", "bh_with_tail", "judge"]
 
 
 def judge(law: NullLaw, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """null_mean, null_sd, z, p (empirical, two-sided) and, for TAIL_STATISTICS, p_tail and floor.
 
     Undefined values stay NaN (the empirical p would otherwise call them 1).
-    ``floor`` is a boolean array: the empirical p sits at :func:`empirical_floor`.
+    ``floor`` is a boolean array: the empirical p sits at its floor 2/(1 + K), K the law's
+    defined samples (the smallest two-sided empirical p it can give).
 
     Parameters
     ----------
@@ -75,7 +58,8 @@ def judge(law: NullLaw, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     }
     if name in TAIL_STATISTICS:
         out["p_tail"] = np.asarray(beta_p_two_sided(x, law.mean(name), law.sd(name) ** 2), dtype=np.float64)
-        out["floor"] = defined & (p <= empirical_floor(law, name) * (1 + 1e-12))
+        floor = 2.0 / (1 + int(np.isfinite(law.samples(name)).sum()))
+        out["floor"] = defined & (p <= floor * (1 + 1e-12))
     return out
 
 

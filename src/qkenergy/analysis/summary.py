@@ -20,10 +20,7 @@ from qkenergy.base.formatting import (
     print_table,
     rich_table,
 )
-from qkenergy.formats.columns import (
-    Columns,
-    row_count,
-)
+from qkenergy.formats.columns import Columns
 from qkenergy.math.tails import resolved_floor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,10 +60,6 @@ def _texts(table: pd.DataFrame | Columns, name: str) -> list[str]:
     return [value if isinstance(value, str) else "" for value in np.asarray(table[name], dtype=object)]
 
 
-def _length(table: pd.DataFrame | Columns) -> int:
-    return row_count(table) if isinstance(table, dict) else len(table)
-
-
 def _take(table: pd.DataFrame | Columns, rows: np.ndarray) -> pd.DataFrame | Columns:
     """The rows at these positions (or where this mask holds), in that order, as the same kind of table."""
     positions = np.flatnonzero(rows) if rows.dtype == bool else rows
@@ -98,6 +91,16 @@ def baseline(N: Any) -> Any:
     return (N + 1) / (2 * N)
 
 
+def quartiles(values: Any) -> tuple[float, float, float]:
+    """(q1, median, q3) of the finite values; NaN for none."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return (np.nan, np.nan, np.nan)
+    q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75])
+    return float(q1), float(med), float(q3)
+
+
 def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
     """The rows of :func:`layer_summary`."""
     keys = [k for k in ("model", "stack") if k in table] + ["layer"]
@@ -115,35 +118,26 @@ def _layer_rows(table: pd.DataFrame | Columns) -> list[dict[str, Any]]:
     else:
         groups = sorted(members)
     s_all, N_all = _floats(table, "symmetric_energy"), np.asarray(table["N"])
-    judged = "symmetric_energy_p_bh" in table and "symmetric_energy_z" in table
-    p_all = _floats(table, "symmetric_energy_p_bh") if judged else None
-    z_all = _floats(table, "symmetric_energy_z") if judged else None
     types_all = _texts(table, "head_type") if "head_type" in table else None
     rows = []
     for key in groups:
         idx = np.asarray(members[key])
         s = s_all[idx]
-        defined = s[np.isfinite(s)]
-        q1, med, q3 = np.quantile(defined, (0.25, 0.5, 0.75)) if defined.size else (np.nan,) * 3
+        q1, med, q3 = quartiles(s)
         Ns = np.unique(N_all[idx]).tolist()
+        counts = significant_counts(_take(table, idx), "symmetric_energy")
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
         row.update(
             heads=len(idx),
             N=int(Ns[0]) if len(Ns) == 1 else np.nan,
-            symmetric_energy_median=float(med),
-            symmetric_energy_q1=float(q1),
-            symmetric_energy_q3=float(q3),
-            symmetric_energy_iqr=float(q3 - q1),
+            symmetric_energy_median=med,
+            symmetric_energy_q1=q1,
+            symmetric_energy_q3=q3,
+            symmetric_energy_iqr=q3 - q1,
             baseline=float(baseline(Ns[0])) if len(Ns) == 1 else np.nan,
+            share_above=np.nan if counts is None else counts[0] / len(idx),
+            share_below=np.nan if counts is None else counts[1] / len(idx),
         )
-        above = below = np.nan
-        if p_all is not None and z_all is not None:
-            p, z = p_all[idx], z_all[idx]
-            if np.isfinite(p).any():
-                significant = np.isfinite(p) & (p < SIGNIFICANCE)
-                above = float(np.mean(significant & (z > 0)))
-                below = float(np.mean(significant & (z < 0)))
-        row.update(share_above=above, share_below=below)
         types = [] if types_all is None else [types_all[i] for i in idx]
         for t in HEAD_TYPES:
             row[f"type_{t}"] = types.count(t)
@@ -365,16 +359,6 @@ def _sides(df: pd.DataFrame | Columns) -> tuple[np.ndarray, np.ndarray]:
         return np.flatnonzero(s > base), np.flatnonzero(s < base)
 
 
-def _notable_rows(df: pd.DataFrame | Columns, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the ``top`` largest s above the baseline and the ``top`` smallest below it
-    (ties: first in the table first)."""
-    s = _floats(df, "symmetric_energy")
-    above, below = _sides(df)
-    largest = above[np.argsort(-s[above], kind="stable")[:top]]
-    smallest = below[np.argsort(s[below], kind="stable")[:top]]
-    return largest, smallest
-
-
 def notable_heads(
     df: pd.DataFrame | Columns, top: int = 5
 ) -> tuple[pd.DataFrame | Columns, pd.DataFrame | Columns]:
@@ -396,8 +380,10 @@ def notable_heads(
     skew : DataFrame or Columns
         The most skew heads, smallest s first.
     """
-    largest, smallest = _notable_rows(df, top)
-    return _take(df, largest), _take(df, smallest)
+    s = _floats(df, "symmetric_energy")
+    above, below = _sides(df)  # ties: first in the table first
+    largest = above[np.argsort(-s[above], kind="stable")[:top]]
+    return _take(df, largest), _take(df, below[np.argsort(s[below], kind="stable")[:top]])
 
 
 def skew_note(df: pd.DataFrame | Columns, top: int) -> str:
@@ -552,7 +538,7 @@ def _print_header(analysis: AnalysisResult, df: pd.DataFrame | Columns, console:
     skipped = settings.get("skipped_heads") or []
     dropped = f" ({len(skipped)} more skipped: non-finite weights)" if skipped else ""
     console.print(
-        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(_length(df), 'head')}{dropped} in "
+        f"[bold]{escape(str(analysis.model))}[/bold] · {plural(len(df['layer']), 'head')}{dropped} in "
         f"{_layer_count(df)} · fold-norm {fold} · {null_text}"
     )
     for note in settings.get("notes", ()):

@@ -263,8 +263,7 @@ def baseline(
     law = entry_laws.entry_law(dist)
     ratio_of_expectations = baselines.qk_product_expectations(n, N).symmetric_ratio
     if law.name == "gaussian":
-        cache = None if cache_dir is None else Path(cache_dir)
-        null = NullSpec(samples=samples, seed=seed).null_law(n, N, cache_dir=cache, progress=progress)
+        null = NullSpec(samples=samples, seed=seed).null_law(n, N, cache_dir=cache_dir, progress=progress)
         columns = {name: null.samples(name) for name in BASELINE_STATISTICS}
         exact = {"symmetric_energy": baselines.gaussian_head_ratio_expectations(n, N).symmetric}
         energy_rows = None

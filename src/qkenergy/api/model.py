@@ -351,16 +351,14 @@ def run(model: Any, config: RunConfig) -> Analysis:
 
     if isinstance(model, Model):
         return Analysis(analyze_run(model._argument, config), model=model)
-    reading = config.reading
-    opening: dict[str, Any] = {
-        "model_type": reading.model_type,
-        "revision": reading.revision,
-        "config": reading.config,
-    }
-    if reading.layout is not None:
-        opening["layout"] = reading.layout
+    r = config.reading
     # the model is read once, by the analysis; Analysis.head opens it when a head is asked for
-    return Analysis(analyze_run(model, config), opener=lambda: open(model, **opening))
+    return Analysis(
+        analyze_run(model, config),
+        opener=lambda: open(
+            model, model_type=r.model_type, layout=r.layout, revision=r.revision, config=r.config
+        ),
+    )
 
 
 def analyze(model: Any = None, **options: Unpack[AnalyzeOptions]) -> Analysis:

@@ -29,6 +29,7 @@ of the same form, and summarised in the step's scalars.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.run_config import Reading, RunConfig
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.errors import QKEnergyError, check_integer
 from qkenergy.math.defaults import SAMPLES
@@ -139,16 +141,21 @@ class Tracker:
         skip_nonfinite: bool = True,
     ) -> None:
         self.model = model
-        self.skip_nonfinite = bool(skip_nonfinite)
         self.out = None if out is None else Path(out)
         self.layers_out = None if layers_out is None else Path(layers_out)
         self.per_layer = bool(per_layer) or self.layers_out is not None
-        self.null, self.types = NullSpec(samples=samples, seed=seed), types or TypeRule()
         self.stack = stack
         self.name = name
-        self.config = None if config is None else dict(config)
-        self.threads = threads
         self.cache_dir = cache_dir
+        # every step's analysis, checked once here (the null laws are drawn once, with cache_dir)
+        self.run = RunConfig(
+            reading=Reading(
+                config=None if config is None else dict(config), skip_nonfinite=bool(skip_nonfinite)
+            ),
+            spec=NullSpec(samples=samples, seed=seed),
+            types=types or TypeRule(),
+            threads=threads,
+        )
         self.laws: dict[tuple[int, int], NullLaw] = {}
         self.layer_laws: dict[tuple[tuple[int, ...], int, int], NullLaw] = {}
         self.last: pd.DataFrame | None = None
@@ -173,24 +180,16 @@ class Tracker:
             )
 
     def _weights(self) -> Any:
-        if self.config is None:
+        if self.run.reading.config is None:
             return self.model
         state = getattr(self.model, "state_dict", None)
         return state() if callable(state) else self.model
 
-    def _analyze(self, **options: Any) -> AnalysisResult:
-        from qkenergy.analysis.analyze import analyze_model
+    def _analyze(self, **changes: Any) -> AnalysisResult:
+        from qkenergy.analysis.analyze import analyze_run
 
-        return analyze_model(
-            self._weights(),
-            config=self.config,
-            samples=self.null.samples,
-            seed=self.null.seed,
-            type_rule=self.types,
-            threads=self.threads,
-            skip_nonfinite=self.skip_nonfinite,
-            **options,
-        )
+        run = dataclasses.replace(self.run, **changes)
+        return analyze_run(self._weights(), run, null_laws=self.laws, layer_null_laws=self.layer_laws)
 
     def _draw_laws(self) -> None:
         """The Gaussian null law of every head shape of the model, drawn once for the whole run."""
@@ -198,8 +197,8 @@ class Tracker:
 
         shapes = self._analyze(null=False).heads[["n", "N"]].drop_duplicates()
         for n, N in shapes.itertuples(index=False):
-            self.laws[(int(n), int(N))] = self.null.null_law(
-                int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.threads
+            self.laws[(int(n), int(N))] = self.run.spec.null_law(
+                int(n), int(N), cache_dir=self.cache_dir, names=NULL_STATISTICS, threads=self.run.threads
             )
 
     def measure(self, step: int) -> pd.DataFrame:
@@ -217,11 +216,8 @@ class Tracker:
         step = check_integer(step, "step", 0)
         if not self.laws:
             self._draw_laws()
-        if self.per_layer:
-            analysis = self._analyze(null_laws=self.laws, per_layer=True, layer_null_laws=self.layer_laws)
-            self.layer_laws.update(analysis.layer_null_laws)
-        else:
-            analysis = self._analyze(null_laws=self.laws)
+        analysis = self._analyze(per_layer=self.per_layer)
+        self.layer_laws.update(analysis.layer_null_laws)  # with per_layer: each layer shape's law, drawn once
         heads = analysis.heads
         skipped = analysis.settings.get("skipped_heads") or []
         if skipped:
