@@ -23,8 +23,8 @@ from qkenergy.formats.provenance import (
     fingerprint_files,
     population_label,
     read_settings,
-    sidecar_path,
 )
+from qkenergy.formats.recorded_settings import sidecar_path
 from qkenergy.weights.safetensors_io import TensorSource
 
 _Q = "model.layers.{}.self_attn.q_proj.weight"

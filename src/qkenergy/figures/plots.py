@@ -43,7 +43,8 @@ from qkenergy.analysis.summary import HEAD_TYPES, baseline
 from qkenergy.base.atomic import OutputTransaction, joined
 from qkenergy.base.errors import ArgumentError, QKEnergyError
 from qkenergy.base.formatting import MISSING, format_fixed
-from qkenergy.formats.provenance import METADATA_KEY, population_label, settings_json
+from qkenergy.formats.provenance import population_label
+from qkenergy.formats.recorded_settings import METADATA_KEY, settings_json
 from qkenergy.math.defaults import RADIUS
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -34,34 +34,18 @@ from qkenergy.base.formatting import json_safe
 from qkenergy.base.parallel import blas_libraries
 from qkenergy.base.small_floats import fingerprint_dtype
 from qkenergy.base.version import __version__
-from qkenergy.formats.recorded_settings import (
-    MAX_SETTINGS_BYTES,
-    METADATA_KEY,
-    SIDECAR_SUFFIX,
-    check_settings,
-    parse_settings,
-    settings_json,
-    sidecar_path,
-)
 from qkenergy.weights.safetensors_io import Closeable, TensorSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from qkenergy.weights.source import ModelSource
 
 __all__ = [
-    "MAX_SETTINGS_BYTES",
-    "METADATA_KEY",
-    "SIDECAR_SUFFIX",
     "ReadRecorder",
-    "check_settings",
     "fingerprint_files",
     "model_source",
-    "parse_settings",
     "population_label",
     "read_settings",
     "run_settings",
-    "settings_json",
-    "sidecar_path",
 ]
 
 # How much of a weight file is hashed at a time: bounded memory whatever the tensor size.
@@ -412,9 +396,10 @@ def read_settings(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     The table's format module (:data:`qkenergy.formats.tables.FORMATS`, by
     extension) reads them as any input is read: regular files of bounded size
     (a JSON table at most :data:`qkenergy.formats.schema.MAX_TABLE_BYTES`, a
-    sidecar or Parquet metadata at most :data:`MAX_SETTINGS_BYTES`), JSON nested
+    sidecar or Parquet metadata at most
+    :data:`~qkenergy.formats.recorded_settings.MAX_SETTINGS_BYTES`), JSON nested
     at most 64 deep, every setting a reader uses checked for its type
-    (:func:`check_settings`).
+    (:func:`~qkenergy.formats.recorded_settings.check_settings`).
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 
 Every table format module (:mod:`qkenergy.formats.csv_table`, ...) writes and
 reads its settings with these; :mod:`qkenergy.formats.provenance` builds the
-settings and re-exports these names. They live apart from provenance so that
+settings. They live apart from provenance so that
 the format modules sit below it: provenance's ``read_settings`` asks the format
 registry (:data:`qkenergy.formats.tables.FORMATS`) which module reads a file.
 """

@@ -52,7 +52,6 @@ __all__ = [
     "STATIC_FORMATS",
     "Report",
     "ReportInputs",
-    "StaticFigures",
     "browser_path",
     "build_report",
     "files_directory",
@@ -92,25 +91,6 @@ class Report:
     summary: pd.DataFrame
     comparison: BaselineComparison | None
     renderer: str | None = None
-
-
-@dataclass(frozen=True)
-class StaticFigures:
-    """The PNG / SVG files written, the figures they show, and what drew them.
-
-    Parameters
-    ----------
-    files : list of Path
-        The PNG / SVG files.
-    figures : list of str
-        The figures they show.
-    renderer : str or None
-        "kaleido", or None (none drawn).
-    """
-
-    files: list[Path]
-    figures: list[str]
-    renderer: str | None
 
 
 def files_directory(out_html: str | os.PathLike[str]) -> Path:
@@ -203,10 +183,10 @@ def build_report(
         written = [write_table(summary, staged_dir / "models.csv")]
         if comparison is not None:
             written.append(write_table(comparison.differences, staged_dir / "baseline_difference.csv"))
-        drawn = StaticFigures([], [], None)
+        drawn: list[Path] = []  # every figure's files, or none
         if static is not False and formats:
             drawn = _export_static(figures, staged_dir, formats, required=static is True)
-            written += drawn.files
+            written += drawn
         page = _page(
             figures,
             summary,
@@ -214,8 +194,7 @@ def build_report(
             title=title or _default_title(summary),
             settings=settings,
             files=directory.name,
-            formats=formats if drawn.figures else [],
-            drawn=set(drawn.figures),
+            formats=formats if drawn else [],
         )
         outputs.stage(target).write_text(page, encoding="utf-8")
     return Report(
@@ -225,7 +204,7 @@ def build_report(
         figures=[f.name for f in figures],
         summary=summary,
         comparison=comparison,
-        renderer=drawn.renderer,
+        renderer="kaleido" if drawn else None,
     )
 
 
@@ -430,7 +409,7 @@ _NO_BROWSER = (
 
 def _export_static(
     figures: list[ReportFigure], directory: Path, formats: Sequence[str], *, required: bool
-) -> StaticFigures:
+) -> list[Path]:
     """Every figure as PNG / SVG through plotly's kaleido; without a browser none, and one warning line.
 
     One way to draw each figure: the static files are plotly's own export of the page's figures,
@@ -439,9 +418,7 @@ def _export_static(
     problem = "no Chrome or Chromium found"
     if browser_path() is not None:
         try:
-            return StaticFigures(
-                _kaleido_export(figures, directory, formats), [f.name for f in figures], "kaleido"
-            )
+            return _kaleido_export(figures, directory, formats)
         except QKEnergyError as error:
             problem = str(error)
             for leftover in directory.glob("*"):  # a partial kaleido run leaves nothing behind
@@ -456,7 +433,7 @@ def _export_static(
     warnings.warn(
         f"{problem}: no PNG / SVG figures written (the page has them all); {_NO_BROWSER}", stacklevel=3
     )
-    return StaticFigures([], [], None)
+    return []
 
 
 def _kaleido_export(figures: list[ReportFigure], directory: Path, formats: Sequence[str]) -> list[Path]:
@@ -636,7 +613,6 @@ def _page(
     settings: dict[str, Any] | None,
     files: str,
     formats: Sequence[str],
-    drawn: set[str],
 ) -> str:
     from plotly.offline import get_plotlyjs
 
@@ -661,7 +637,7 @@ def _page(
     ]
     if comparison is not None:
         sections.append(_comparison_section(comparison))
-    sections += [_figure_section(f, files, formats if f.name in drawn else []) for f in figures]
+    sections += [_figure_section(f, files, formats) for f in figures]
     if settings:
         sections.append(
             "<details><summary>Settings</summary><pre>"

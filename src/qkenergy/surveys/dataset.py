@@ -145,24 +145,6 @@ def file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def _unit_frame(frame: Any, extra: dict[str, Any]) -> Any:
-    """The unit's frame as its file holds it: without ``model`` and the BH columns, with the manifest's."""
-    # copy(): one block again, so that the columns added below do not fragment it (pandas warns)
-    frame = frame.drop(columns=[c for c in ("model", *bh_columns()) if c in frame.columns]).copy()
-    for key in MANIFEST_COLUMNS:
-        frame[key] = extra.get(key)
-    return frame
-
-
-def _unit_types(frame: Any) -> dict[str, Any]:
-    """Column types every unit file of a dataset agrees on (whatever one unit's values are)."""
-    import pyarrow as pa
-
-    types = {"group": pa.string(), "step": pa.int64(), "source": pa.string(), "revision": pa.string()}
-    types.update({c: pa.list_(pa.float64()) for c in ("alpha", "beta") if c in frame.columns})
-    return types
-
-
 def write_unit(
     out: str | os.PathLike[str],
     table: str,
@@ -205,18 +187,27 @@ def write_unit(
     QKEnergyError
         As :func:`unit_path`, or the file cannot be written.
     """
+    import pyarrow as pa
+
     from qkenergy.base.atomic import atomic_path
     from qkenergy.formats import parquet_table
 
     target = unit_path(out, table, model, layer)
-    unit = _unit_frame(frame, extra)
+    # Without ``model`` and the BH columns, with the manifest's; copy(): one block again, so that
+    # the columns added below do not fragment it (pandas warns).
+    unit = frame.drop(columns=[c for c in ("model", *bh_columns()) if c in frame.columns]).copy()
+    for key in MANIFEST_COLUMNS:
+        unit[key] = extra.get(key)
+    # Column types every unit file of a dataset agrees on (whatever one unit's values are).
+    types = {"group": pa.string(), "step": pa.int64(), "source": pa.string(), "revision": pa.string()}
+    types.update({c: pa.list_(pa.float64()) for c in ("alpha", "beta") if c in unit.columns})
     with atomic_path(target) as tmp:
         parquet_table.write_frame(
             unit,
             tmp,
             settings=settings,
             metadata={UNIT_KEY: json.dumps({"model": model, "layer": layer, "table": table})},
-            types=_unit_types(unit),
+            types=types,
             nulls_as_text=True,
             pandas_metadata=False,
         )

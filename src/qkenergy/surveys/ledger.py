@@ -540,19 +540,17 @@ class Ledger:
             )
 
     @_guarded
-    def mark_failed(
-        self, model: str, layer: int, error: str, *, final: bool, worker: str | None = None
-    ) -> None:
+    def mark_failed(self, model: str, layer: int, error: str, *, final: bool) -> None:
         """An attempt failed; ``final``: no retry is left, the unit is reported as failed."""
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute(
-                "UPDATE units SET status = ?, error = ?, worker = ?, finished = ? WHERE model = ? AND layer = ?",
-                ("failed" if final else "running", error, worker, iso(), model, layer),
+                "UPDATE units SET status = ?, error = ?, worker = NULL, finished = ? WHERE model = ? AND layer = ?",
+                ("failed" if final else "running", error, iso(), model, layer),
             )
             self._db.execute(
-                "INSERT INTO attempts VALUES (?, ?, ?, 'failed', ?, NULL, ?, ?)",
-                (self.run, model, layer, worker, iso(), error),
+                "INSERT INTO attempts VALUES (?, ?, ?, 'failed', NULL, NULL, ?, ?)",
+                (self.run, model, layer, iso(), error),
             )
 
     def retry(self, model: str, layer: int) -> None:
@@ -569,13 +567,3 @@ class Ledger:
             "SELECT model, layer, coalesce(error, '') FROM units WHERE status = 'failed' ORDER BY model, layer"
         )
         return [(str(model), int(layer), str(error)) for model, layer, error in cursor]
-
-    @_guarded
-    def attempts(self, run: int | None = None) -> list[dict[str, Any]]:
-        """Attempt rows (of one run, or all), as dicts."""
-        cursor = self._db.execute(
-            "SELECT * FROM attempts" + (" WHERE run = ?" if run is not None else ""),
-            (run,) if run is not None else (),
-        )
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor]
