@@ -217,15 +217,16 @@ def _statistics_from_spectra(
 
     # Profile pi(L) = (a, b, c, d) and the symmetric profile (b, c, d)/s.
     lobe_gap = alpha - beta
-    numerators = {
-        "b": 2.0 * np.sum(alpha * beta, axis=-1),
-        "c": np.sum(np.maximum(lobe_gap, 0.0) ** 2, axis=-1),
-        "d": np.sum(np.minimum(lobe_gap, 0.0) ** 2, axis=-1),
-    }
+    inner = np.sum(alpha * beta, axis=-1)
+    excess_sq = np.sum(np.maximum(lobe_gap, 0.0) ** 2, axis=-1)
+    deficit_sq = np.sum(np.minimum(lobe_gap, 0.0) ** 2, axis=-1)
+    b = divide_or_nan(2.0 * inner, norm_l_sq)
+    c = divide_or_nan(excess_sq, norm_l_sq)
+    d = divide_or_nan(deficit_sq, norm_l_sq)
     norm_s_sq_defined = np.where(symmetric_vanishes, 0.0, norm_s_sq)
-    profile = {name: divide_or_nan(x, norm_l_sq) for name, x in numerators.items()}
-    profile |= {f"{name}_sym": divide_or_nan(x, norm_s_sq_defined) for name, x in numerators.items()}
-    c, d, c_sym, d_sym = profile["c"], profile["d"], profile["c_sym"], profile["d_sym"]
+    b_sym = divide_or_nan(2.0 * inner, norm_s_sq_defined)
+    c_sym = divide_or_nan(excess_sq, norm_s_sq_defined)
+    d_sym = divide_or_nan(deficit_sq, norm_s_sq_defined)
 
     # rho = ||beta||/||alpha|| is +inf when S != 0 is negative semidefinite.
     # The pairing bound and the limit profile are written homogeneously in
@@ -256,7 +257,12 @@ def _statistics_from_spectra(
     values = {
         "symmetric_energy": symmetric_energy,
         "a": a,
-        **profile,
+        "b": b,
+        "c": c,
+        "d": d,
+        "b_sym": b_sym,
+        "c_sym": c_sym,
+        "d_sym": d_sym,
         "imbalance": profile_imbalance(c, d),
         "balance": balance,
         "n_pos": n_pos,
@@ -269,7 +275,7 @@ def _statistics_from_spectra(
         "lobe_departure": lobe_departure,
         "trace_ratio": trace_ratio,
         **_singular_value_statistics(h, len(reason)),
-        **_accumulation_limit(norm_alpha, norm_beta, lobes_sq, profile),
+        **_accumulation_limit(norm_alpha, norm_beta, lobes_sq, b_sym, c_sym, d_sym),
         **spectrum_shape,
     }
     return _mask_failed(values, head_type, reason, alpha, beta, norm_l_sq)
@@ -279,16 +285,22 @@ def _accumulation_limit(
     norm_alpha: np.ndarray,
     norm_beta: np.ndarray,
     lobes_sq: np.ndarray,
-    profile: dict[str, np.ndarray],
+    b_sym: np.ndarray,
+    c_sym: np.ndarray,
+    d_sym: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """The accumulation limit (2 rho, (1 - rho)_+^2, (rho - 1)_+^2)/(1 + rho^2) and the profile's distance to it."""
-    limit = {
-        "limit_b_sym": divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq),
-        "limit_c_sym": divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq),
-        "limit_d_sym": divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq),
+    limit_b_sym = divide_or_nan(2.0 * norm_alpha * norm_beta, lobes_sq)
+    limit_c_sym = divide_or_nan(np.maximum(norm_alpha - norm_beta, 0.0) ** 2, lobes_sq)
+    limit_d_sym = divide_or_nan(np.maximum(norm_beta - norm_alpha, 0.0) ** 2, lobes_sq)
+    return {
+        "limit_b_sym": limit_b_sym,
+        "limit_c_sym": limit_c_sym,
+        "limit_d_sym": limit_d_sym,
+        "limit_distance": np.sqrt(
+            (b_sym - limit_b_sym) ** 2 + (c_sym - limit_c_sym) ** 2 + (d_sym - limit_d_sym) ** 2
+        ),
     }
-    squares = [(profile[name] - limit[f"limit_{name}"]) ** 2 for name in ("b_sym", "c_sym", "d_sym")]
-    return {**limit, "limit_distance": np.sqrt(squares[0] + squares[1] + squares[2])}
 
 
 def _singular_value_statistics(h: np.ndarray | None, heads: int) -> dict[str, np.ndarray]:
