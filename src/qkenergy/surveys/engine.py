@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from qkenergy.analysis.nullspec import NullSpec
+from qkenergy.analysis.record import survey_settings
 from qkenergy.analysis.type_rule import TypeRule
 from qkenergy.base.display import show_path
 from qkenergy.base.errors import QKEnergyError, check_integer
@@ -29,7 +30,7 @@ from qkenergy.surveys.cluster import dask_client, early_cluster
 from qkenergy.surveys.dataset import clean_partial_files, file_sha256, write_unit
 from qkenergy.surveys.display import Display
 from qkenergy.surveys.ledger import Ledger, survey_lock
-from qkenergy.surveys.manifest import read_manifest
+from qkenergy.surveys.manifest import ModelEntry, read_manifest
 from qkenergy.surveys.plan import SETTINGS, ModelPlan, check_settings, resolve_entry, unit_action, unit_params
 from qkenergy.surveys.shared_nulls import join_law, shared_laws
 from qkenergy.surveys.units import UnitResult, UnitSpec, run_unit
@@ -179,8 +180,6 @@ def survey(
     retries = check_integer(retries, "retries", 0)
     if workers is not None:
         workers = check_integer(workers, "workers", 1)
-    from qkenergy.analysis.record import survey_settings
-
     # what survey.json records (and a resumed survey must keep): the spec's, the rule's, per_layer
     settings = survey_settings(spec, types, null=drawn, per_layer=per_layer)
     shared = SurveySettings(settings, spec, types, settings["null"], settings["per_layer"])
@@ -203,67 +202,102 @@ def survey(
         import qkenergy.analysis.analyze  # noqa: F401
 
         clean_partial_files(out)
-        plans = [resolve_entry(entry, cache_dir) for entry in entries]
-        record: dict[str, Any] = {
-            "format": 1,
-            "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
-            "settings": settings,
-            "cache_dir": None if cache_dir is None else str(cache_dir),
-            "models": [plan.record() for plan in plans],
-            "provenance": _provenance(),
+        return _plan_and_run(
+            manifest,
+            manifest_sha,
+            entries,
+            out,
+            shared,
+            ledger,
+            early,
+            started,
+            retries=retries,
+            scheduler=scheduler,
+            workers=workers,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+
+
+def _plan_and_run(
+    manifest: str | os.PathLike[str],
+    manifest_sha: str,
+    entries: list[ModelEntry],
+    out: Path,
+    shared: SurveySettings,
+    ledger: Ledger,
+    early: list[Any] | None,
+    started: float,
+    *,
+    retries: int,
+    scheduler: str | None,
+    workers: int | None,
+    cache_dir: str | os.PathLike[str] | None,
+    progress: bool,
+) -> SurveyRun:
+    """:func:`survey` once its arguments are checked: resolve the models, plan the units, run them."""
+    settings = shared.settings
+    plans = [resolve_entry(entry, cache_dir) for entry in entries]
+    record: dict[str, Any] = {
+        "format": 1,
+        "manifest": {"path": str(Path(manifest).resolve()), "sha256": manifest_sha},
+        "settings": settings,
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "models": [plan.record() for plan in plans],
+        "provenance": _provenance(),
+    }
+    todo: list[tuple[ModelPlan, int, str | None]] = []
+    result = SurveyRun(out=out, run=0, units=0)
+    done = ledger.units()
+    for plan in plans:
+        ledger.record_model(
+            plan.entry.name,
+            plan.entry.source,
+            plan.entry.revision,
+            path=plan.path,
+            status="failed" if plan.error else "ok",
+            error=plan.error,
+            files_digest=plan.files_digest or None,
+            **{k: v for k, v in plan.arch.items() if k != "stacks"},  # stacks: in survey.json
+        )
+        if plan.error:
+            result.model_errors[plan.entry.name] = plan.error
+            continue
+        for layer in plan.layers:
+            result.units += 1
+            row = done.get((plan.entry.name, layer))
+            action = unit_action(row, plan, layer, out, settings)
+            if action == "skip":
+                result.skipped += 1
+            else:
+                todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
+    result.run = ledger.start_run(scheduler or "LocalCluster")
+    record["run"] = {"run": result.run, "started": time.time()}
+    _write_json(out / "survey.json", record)
+    status = "interrupted"
+    try:
+        if todo:
+            with dask_client(scheduler, workers, early) as (client, scheduler_text):
+                record["engine"] = {
+                    "scheduler": scheduler_text,
+                    "workers": len(client.scheduler_info()["workers"]),
+                }
+                _run(client, todo, out, shared, ledger, result, retries, cache_dir, progress)
+        status = "done" if result.ok else "failed"
+    finally:
+        ledger.release_running()
+        counts = {
+            "units": result.units,
+            "computed": result.computed,
+            "unchanged": result.unchanged,
+            "skipped": result.skipped,
+            "failed": len(result.failed),
         }
-        todo: list[tuple[ModelPlan, int, str | None]] = []
-        result = SurveyRun(out=out, run=0, units=0)
-        done = ledger.units()
-        for plan in plans:
-            ledger.record_model(
-                plan.entry.name,
-                plan.entry.source,
-                plan.entry.revision,
-                path=plan.path,
-                status="failed" if plan.error else "ok",
-                error=plan.error,
-                files_digest=plan.files_digest or None,
-                **{k: v for k, v in plan.arch.items() if k != "stacks"},  # stacks: in survey.json
-            )
-            if plan.error:
-                result.model_errors[plan.entry.name] = plan.error
-                continue
-            for layer in plan.layers:
-                result.units += 1
-                row = done.get((plan.entry.name, layer))
-                action = unit_action(row, plan, layer, out, settings)
-                if action == "skip":
-                    result.skipped += 1
-                else:
-                    todo.append((plan, layer, row.fingerprint if action == "verify" and row else None))
-        result.run = ledger.start_run(scheduler or "LocalCluster")
-        record["run"] = {"run": result.run, "started": time.time()}
+        ledger.finish_run(status, counts)
+        result.elapsed = time.monotonic() - started
+        record["run"].update(status=status, finished=time.time(), elapsed_s=result.elapsed, **counts)
         _write_json(out / "survey.json", record)
-        status = "interrupted"
-        try:
-            if todo:
-                with dask_client(scheduler, workers, early) as (client, scheduler_text):
-                    record["engine"] = {
-                        "scheduler": scheduler_text,
-                        "workers": len(client.scheduler_info()["workers"]),
-                    }
-                    _run(client, todo, out, shared, ledger, result, retries, cache_dir, progress)
-            status = "done" if result.ok else "failed"
-        finally:
-            ledger.release_running()
-            counts = {
-                "units": result.units,
-                "computed": result.computed,
-                "unchanged": result.unchanged,
-                "skipped": result.skipped,
-                "failed": len(result.failed),
-            }
-            ledger.finish_run(status, counts)
-            result.elapsed = time.monotonic() - started
-            record["run"].update(status=status, finished=time.time(), elapsed_s=result.elapsed, **counts)
-            _write_json(out / "survey.json", record)
-        return result
+    return result
 
 
 @dataclass(frozen=True)
