@@ -659,3 +659,19 @@ def test_a_file_list_falsely_said_to_be_gzip_is_one_line(
     )
     refused(capsys, tmp_path, "its file list: the answer cannot be read (DecodingError)")
     honest(big, tmp_path / "c")
+
+
+def test_a_hub_out_of_reach_is_one_line_that_names_the_offline_mode(
+    hub: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/hub.md's row "the Hub out of reach": nothing listens on port 1 of 127.0.0.1."""
+    from huggingface_hub import constants
+
+    nowhere = "http://127.0.0.1:1"
+    monkeypatch.setenv("HF_ENDPOINT", nowhere)
+    monkeypatch.setattr(constants, "ENDPOINT", nowhere)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", nowhere + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    err = refused(capsys, tmp_path, "the connection failed 4 times (ConnectError")
+    assert "HF_HUB_OFFLINE=1" in err and len(hub.waits) == 3, (err, hub.waits)
