@@ -1015,6 +1015,19 @@ def _symmetric_head(rng: np.random.Generator, spectrum: np.ndarray, N: int) -> t
     return (O * spectrum) @ O.T @ w_key, w_key
 
 
+def _face_row(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool) -> Check:
+    """Theorem 4's row: the heads ``on`` the face give at most the limit, those ``off`` it more."""
+    limit = 0.0 if exact else FACE_TOLERANCE
+    worst, nearest = float(np.max(on)), float(np.min(off))
+    bound = "exactly 0" if exact else f"at most {limit:g}"
+    note = (
+        f"{condition}; pass when the heads on the face give {bound} and those off it more "
+        f"(smallest off the face: {nearest:.3g}); tolerance 1e-12"
+    )
+    worst = worst if math.isfinite(worst) else math.inf
+    return Check("Theorem 4", setting, 0.0, worst, None, bool(worst <= limit < nearest), note)
+
+
 @_shared_sections
 def check_theorem4(samples: int, seed: int) -> list[Check]:
     """Theorem 4: which heads the profile (a, b, c, d) sends to each face of its simplex.
@@ -1042,16 +1055,7 @@ def check_theorem4(samples: int, seed: int) -> list[Check]:
         return np.sort(scale * rng.uniform(0.2, 1.0, n))[::-1]
 
     def face(setting: str, on: np.ndarray, off: np.ndarray, condition: str, exact: bool = False) -> None:
-        """The heads ``on`` the face give at most the limit, those ``off`` it more."""
-        limit = 0.0 if exact else FACE_TOLERANCE
-        worst, nearest = float(np.max(on)), float(np.min(off))
-        bound = "exactly 0" if exact else f"at most {limit:g}"
-        note = (
-            f"{condition}; pass when the heads on the face give {bound} and those off it more "
-            f"(smallest off the face: {nearest:.3g}); tolerance 1e-12"
-        )
-        worst = worst if math.isfinite(worst) else math.inf
-        rows.append(Check("Theorem 4", setting, 0.0, worst, None, bool(worst <= limit < nearest), note))
+        rows.append(_face_row(setting, on, off, condition, exact))
 
     def dominated(first: float) -> tuple[np.ndarray, np.ndarray]:
         # alpha_i < beta_i for every i; first > 1 makes alpha_1 > beta_1 (the condition fails)
