@@ -23,6 +23,7 @@ import pytest
 
 import qkenergy as qk
 from tests.survey_checkpoints import thread_cluster, write_checkpoint
+from tests.weights.test_hub_hostile import recorded
 
 pytest.importorskip("huggingface_hub")
 
@@ -37,16 +38,6 @@ def big(folder: Path, seed: int) -> Path:
 
 def local_heads(folder: Path) -> pd.DataFrame:
     return qk.analyze(folder, null=False).heads.drop(columns="model")
-
-
-def recorded(cache: Path, repo_id: str, path: str) -> list[tuple[int, int]]:
-    """The ranges of ``repo_id``'s ``path`` the range cache records."""
-    with sqlite3.connect(cache / "hub" / "ranges.sqlite") as db:
-        rows = db.execute(
-            "SELECT begin, end FROM ranges JOIN files ON files.id = ranges.file WHERE key LIKE ? ORDER BY begin",
-            (f"%{repo_id}%/{path}",),
-        ).fetchall()
-    return [(int(a), int(b)) for a, b in rows]
 
 
 def survey_within(watchdog: float, *args: Any, **kwargs: Any) -> qk.Survey:
@@ -128,7 +119,7 @@ def test_a_survey_reports_its_honest_model_past_a_stalling_and_a_lying_hub(
 
     # nothing of the lying answers was recorded: the header's read only, and an honest run equals
     # the local analysis of the liar's files
-    assert recorded(cache, "loopback/liar", WEIGHTS) == [(0, 64 << 10)]
+    assert recorded(cache, WEIGHTS, "loopback/liar") == [(0, 64 << 10)]
     loopback_hub.clear_faults()
     remote = qk.analyze("loopback/liar", null=False, cache_dir=cache)
     pd.testing.assert_frame_equal(remote.heads.drop(columns="model"), local_heads(liar_folder))

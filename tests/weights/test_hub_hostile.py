@@ -69,12 +69,12 @@ def refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, needle: str, mod
     return err
 
 
-def recorded(cache: Path, path: str) -> list[tuple[int, int]]:
-    """The ranges of ``path`` the range cache records."""
+def recorded(cache: Path, path: str, repo_id: str = "") -> list[tuple[int, int]]:
+    """The ranges of ``path`` (of ``repo_id``, where given) the range cache records."""
     with sqlite3.connect(cache / "hub" / "ranges.sqlite") as db:
         rows = db.execute(
             "SELECT begin, end FROM ranges JOIN files ON files.id = ranges.file WHERE key LIKE ? ORDER BY begin",
-            (f"%/{path}",),
+            (f"%{repo_id}%/{path}",),
         ).fetchall()
     return [(int(a), int(b)) for a, b in rows]
 
